@@ -1,0 +1,146 @@
+#!/usr/bin/python3
+"""PyTorch CPU baseline for Trident's throughput benchmark.
+
+Trains the same GPT as Trident (float32, tied embeddings, pre-LayerNorm
+blocks, fused qkv, tanh-GELU, causal softmax attention, AdamW, grad clip 1.0)
+on random tokens and reports training throughput.
+
+Example:
+  /usr/bin/python3 perf/pytorch_gpt.py --layers 4 --d-model 256 --heads 4 \
+      --seq-len 128 --vocab 8192 --micro-batch 8 --steps 20 --warmup-steps 3 --threads 8
+
+Prints one line:
+  pytorch tokens_per_s=<float> step_ms=<float> threads=<K> torch=<version>
+"""
+import argparse
+import math
+import time
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Block(nn.Module):
+    def __init__(self, d_model, heads, seq_len):
+        super().__init__()
+        self.heads = heads
+        self.ln1 = nn.LayerNorm(d_model, eps=1e-5)
+        self.qkv = nn.Linear(d_model, 3 * d_model)  # fused q,k,v projection
+        self.attn_proj = nn.Linear(d_model, d_model)
+        self.ln2 = nn.LayerNorm(d_model, eps=1e-5)
+        self.fc = nn.Linear(d_model, 4 * d_model)
+        self.mlp_proj = nn.Linear(4 * d_model, d_model)
+        # Built once: True above the diagonal marks future positions to hide.
+        mask = torch.ones(seq_len, seq_len, dtype=torch.bool).triu(1)
+        self.register_buffer("future", mask, persistent=False)
+
+    def attention(self, x):
+        B, T, C = x.shape
+        hs = C // self.heads
+        q, k, v = self.qkv(x).split(C, dim=-1)
+        q, k, v = (t.view(B, T, self.heads, hs).transpose(1, 2) for t in (q, k, v))
+        # torch 1.13 has no fused CPU attention, so use plain matmuls.
+        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hs))
+        att = att.masked_fill(self.future[:T, :T], float("-inf")).softmax(dim=-1)
+        y = (att @ v).transpose(1, 2).reshape(B, T, C)
+        return self.attn_proj(y)
+
+    def forward(self, x):
+        x = x + self.attention(self.ln1(x))
+        return x + self.mlp_proj(F.gelu(self.fc(self.ln2(x)), approximate="tanh"))
+
+
+class GPT(nn.Module):
+    def __init__(self, layers, d_model, heads, seq_len, vocab):
+        super().__init__()
+        self.wte = nn.Parameter(torch.randn(vocab, d_model) * 0.02)
+        self.wpe = nn.Parameter(torch.randn(seq_len, d_model) * 0.02)
+        self.blocks = nn.ModuleList(Block(d_model, heads, seq_len) for _ in range(layers))
+        self.lnf = nn.LayerNorm(d_model, eps=1e-5)
+        for name, p in self.blocks.named_parameters():
+            if name.endswith("weight") and p.dim() == 2:
+                nn.init.normal_(p, 0.0, 0.02)
+            elif name.endswith("bias"):
+                nn.init.zeros_(p)
+
+    def forward(self, tokens, targets):
+        T = tokens.shape[1]
+        x = self.wte[tokens] + self.wpe[:T]
+        for block in self.blocks:
+            x = block(x)
+        logits = self.lnf(x) @ self.wte.t()  # tied output projection
+        return F.cross_entropy(logits.view(-1, logits.shape[-1]), targets.view(-1))
+
+
+def make_optimizer(model, lr, weight_decay):
+    # Same grouping as Trident: decay 2-D matrices only, not biases/LayerNorm.
+    decay = [p for p in model.parameters() if p.dim() == 2]
+    no_decay = [p for p in model.parameters() if p.dim() != 2]
+    return torch.optim.AdamW(
+        [{"params": decay, "weight_decay": weight_decay},
+         {"params": no_decay, "weight_decay": 0.0}],
+        lr=lr, betas=(0.9, 0.95), eps=1e-8)
+
+
+def parse_args():
+    ap = argparse.ArgumentParser(description="PyTorch CPU GPT training baseline")
+    ap.add_argument("--layers", type=int, required=True)
+    ap.add_argument("--d-model", type=int, required=True)
+    ap.add_argument("--heads", type=int, required=True)
+    ap.add_argument("--seq-len", type=int, required=True)
+    ap.add_argument("--vocab", type=int, required=True)
+    ap.add_argument("--micro-batch", type=int, required=True)
+    ap.add_argument("--steps", type=int, required=True, help="timed steps")
+    ap.add_argument("--warmup-steps", type=int, default=2, help="untimed steps first")
+    ap.add_argument("--threads", type=int, required=True)
+    ap.add_argument("--lr", type=float, default=3e-4)
+    ap.add_argument("--weight-decay", type=float, default=0.1)
+    ap.add_argument("--seed", type=int, default=1234)
+    args = ap.parse_args()
+    if args.d_model % args.heads != 0:
+        ap.error("--d-model must be divisible by --heads")
+    if args.steps < 1:
+        ap.error("--steps must be at least 1")
+    return args
+
+
+def main():
+    args = parse_args()
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(args.seed)
+    model = GPT(args.layers, args.d_model, args.heads, args.seq_len, args.vocab)
+    model.train()
+    opt = make_optimizer(model, args.lr, args.weight_decay)
+
+    # Pre-generate every batch so token sampling is not part of the timing.
+    total = args.warmup_steps + args.steps
+    shape = (total, args.micro_batch, args.seq_len)
+    tokens = torch.randint(0, args.vocab, shape)
+    targets = torch.randint(0, args.vocab, shape)
+
+    def train_step(i):
+        opt.zero_grad(set_to_none=True)
+        loss = model(tokens[i], targets[i])
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        return loss
+
+    for i in range(args.warmup_steps):
+        train_step(i)
+
+    start = time.perf_counter()
+    for i in range(args.warmup_steps, total):
+        loss = train_step(i)
+    loss.item()  # make sure the last step is finished before stopping the clock
+    elapsed = time.perf_counter() - start
+
+    tokens_per_s = args.steps * args.micro_batch * args.seq_len / elapsed
+    step_ms = 1000.0 * elapsed / args.steps
+    print(f"pytorch tokens_per_s={tokens_per_s:.2f} step_ms={step_ms:.3f} "
+          f"threads={args.threads} torch={torch.__version__}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,21 @@
+// Subcommands of the trident binary. Each returns the process exit code.
+#pragma once
+#include <string>
+#include <vector>
+
+namespace trident {
+
+struct TrainOptions {
+  std::string deck;
+  std::vector<std::string> overrides;  // --set section.key=value
+  std::string metrics;                 // --metrics FILE.jsonl (overrides output.metrics)
+};
+int train_command(const TrainOptions& options);
+
+struct TokenizeOptions {
+  std::string input;   // text file, or - for standard input
+  std::string output;  // .bin shard
+};
+int tokenize_command(const TokenizeOptions& options);
+
+}  // namespace trident

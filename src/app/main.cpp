@@ -1,0 +1,54 @@
+// trident: one SPMD binary, launched by srun or mpirun on every rank.
+//   trident train DECK.toml [--set section.key=value]... [--metrics FILE.jsonl]
+//   trident tokenize IN.txt OUT.bin
+#include <mpi.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+
+#include "app/commands.hpp"
+#include "core/error.hpp"
+
+namespace {
+
+int run(int argc, char** argv, int rank) {
+  using namespace trident;
+  CLI::App app{"Trident: data/tensor/pipeline-parallel GPT training for MPI clusters", "trident"};
+  app.set_version_flag("--version", "trident 0.1.0");
+  app.require_subcommand(1);
+
+  TrainOptions train;
+  CLI::App* train_cmd = app.add_subcommand("train", "Train the model an input deck describes");
+  train_cmd->add_option("deck", train.deck, "Input deck (TOML)")->required();
+  train_cmd->add_option("--set", train.overrides,
+                        "Override a deck key: section.key=value (repeatable)");
+  train_cmd->add_option("--metrics", train.metrics, "Write per-step metrics as JSON Lines here");
+
+  TokenizeOptions tok;
+  CLI::App* tok_cmd =
+      app.add_subcommand("tokenize", "Turn a text file into a token shard (byte-level, vocab 257)");
+  tok_cmd->add_option("input", tok.input, "Text file, or - for standard input")->required();
+  tok_cmd->add_option("output", tok.output, "Token shard to write (.bin)")->required();
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    // Every rank parses the same arguments, so every rank agrees; rank 0 speaks.
+    if (rank == 0) app.exit(e);
+    return e.get_exit_code() == 0 ? kExitOk : kExitBadInput;
+  }
+  if (*train_cmd) return train_command(train);
+  if (*tok_cmd) return rank == 0 ? tokenize_command(tok) : kExitOk;
+  return kExitBadInput;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  MPI_Init(&argc, &argv);
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  const int code = run(argc, argv, rank);
+  MPI_Finalize();
+  return code;
+}

@@ -1,0 +1,152 @@
+// trident train: deck -> grid -> backend -> data -> trainer -> loop -> report.
+#include <fmt/format.h>
+#include <mpi.h>
+#include <sched.h>
+
+#include <memory>
+#include <thread>
+
+#include "app/commands.hpp"
+#include "comm/agree.hpp"
+#include "comm/mpi_communicator.hpp"
+#include "core/error.hpp"
+#include "core/timer.hpp"
+#include "io/deck.hpp"
+#include "io/metrics.hpp"
+#include "io/token_shard.hpp"
+#include "model/gpt_config.hpp"
+#include "train/report.hpp"
+#include "train/trainer.hpp"
+
+namespace trident {
+namespace {
+
+// Threads per rank: the cores this rank is bound to, or the node's cores shared
+// among the node's ranks when the launcher did not bind.
+int pick_threads(const Deck& deck, const Grid& grid) {
+  if (deck.system.threads > 0) return deck.system.threads;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  const int hw = int(std::thread::hardware_concurrency());
+  const int bound = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : hw;
+  if (bound > 0 && bound < hw) return bound;
+  return std::max(1, hw / std::max(1, grid.local_size()));
+}
+
+void print_banner(const Deck& deck, Grid& grid, const ComputeBackend& backend,
+                  const TokenDataset& train, const TokenDataset* val, int threads) {
+  if (!grid.is_root()) return;
+  const auto& m = deck.model;
+  const auto& t = deck.train;
+  fmt::print("trident 0.1.0 | deck {} | {} ranks | layout {} (dp mode {})\n", deck.path,
+             grid.size(), grid.describe(), deck.parallel.dp_mode);
+  fmt::print("model: {} layers, d_model {}, {} heads, seq_len {}, vocab {} | {:.3f} M params | "
+             "{:.1f} MFLOP/token\n",
+             m.layers, m.d_model, m.heads, m.seq_len, m.vocab, gpt_num_parameters(m) / 1e6,
+             gpt_flops_per_token(m) / 1e6);
+  fmt::print("train: {} steps, batch {} x {} tokens = {} tokens/step, micro_batch {} "
+             "({} accumulation steps), lr {:g} (warmup {}, min {:g})\n",
+             t.steps, t.batch, m.seq_len, std::int64_t(t.batch) * m.seq_len, t.micro_batch,
+             t.batch / (grid.shape().dp * t.micro_batch), t.lr, t.warmup, t.min_lr);
+  fmt::print("data: train {} tokens in {} shard(s){}\n", train.num_tokens(), train.files().size(),
+             val ? fmt::format(", val {} tokens", val->num_tokens()) : "");
+  fmt::print("compute: {} (threads/rank {})\n", backend.describe(), threads);
+}
+
+int train(const TrainOptions& o, Communicator& boot) {
+  Deck deck;
+  GridShape shape;
+  run_agreed(boot, [&] {
+    deck = load_deck(o.deck, o.overrides);
+    if (!o.metrics.empty()) deck.output.metrics = o.metrics;
+    shape = resolve_layout(deck, boot.size());
+  });
+  Grid grid(MPI_COMM_WORLD, shape);
+  grid.set_timeout_seconds(deck.system.comm_timeout_s);
+  const int threads = pick_threads(deck, grid);
+  auto backend = make_cpu_backend(threads);
+
+  std::unique_ptr<TokenDataset> train_data, val_data;
+  run_agreed(grid.world(), [&] {
+    train_data = std::make_unique<TokenDataset>(deck.data.train, deck.model.seq_len, "data.train");
+    if (!deck.data.val.empty())
+      val_data = std::make_unique<TokenDataset>(deck.data.val, deck.model.seq_len, "data.val");
+  });
+  run_agreed(grid.world(), [&] {
+    train_data->check_tokens(deck.model.vocab, grid.world());
+    if (val_data) val_data->check_tokens(deck.model.vocab, grid.world());
+  });
+  MetricsWriter metrics;
+  run_agreed(grid.world(), [&] {
+    if (grid.is_root() && !deck.output.metrics.empty())
+      metrics = MetricsWriter(deck.output.metrics);
+  });
+  print_banner(deck, grid, *backend, *train_data, val_data.get(), threads);
+
+  MemoryLedger ledger;
+  Trainer trainer(deck, grid, *backend, ledger, *train_data, val_data.get());
+  const int steps = deck.train.steps;
+  const double tokens_per_step = double(trainer.tokens_per_step());
+  double train_seconds = 0, steady_seconds = 0;
+  const double wall0 = now_seconds();
+  double val_loss = -1;
+  for (int step = 0; step < steps; ++step) {
+    StepStats s = trainer.step(step);
+    train_seconds += s.seconds;
+    if (step > 0) steady_seconds += s.seconds;  // step 0 pays one-time warm-up costs
+    const bool last = step + 1 == steps;
+    const int every = deck.train.eval_every;
+    const bool eval = val_data && ((every > 0 && (step + 1) % every == 0) || last);
+    if (eval) val_loss = trainer.evaluate();
+    if (!grid.is_root()) continue;
+    const Throughput tp = throughput(deck, grid.size(), tokens_per_step, s.seconds);
+    const double avg = step > 0 ? steady_seconds / step : s.seconds;
+    if ((step + 1) % deck.output.log_every == 0 || last || step == 0) {
+      fmt::print("{}{}\n", format_step_line(s, steps, tp, ledger.peak_total(), avg * (steps - step - 1)),
+                 eval ? fmt::format(" | val {:.4f}", val_loss) : "");
+      std::fflush(stdout);
+    }
+    nlohmann::json rec = {{"step", step + 1},          {"loss", s.loss},
+                          {"lr", s.lr},                {"grad_norm", s.grad_norm},
+                          {"tokens_per_s", tp.tokens_per_s}, {"step_ms", 1e3 * s.seconds},
+                          {"peak_mem_bytes", ledger.peak_total()}};
+    if (tp.mfu >= 0) rec["mfu"] = tp.mfu;
+    if (eval) rec["val_loss"] = val_loss;
+    metrics.write(rec);
+  }
+  const double wall = now_seconds() - wall0;
+  report_phase_timers(grid, trainer.times(), wall);
+  report_memory(grid, ledger);
+  if (grid.is_root()) {
+    const double secs = steps > 1 ? steady_seconds : train_seconds;
+    const double toks = tokens_per_step * (steps > 1 ? steps - 1 : 1);
+    const Throughput tp = throughput(deck, grid.size(), toks, secs);
+    fmt::print("FOM: {:.1f} tokens/s | {:.1f} tokens/s/rank | MFU {} | {} ranks {} | deck {}\n",
+               tp.tokens_per_s, tp.tokens_per_s / grid.size(),
+               tp.mfu >= 0 ? fmt::format("{:.2f}%", 100 * tp.mfu) : "n/a", grid.size(),
+               grid.describe().substr(0, grid.describe().rfind('-')), deck.path);
+  }
+  return kExitOk;
+}
+
+}  // namespace
+
+int train_command(const TrainOptions& o) {
+  auto boot = make_communicator(MPI_COMM_WORLD, "world");
+  try {
+    return train(o, *boot);
+  } catch (const AgreedError& e) {
+    if (boot->rank() == 0) fmt::print(stderr, "error: {}\n", e.what());
+    return e.exit_code;
+  } catch (const std::exception& e) {
+    // Only this rank knows: say who, then take the job down rather than let
+    // peers wait in a collective until the time limit.
+    fmt::print(stderr, "error on rank {}: {}\n", boot->rank(), e.what());
+    std::fflush(stderr);
+    const int code = dynamic_cast<const InputError*>(&e) ? kExitBadInput : kExitRuntime;
+    MPI_Abort(MPI_COMM_WORLD, code);
+    return code;
+  }
+}
+
+}  // namespace trident

@@ -1,0 +1,79 @@
+// The compute seam: memory and the math of a GPT block, forward and backward.
+// The CPU backend (OpenBLAS + OpenMP) implements it now; the CUDA backend
+// implements the same functions. Model code calls only this interface.
+//
+// Conventions: row-major; linear weights are (out, in) as in PyTorch, so
+// y = x W^T + b; every backward op ADDS into its outputs (weight gradients
+// accumulate over micro-batches, input gradients over branches), so callers
+// zero what must start at zero.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace trident {
+
+class ComputeBackend {
+ public:
+  virtual ~ComputeBackend() = default;
+  virtual std::string name() const = 0;
+  virtual std::string describe() const = 0;  // threads, library versions
+
+  // Memory on the backend's device.
+  virtual void* allocate(std::size_t bytes) = 0;
+  virtual void release(void* p, std::size_t bytes) = 0;
+  virtual void zero(void* p, std::size_t bytes) = 0;
+  virtual void copy_to_host(void* host, const void* dev, std::size_t bytes) = 0;
+  virtual void copy_from_host(void* dev, const void* host, std::size_t bytes) = 0;
+  virtual void synchronize() = 0;
+
+  // out[b,t,:] = wte[tok[b,t],:] + wpe[t,:]
+  virtual void embedding_forward(float* out, const std::int32_t* tokens, const float* wte,
+                                 const float* wpe, int B, int T, int C) = 0;
+  virtual void embedding_backward(float* dwte, float* dwpe, const float* dout,
+                                  const std::int32_t* tokens, int B, int T, int C) = 0;
+
+  virtual void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
+                                 const float* w, const float* b, int N, int C) = 0;
+  virtual void layernorm_backward(float* dinp, float* dw, float* db, const float* dout,
+                                  const float* inp, const float* w, const float* mean,
+                                  const float* rstd, int N, int C) = 0;
+
+  // out (N, OC) = inp (N, IC) * w^T (w is OC x IC) + bias (may be null).
+  virtual void matmul_forward(float* out, const float* inp, const float* w, const float* bias,
+                              int N, int IC, int OC) = 0;
+  virtual void matmul_backward(float* dinp, float* dw, float* dbias, const float* dout,
+                               const float* inp, const float* w, int N, int IC, int OC) = 0;
+
+  // Causal multi-head attention. qkv is (B, T, 3C) as [q | k | v]; att keeps the
+  // softmax probabilities (B, NH, T, T) for backward; out is (B, T, C).
+  virtual void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C,
+                                 int NH) = 0;
+  // datt is scratch of att's size.
+  virtual void attention_backward(float* dqkv, float* datt, const float* dout, const float* qkv,
+                                  const float* att, int B, int T, int C, int NH) = 0;
+
+  virtual void gelu_forward(float* out, const float* inp, std::size_t n) = 0;
+  virtual void gelu_backward(float* dinp, const float* inp, const float* dout, std::size_t n) = 0;
+  virtual void add(float* out, const float* a, const float* b, std::size_t n) = 0;
+
+  // Softmax cross-entropy over V classes for N positions. Writes the loss of
+  // each position to losses; if dlogits is non-null, writes
+  // (softmax - onehot) * dloss there (it may alias logits).
+  virtual void cross_entropy(float* losses, float* dlogits, const float* logits,
+                             const std::int32_t* targets, int N, int V, float dloss) = 0;
+
+  // Optimizer-side vector ops.
+  virtual double sum_squares(const float* x, std::size_t n) = 0;
+  virtual void scale(float* x, float s, std::size_t n) = 0;
+  // Decoupled AdamW (PyTorch semantics); bc1/bc2 are 1 - beta^t.
+  virtual void adamw(float* param, const float* grad, float* m, float* v, std::size_t n, float lr,
+                     float beta1, float beta2, float eps, float weight_decay, float bc1,
+                     float bc2) = 0;
+};
+
+// threads <= 0: pick from the cores available to this rank.
+std::unique_ptr<ComputeBackend> make_cpu_backend(int threads);
+
+}  // namespace trident

@@ -1,0 +1,136 @@
+// CPU backend of the compute seam: OpenBLAS GEMMs and OpenMP loops.
+#include <cblas.h>
+#include <fmt/format.h>
+#include <omp.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+#include <vector>
+
+#include "compute/backend.hpp"
+#include "compute/cpu/kernels.hpp"
+
+namespace trident {
+namespace {
+
+constexpr std::size_t kAlignment = 64;
+constexpr std::size_t kSumChunk = 1 << 14;  // fixed chunks: thread-count independent sums
+
+class CpuBackend final : public ComputeBackend {
+ public:
+  explicit CpuBackend(int threads) {
+    if (threads <= 0) threads = omp_get_max_threads();
+    omp_set_num_threads(threads);
+    openblas_set_num_threads(threads);
+    threads_ = threads;
+  }
+  std::string name() const override { return "cpu"; }
+  std::string describe() const override {
+    return fmt::format("cpu: {} OpenMP threads, OpenBLAS {}", threads_, openblas_get_config());
+  }
+
+  void* allocate(std::size_t bytes) override {
+    const std::size_t rounded = (bytes + kAlignment - 1) / kAlignment * kAlignment;
+    void* p = std::aligned_alloc(kAlignment, rounded ? rounded : kAlignment);
+    if (!p) throw std::bad_alloc();
+    std::memset(p, 0, rounded);  // first touch by the owning rank
+    return p;
+  }
+  void release(void* p, std::size_t) override { std::free(p); }
+  void zero(void* p, std::size_t bytes) override { std::memset(p, 0, bytes); }
+  void copy_to_host(void* h, const void* d, std::size_t n) override { std::memcpy(h, d, n); }
+  void copy_from_host(void* d, const void* h, std::size_t n) override { std::memcpy(d, h, n); }
+  void synchronize() override {}
+
+  void embedding_forward(float* out, const std::int32_t* tok, const float* wte, const float* wpe,
+                         int B, int T, int C) override {
+    cpu::embedding_forward(out, tok, wte, wpe, B, T, C);
+  }
+  void embedding_backward(float* dwte, float* dwpe, const float* dout, const std::int32_t* tok,
+                          int B, int T, int C) override {
+    cpu::embedding_backward(dwte, dwpe, dout, tok, B, T, C);
+  }
+  void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* w,
+                         const float* b, int N, int C) override {
+    cpu::layernorm_forward(out, mean, rstd, inp, w, b, N, C);
+  }
+  void layernorm_backward(float* dinp, float* dw, float* db, const float* dout, const float* inp,
+                          const float* w, const float* mean, const float* rstd, int N,
+                          int C) override {
+    cpu::layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, C);
+  }
+  void matmul_forward(float* out, const float* inp, const float* w, const float* bias, int N,
+                      int IC, int OC) override {
+    cpu::matmul_forward(out, inp, w, bias, N, IC, OC);
+  }
+  void matmul_backward(float* dinp, float* dw, float* dbias, const float* dout, const float* inp,
+                       const float* w, int N, int IC, int OC) override {
+    cpu::matmul_backward(dinp, dw, dbias, dout, inp, w, N, IC, OC);
+  }
+  void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C,
+                         int NH) override {
+    cpu::attention_forward(out, att, qkv, B, T, C, NH);
+  }
+  void attention_backward(float* dqkv, float* datt, const float* dout, const float* qkv,
+                          const float* att, int B, int T, int C, int NH) override {
+    cpu::attention_backward(dqkv, datt, dout, qkv, att, B, T, C, NH);
+  }
+  void gelu_forward(float* out, const float* inp, std::size_t n) override {
+    cpu::gelu_forward(out, inp, n);
+  }
+  void gelu_backward(float* dinp, const float* inp, const float* dout, std::size_t n) override {
+    cpu::gelu_backward(dinp, inp, dout, n);
+  }
+  void add(float* out, const float* a, const float* b, std::size_t n) override {
+#pragma omp parallel for schedule(static) if (n > 65536)
+    for (std::size_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
+  }
+  void cross_entropy(float* losses, float* dlogits, const float* logits,
+                     const std::int32_t* targets, int N, int V, float dloss) override {
+    cpu::cross_entropy(losses, dlogits, logits, targets, N, V, dloss);
+  }
+
+  double sum_squares(const float* x, std::size_t n) override {
+    const std::size_t chunks = (n + kSumChunk - 1) / kSumChunk;
+    std::vector<double> partial(chunks, 0.0);
+#pragma omp parallel for schedule(static) if (chunks > 4)
+    for (std::size_t c = 0; c < chunks; ++c) {
+      double s = 0;
+      const std::size_t end = std::min(n, (c + 1) * kSumChunk);
+      for (std::size_t i = c * kSumChunk; i < end; ++i) s += double(x[i]) * x[i];
+      partial[c] = s;
+    }
+    double s = 0;
+    for (double p : partial) s += p;
+    return s;
+  }
+  void scale(float* x, float s, std::size_t n) override {
+#pragma omp parallel for schedule(static) if (n > 65536)
+    for (std::size_t i = 0; i < n; ++i) x[i] *= s;
+  }
+  void adamw(float* p, const float* g, float* m, float* v, std::size_t n, float lr, float beta1,
+             float beta2, float eps, float wd, float bc1, float bc2) override {
+    const float step = lr / bc1;
+    const float inv_sqrt_bc2 = 1.0f / std::sqrt(bc2);
+#pragma omp parallel for schedule(static) if (n > 65536)
+    for (std::size_t i = 0; i < n; ++i) {
+      p[i] *= 1.0f - lr * wd;
+      m[i] = beta1 * m[i] + (1.0f - beta1) * g[i];
+      v[i] = beta2 * v[i] + (1.0f - beta2) * g[i] * g[i];
+      p[i] -= step * m[i] / (std::sqrt(v[i]) * inv_sqrt_bc2 + eps);
+    }
+  }
+
+ private:
+  int threads_ = 1;
+};
+
+}  // namespace
+
+std::unique_ptr<ComputeBackend> make_cpu_backend(int threads) {
+  return std::make_unique<CpuBackend>(threads);
+}
+
+}  // namespace trident

@@ -1,0 +1,254 @@
+#include "compute/cpu/kernels.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include "compute/cpu/blas.hpp"
+
+namespace trident::cpu {
+namespace {
+constexpr int kColBlock = 64;  // columns a thread owns in column-split reductions
+constexpr double kLnEps = 1e-5;
+}  // namespace
+
+template <class T>
+void embedding_forward(T* out, const std::int32_t* tok, const T* wte, const T* wpe, int B, int T_,
+                       int C) {
+#pragma omp parallel for schedule(static) if (B * T_ * C > 16384)
+  for (int bt = 0; bt < B * T_; ++bt) {
+    const T* we = wte + static_cast<std::size_t>(tok[bt]) * C;
+    const T* pe = wpe + static_cast<std::size_t>(bt % T_) * C;
+    T* o = out + static_cast<std::size_t>(bt) * C;
+    for (int c = 0; c < C; ++c) o[c] = we[c] + pe[c];
+  }
+}
+
+template <class T>
+void embedding_backward(T* dwte, T* dwpe, const T* dout, const std::int32_t* tok, int B, int T_,
+                        int C) {
+  // Tokens repeat, so split by columns: each thread owns whole columns of dwte.
+#pragma omp parallel for schedule(static) if (B * T_ * C > 16384)
+  for (int c0 = 0; c0 < C; c0 += kColBlock) {
+    const int c1 = std::min(C, c0 + kColBlock);
+    for (int bt = 0; bt < B * T_; ++bt) {
+      const T* d = dout + static_cast<std::size_t>(bt) * C;
+      T* we = dwte + static_cast<std::size_t>(tok[bt]) * C;
+      T* pe = dwpe + static_cast<std::size_t>(bt % T_) * C;
+      for (int c = c0; c < c1; ++c) {
+        we[c] += d[c];
+        pe[c] += d[c];
+      }
+    }
+  }
+}
+
+template <class T>
+void layernorm_forward(T* out, T* mean, T* rstd, const T* inp, const T* w, const T* b, int N,
+                       int C) {
+#pragma omp parallel for schedule(static) if (N * C > 16384)
+  for (int i = 0; i < N; ++i) {
+    const T* x = inp + static_cast<std::size_t>(i) * C;
+    T m = 0;
+    for (int c = 0; c < C; ++c) m += x[c];
+    m /= C;
+    T v = 0;
+    for (int c = 0; c < C; ++c) v += (x[c] - m) * (x[c] - m);
+    v /= C;
+    const T s = T(1) / std::sqrt(v + T(kLnEps));
+    T* o = out + static_cast<std::size_t>(i) * C;
+    for (int c = 0; c < C; ++c) o[c] = (x[c] - m) * s * w[c] + b[c];
+    mean[i] = m;
+    rstd[i] = s;
+  }
+}
+
+template <class T>
+void layernorm_backward(T* dinp, T* dw, T* db, const T* dout, const T* inp, const T* w,
+                        const T* mean, const T* rstd, int N, int C) {
+#pragma omp parallel for schedule(static) if (N * C > 16384)
+  for (int i = 0; i < N; ++i) {
+    const T* x = inp + static_cast<std::size_t>(i) * C;
+    const T* d = dout + static_cast<std::size_t>(i) * C;
+    T* dx = dinp + static_cast<std::size_t>(i) * C;
+    const T m = mean[i], s = rstd[i];
+    T dnorm_mean = 0, dnorm_norm_mean = 0;
+    for (int c = 0; c < C; ++c) {
+      const T dnorm = w[c] * d[c];
+      dnorm_mean += dnorm;
+      dnorm_norm_mean += dnorm * (x[c] - m) * s;
+    }
+    dnorm_mean /= C;
+    dnorm_norm_mean /= C;
+    for (int c = 0; c < C; ++c) {
+      const T norm = (x[c] - m) * s;
+      dx[c] += (w[c] * d[c] - dnorm_mean - norm * dnorm_norm_mean) * s;
+    }
+  }
+#pragma omp parallel for schedule(static) if (N * C > 16384)
+  for (int c0 = 0; c0 < C; c0 += kColBlock) {
+    const int c1 = std::min(C, c0 + kColBlock);
+    for (int i = 0; i < N; ++i) {
+      const T* x = inp + static_cast<std::size_t>(i) * C;
+      const T* d = dout + static_cast<std::size_t>(i) * C;
+      for (int c = c0; c < c1; ++c) {
+        dw[c] += (x[c] - mean[i]) * rstd[i] * d[c];
+        db[c] += d[c];
+      }
+    }
+  }
+}
+
+template <class T>
+void matmul_forward(T* out, const T* inp, const T* w, const T* bias, int N, int IC, int OC) {
+  gemm(false, true, N, OC, IC, T(1), inp, IC, w, IC, T(0), out, OC);
+  if (!bias) return;
+#pragma omp parallel for schedule(static) if (N * OC > 16384)
+  for (int i = 0; i < N; ++i) {
+    T* o = out + static_cast<std::size_t>(i) * OC;
+    for (int j = 0; j < OC; ++j) o[j] += bias[j];
+  }
+}
+
+template <class T>
+void matmul_backward(T* dinp, T* dw, T* dbias, const T* dout, const T* inp, const T* w, int N,
+                     int IC, int OC) {
+  if (dinp) gemm(false, false, N, IC, OC, T(1), dout, OC, w, IC, T(1), dinp, IC);
+  gemm(true, false, OC, IC, N, T(1), dout, OC, inp, IC, T(1), dw, IC);
+  if (!dbias) return;
+#pragma omp parallel for schedule(static) if (N * OC > 16384)
+  for (int j0 = 0; j0 < OC; j0 += kColBlock) {
+    const int j1 = std::min(OC, j0 + kColBlock);
+    for (int i = 0; i < N; ++i) {
+      const T* d = dout + static_cast<std::size_t>(i) * OC;
+      for (int j = j0; j < j1; ++j) dbias[j] += d[j];
+    }
+  }
+}
+
+// Per (batch, head): S = scale * Q K^T, causal softmax, O = P V, as GEMMs on
+// strided views of qkv; heads run in parallel with single-threaded BLAS inside.
+template <class T>
+void attention_forward(T* out, T* att, const T* qkv, int B, int T_, int C, int NH) {
+  const int hs = C / NH, C3 = 3 * C;
+  const T scale = T(1) / std::sqrt(T(hs));
+#pragma omp parallel for collapse(2) schedule(static)
+  for (int b = 0; b < B; ++b) {
+    for (int h = 0; h < NH; ++h) {
+      const T* q = qkv + static_cast<std::size_t>(b) * T_ * C3 + h * hs;
+      const T* k = q + C;
+      const T* v = q + 2 * C;
+      T* P = att + (static_cast<std::size_t>(b) * NH + h) * T_ * T_;
+      gemm(false, true, T_, T_, hs, scale, q, C3, k, C3, T(0), P, T_);
+      for (int t = 0; t < T_; ++t) {
+        T* row = P + static_cast<std::size_t>(t) * T_;
+        T mx = row[0];
+        for (int j = 1; j <= t; ++j) mx = std::max(mx, row[j]);
+        T sum = 0;
+        for (int j = 0; j <= t; ++j) {
+          row[j] = std::exp(row[j] - mx);
+          sum += row[j];
+        }
+        const T inv = T(1) / sum;
+        for (int j = 0; j <= t; ++j) row[j] *= inv;
+        for (int j = t + 1; j < T_; ++j) row[j] = 0;
+      }
+      T* o = out + static_cast<std::size_t>(b) * T_ * C + h * hs;
+      gemm(false, false, T_, hs, T_, T(1), P, T_, v, C3, T(0), o, C);
+    }
+  }
+}
+
+template <class T>
+void attention_backward(T* dqkv, T* datt, const T* dout, const T* qkv, const T* att, int B, int T_,
+                        int C, int NH) {
+  const int hs = C / NH, C3 = 3 * C;
+  const T scale = T(1) / std::sqrt(T(hs));
+#pragma omp parallel for collapse(2) schedule(static)
+  for (int b = 0; b < B; ++b) {
+    for (int h = 0; h < NH; ++h) {
+      const std::size_t qo = static_cast<std::size_t>(b) * T_ * C3 + h * hs;
+      const T *q = qkv + qo, *k = q + C, *v = q + 2 * C;
+      T *dq = dqkv + qo, *dk = dq + C, *dv = dq + 2 * C;
+      const T* P = att + (static_cast<std::size_t>(b) * NH + h) * T_ * T_;
+      T* dP = datt + (static_cast<std::size_t>(b) * NH + h) * T_ * T_;
+      const T* dO = dout + static_cast<std::size_t>(b) * T_ * C + h * hs;
+      gemm(false, true, T_, T_, hs, T(1), dO, C, v, C3, T(0), dP, T_);  // dP = dO V^T
+      gemm(true, false, T_, hs, T_, T(1), P, T_, dO, C, T(1), dv, C3);  // dV += P^T dO
+      for (int t = 0; t < T_; ++t) {  // softmax backward, in place: dP -> dS
+        const T* p = P + static_cast<std::size_t>(t) * T_;
+        T* d = dP + static_cast<std::size_t>(t) * T_;
+        T dot = 0;
+        for (int j = 0; j <= t; ++j) dot += p[j] * d[j];
+        for (int j = 0; j <= t; ++j) d[j] = p[j] * (d[j] - dot);
+        for (int j = t + 1; j < T_; ++j) d[j] = 0;
+      }
+      gemm(false, false, T_, hs, T_, scale, dP, T_, k, C3, T(1), dq, C3);  // dQ += s dS K
+      gemm(true, false, T_, hs, T_, scale, dP, T_, q, C3, T(1), dk, C3);   // dK += s dS^T Q
+    }
+  }
+}
+
+namespace {
+template <class T> constexpr T kGeluK = T(0.7978845608028654);  // sqrt(2/pi)
+}
+
+template <class T>
+void gelu_forward(T* out, const T* inp, std::size_t n) {
+#pragma omp parallel for schedule(static) if (n > 16384)
+  for (std::size_t i = 0; i < n; ++i) {
+    const T x = inp[i];
+    out[i] = T(0.5) * x * (T(1) + std::tanh(kGeluK<T> * (x + T(0.044715) * x * x * x)));
+  }
+}
+
+template <class T>
+void gelu_backward(T* dinp, const T* inp, const T* dout, std::size_t n) {
+#pragma omp parallel for schedule(static) if (n > 16384)
+  for (std::size_t i = 0; i < n; ++i) {
+    const T x = inp[i];
+    const T th = std::tanh(kGeluK<T> * (x + T(0.044715) * x * x * x));
+    const T sech2 = T(1) - th * th;
+    const T local = T(0.5) * (T(1) + th) +
+                    T(0.5) * x * sech2 * kGeluK<T> * (T(1) + T(3 * 0.044715) * x * x);
+    dinp[i] += local * dout[i];
+  }
+}
+
+template <class T>
+void cross_entropy(T* losses, T* dlogits, const T* logits, const std::int32_t* targets, int N,
+                   int V, T dloss) {
+#pragma omp parallel for schedule(static) if (N * V > 16384)
+  for (int i = 0; i < N; ++i) {
+    const T* z = logits + static_cast<std::size_t>(i) * V;
+    T mx = z[0];
+    for (int j = 1; j < V; ++j) mx = std::max(mx, z[j]);
+    T sum = 0;
+    for (int j = 0; j < V; ++j) sum += std::exp(z[j] - mx);
+    const T lse = mx + std::log(sum);
+    losses[i] = lse - z[targets[i]];
+    if (!dlogits) continue;
+    T* d = dlogits + static_cast<std::size_t>(i) * V;  // may alias z: read before write
+    for (int j = 0; j < V; ++j) d[j] = std::exp(z[j] - lse) * dloss;
+    d[targets[i]] -= dloss;
+  }
+}
+
+#define TRIDENT_INSTANTIATE(T)                                                                   \
+  template void embedding_forward<T>(T*, const std::int32_t*, const T*, const T*, int, int, int); \
+  template void embedding_backward<T>(T*, T*, const T*, const std::int32_t*, int, int, int);      \
+  template void layernorm_forward<T>(T*, T*, T*, const T*, const T*, const T*, int, int);         \
+  template void layernorm_backward<T>(T*, T*, T*, const T*, const T*, const T*, const T*,         \
+                                      const T*, int, int);                                        \
+  template void matmul_forward<T>(T*, const T*, const T*, const T*, int, int, int);               \
+  template void matmul_backward<T>(T*, T*, T*, const T*, const T*, const T*, int, int, int);      \
+  template void attention_forward<T>(T*, T*, const T*, int, int, int, int);                       \
+  template void attention_backward<T>(T*, T*, const T*, const T*, const T*, int, int, int, int);  \
+  template void gelu_forward<T>(T*, const T*, std::size_t);                                       \
+  template void gelu_backward<T>(T*, const T*, const T*, std::size_t);                            \
+  template void cross_entropy<T>(T*, T*, const T*, const std::int32_t*, int, int, T);
+
+TRIDENT_INSTANTIATE(float)
+TRIDENT_INSTANTIATE(double)
+#undef TRIDENT_INSTANTIATE
+
+}  // namespace trident::cpu

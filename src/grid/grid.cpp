@@ -1,0 +1,67 @@
+#include "grid/grid.hpp"
+
+#include <fmt/format.h>
+
+#include "comm/mpi_communicator.hpp"
+#include "core/error.hpp"
+
+namespace trident {
+
+int grid_rank_of(const GridShape& s, const GridCoord& c) {
+  return c.tp + s.tp * (c.dp + s.dp * c.pp);
+}
+
+GridCoord grid_coord_of(const GridShape& s, int rank) {
+  GridCoord c;
+  c.tp = rank % s.tp;
+  c.dp = (rank / s.tp) % s.dp;
+  c.pp = rank / (s.tp * s.dp);
+  return c;
+}
+
+Grid::Grid(MPI_Comm parent, GridShape shape) : shape_(shape) {
+  int world_size = 0;
+  MPI_Comm_size(parent, &world_size);
+  MPI_Comm_rank(parent, &rank_);
+  if (shape.tp < 1 || shape.dp < 1 || shape.pp < 1 || shape.size() != world_size) {
+    throw InputError(fmt::format(
+        "[parallel] dp * tp * pp = {} * {} * {} = {} but the job has {} ranks; "
+        "launch {} ranks or change the layout",
+        shape.dp, shape.tp, shape.pp, shape.size(), world_size, shape.size()));
+  }
+  coord_ = grid_coord_of(shape_, rank_);
+  const auto& c = coord_;
+  MPI_Comm_dup(parent, &world_comm_);
+  // Each group is the grid with one axis (or two, for model) left free.
+  MPI_Comm_split(parent, c.dp + shape.dp * c.pp, c.tp, &tensor_comm_);
+  MPI_Comm_split(parent, c.tp + shape.tp * c.pp, c.dp, &data_comm_);
+  MPI_Comm_split(parent, c.tp + shape.tp * c.dp, c.pp, &pipeline_comm_);
+  MPI_Comm_split(parent, c.dp, c.tp + shape.tp * c.pp, &model_comm_);
+  MPI_Comm node = MPI_COMM_NULL;
+  MPI_Comm_split_type(parent, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node);
+  MPI_Comm_rank(node, &local_rank_);
+  MPI_Comm_size(node, &local_size_);
+  MPI_Comm_free(&node);
+  world_ = make_communicator(world_comm_, "world");
+  tensor_ = make_communicator(tensor_comm_, "tensor");
+  data_ = make_communicator(data_comm_, "data");
+  pipeline_ = make_communicator(pipeline_comm_, "pipeline");
+  model_ = make_communicator(model_comm_, "model");
+}
+
+Grid::~Grid() {
+  world_.reset(); tensor_.reset(); data_.reset(); pipeline_.reset(); model_.reset();
+  for (MPI_Comm* c : {&world_comm_, &tensor_comm_, &data_comm_, &pipeline_comm_, &model_comm_})
+    if (*c != MPI_COMM_NULL) MPI_Comm_free(c);
+}
+
+void Grid::set_timeout_seconds(double s) {
+  for (Communicator* c : {world_.get(), tensor_.get(), data_.get(), pipeline_.get(), model_.get()})
+    c->set_timeout_seconds(s);
+}
+
+std::string Grid::describe() const {
+  return fmt::format("TP({})-PP({})-DP({})-Rank({})", shape_.tp, shape_.pp, shape_.dp, rank_);
+}
+
+}  // namespace trident

@@ -1,0 +1,70 @@
+// The process grid: where this rank sits in tensor x data x pipeline space and
+// the communicator of each group. Tensor ranks are fastest, then data, then
+// pipeline (rank = tp + TP*(dp + DP*pp)), so a tensor group stays in a node.
+// Made once in main and passed by reference; never global.
+#pragma once
+#include <mpi.h>
+
+#include <memory>
+#include <string>
+
+#include "comm/communicator.hpp"
+
+namespace trident {
+
+struct GridShape {
+  int tp = 1;
+  int dp = 1;
+  int pp = 1;
+  int size() const { return tp * dp * pp; }
+};
+
+struct GridCoord {
+  int tp = 0;
+  int dp = 0;
+  int pp = 0;
+};
+
+// Pure mapping between ranks and coordinates (used by the grid and its tests).
+int grid_rank_of(const GridShape& s, const GridCoord& c);
+GridCoord grid_coord_of(const GridShape& s, int rank);
+
+class Grid {
+ public:
+  // Collective over `parent`. Throws InputError if the shape does not use
+  // exactly the ranks of `parent`.
+  Grid(MPI_Comm parent, GridShape shape);
+  ~Grid();
+  Grid(const Grid&) = delete;
+  Grid& operator=(const Grid&) = delete;
+
+  const GridShape& shape() const { return shape_; }
+  const GridCoord& coord() const { return coord_; }
+  int rank() const { return rank_; }
+  int size() const { return shape_.size(); }
+  bool is_root() const { return rank_ == 0; }
+  // Ranks of this job on this node, and this rank's index among them.
+  int local_rank() const { return local_rank_; }
+  int local_size() const { return local_size_; }
+
+  Communicator& world() { return *world_; }
+  Communicator& data() { return *data_; }
+  Communicator& tensor() { return *tensor_; }
+  Communicator& pipeline() { return *pipeline_; }
+  Communicator& model() { return *model_; }  // tensor x pipeline of one replica
+
+  void set_timeout_seconds(double s);
+  std::string describe() const;  // "TP(2)-PP(2)-DP(2)-Rank(5)"
+
+ private:
+  GridShape shape_;
+  GridCoord coord_;
+  int rank_ = 0;
+  int local_rank_ = 0, local_size_ = 1;
+  MPI_Comm world_comm_ = MPI_COMM_NULL, data_comm_ = MPI_COMM_NULL,
+           tensor_comm_ = MPI_COMM_NULL, pipeline_comm_ = MPI_COMM_NULL,
+           model_comm_ = MPI_COMM_NULL;
+  std::unique_ptr<Communicator> world_, data_, tensor_, pipeline_, model_;
+};
+
+}  // namespace trident

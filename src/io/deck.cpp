@@ -1,0 +1,184 @@
+#include "io/deck.hpp"
+
+#include <fmt/format.h>
+
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+#include <toml++/toml.h>
+
+#include "core/error.hpp"
+#include "io/deck_reader.hpp"
+
+namespace trident {
+namespace {
+
+void apply_override(toml::table& root, const std::string& item, const std::string& origin) {
+  const auto eq = item.find('=');
+  const auto dot = item.find('.');
+  if (eq == std::string::npos || dot == std::string::npos || dot > eq) {
+    throw InputError(fmt::format(
+        "--set {}: expected section.key=value, e.g. --set train.steps=50", item));
+  }
+  const std::string section = item.substr(0, dot);
+  const std::string key = item.substr(dot + 1, eq - dot - 1);
+  const std::string value = item.substr(eq + 1);
+  toml::table parsed;
+  try {
+    parsed = toml::parse("v = " + value);
+  } catch (const toml::parse_error&) {
+    parsed.insert_or_assign("v", value);  // bare words are strings: --set data.train=x.bin
+  }
+  if (!root.contains(section)) root.insert(section, toml::table{});
+  toml::table* sec = root[section].as_table();
+  if (!sec) throw InputError(fmt::format("{}: [{}] is not a table", origin, section));
+  sec->insert_or_assign(key, *parsed.get("v"));
+}
+
+void read_model(DeckReader& r, GptConfig& m) {
+  r.get("model", "layers", m.layers);
+  r.get("model", "d_model", m.d_model);
+  r.get("model", "heads", m.heads);
+  r.get("model", "seq_len", m.seq_len);
+  r.get("model", "vocab", m.vocab);
+  r.require(m.layers >= 1, "model", "layers", "must be at least 1");
+  r.require(m.d_model >= 1, "model", "d_model", "must be at least 1");
+  r.require(m.heads >= 1, "model", "heads", "must be at least 1");
+  r.require(m.seq_len >= 1, "model", "seq_len", "must be at least 1");
+  r.require(m.vocab >= 2 && m.vocab <= 65536, "model", "vocab",
+            "must be in [2, 65536] (tokens are stored as uint16)");
+  if (m.d_model % m.heads != 0) {
+    std::vector<int> ok;
+    for (int h = 1; h <= m.d_model && ok.size() < 8; ++h)
+      if (m.d_model % h == 0) ok.push_back(h);
+    r.fail("model", "heads",
+           fmt::format("= {} does not divide model.d_model = {}; choose heads in {{{}}}", m.heads,
+                       m.d_model, fmt::join(ok, ", ")));
+  }
+}
+
+void read_train(DeckReader& r, TrainSection& t) {
+  r.get("train", "steps", t.steps);
+  r.get("train", "batch", t.batch);
+  r.get("train", "micro_batch", t.micro_batch);
+  r.get("train", "lr", t.lr);
+  r.get("train", "warmup", t.warmup);
+  r.get("train", "min_lr", t.min_lr);
+  r.get("train", "weight_decay", t.weight_decay);
+  r.get("train", "grad_clip", t.grad_clip);
+  r.get("train", "beta1", t.beta1);
+  r.get("train", "beta2", t.beta2);
+  r.get("train", "eps", t.eps);
+  r.get("train", "seed", t.seed);
+  r.get("train", "eval_every", t.eval_every);
+  r.get("train", "eval_sequences", t.eval_sequences);
+  r.require(t.steps >= 1, "train", "steps", "must be at least 1");
+  r.require(t.batch >= 1, "train", "batch", "must be at least 1");
+  r.require(t.micro_batch >= 0, "train", "micro_batch", "must be >= 0 (0: batch / dp)");
+  r.require(t.lr > 0, "train", "lr", "must be positive");
+  r.require(t.warmup >= 0, "train", "warmup", "must be >= 0");
+  r.require(t.min_lr >= 0 && t.min_lr <= t.lr, "train", "min_lr", "must be in [0, train.lr]");
+  r.require(t.weight_decay >= 0, "train", "weight_decay", "must be >= 0");
+  r.require(t.grad_clip >= 0, "train", "grad_clip", "must be >= 0 (0 disables clipping)");
+  r.require(t.beta1 >= 0 && t.beta1 < 1, "train", "beta1", "must be in [0, 1)");
+  r.require(t.beta2 >= 0 && t.beta2 < 1, "train", "beta2", "must be in [0, 1)");
+  r.require(t.eps > 0, "train", "eps", "must be positive");
+  r.require(t.eval_every >= 0, "train", "eval_every", "must be >= 0 (0: only at the end)");
+  r.require(t.eval_sequences >= 0, "train", "eval_sequences", "must be >= 0");
+}
+
+void read_rest(DeckReader& r, Deck& d) {
+  r.get_paths("data", "train", d.data.train);
+  r.get_paths("data", "val", d.data.val);
+  r.require(!d.data.train.empty(), "data", "train",
+            "is required: a token shard path or glob, e.g. \"data/corpus_train.bin\"");
+  auto& p = d.parallel;
+  r.get("parallel", "dp", p.dp);
+  r.get("parallel", "tp", p.tp);
+  r.get("parallel", "pp", p.pp);
+  r.get("parallel", "dp_mode", p.dp_mode);
+  r.get("parallel", "bucket_mb", p.bucket_mb);
+  r.require(p.dp >= 0, "parallel", "dp", "must be >= 0 (0 or absent: derived from the world)");
+  r.require(p.tp >= 1, "parallel", "tp", "must be at least 1");
+  r.require(p.pp >= 1, "parallel", "pp", "must be at least 1");
+  r.require(p.dp_mode == "allreduce" || p.dp_mode == "gather", "parallel", "dp_mode",
+            fmt::format("= \"{}\" is not a mode; use \"allreduce\" or \"gather\"", p.dp_mode));
+  r.require(p.bucket_mb > 0, "parallel", "bucket_mb", "must be positive");
+  r.get("output", "metrics", d.output.metrics);
+  r.get("output", "log_every", d.output.log_every);
+  r.require(d.output.log_every >= 1, "output", "log_every", "must be at least 1");
+  r.get("system", "threads", d.system.threads);
+  r.get("system", "peak_tflops", d.system.peak_tflops);
+  r.get("system", "comm_timeout_s", d.system.comm_timeout_s);
+  r.require(d.system.threads >= 0, "system", "threads", "must be >= 0 (0: automatic)");
+  r.require(d.system.peak_tflops >= 0, "system", "peak_tflops", "must be >= 0");
+  r.require(d.system.comm_timeout_s > 0, "system", "comm_timeout_s", "must be positive");
+}
+
+}  // namespace
+
+Deck parse_deck(const std::string& text, const std::string& origin,
+                const std::vector<std::string>& overrides) {
+  toml::table root;
+  try {
+    root = toml::parse(text, origin);
+  } catch (const toml::parse_error& e) {
+    throw InputError(fmt::format("{}:{}:{}: TOML syntax error: {}", origin,
+                                 e.source().begin.line, e.source().begin.column,
+                                 e.description()));
+  }
+  for (const auto& o : overrides) apply_override(root, o, origin);
+  Deck d;
+  d.path = origin;
+  d.text = text;
+  for (const auto& o : overrides) d.text += "\n# --set " + o;
+  DeckReader r(root, origin);
+  read_model(r, d.model);
+  read_train(r, d.train);
+  read_rest(r, d);
+  r.check_unknown_keys();
+  return d;
+}
+
+Deck load_deck(const std::string& path, const std::vector<std::string>& overrides) {
+  std::ifstream in(path);
+  if (!in) throw InputError(fmt::format("{}: cannot open the deck (does the file exist?)", path));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return parse_deck(ss.str(), path, overrides);
+}
+
+GridShape resolve_layout(Deck& d, int world) {
+  auto& p = d.parallel;
+  const std::string& f = d.path;
+  if (p.tp != 1)
+    throw InputError(fmt::format("{}: [parallel] tp = {}: tensor parallelism is not supported "
+                                 "yet; set tp = 1", f, p.tp));
+  if (p.pp != 1)
+    throw InputError(fmt::format("{}: [parallel] pp = {}: pipeline parallelism is not supported "
+                                 "yet; set pp = 1", f, p.pp));
+  if (world % (p.tp * p.pp) != 0)
+    throw InputError(fmt::format("{}: [parallel] tp * pp = {} does not divide the {} ranks of the "
+                                 "job; launch a multiple of {} ranks", f, p.tp * p.pp, world,
+                                 p.tp * p.pp));
+  if (p.dp == 0) p.dp = world / (p.tp * p.pp);
+  if (p.dp * p.tp * p.pp != world)
+    throw InputError(fmt::format("{}: [parallel] dp * tp * pp = {} * {} * {} = {} but the job has "
+                                 "{} ranks; launch {} ranks, or drop dp to derive it", f, p.dp,
+                                 p.tp, p.pp, p.dp * p.tp * p.pp, world, p.dp * p.tp * p.pp));
+  auto& t = d.train;
+  if (t.micro_batch == 0) t.micro_batch = std::max(1, t.batch / p.dp);
+  if (t.batch % (p.dp * t.micro_batch) != 0)
+    throw InputError(fmt::format("{}: [train] batch = {} is not a multiple of dp * micro_batch = "
+                                 "{} * {}; choose batch as a multiple of {}", f, t.batch, p.dp,
+                                 t.micro_batch, p.dp * t.micro_batch));
+  if (t.eval_sequences == 0) t.eval_sequences = t.batch;
+  if (t.eval_sequences % (p.dp * t.micro_batch) != 0)
+    throw InputError(fmt::format("{}: [train] eval_sequences = {} is not a multiple of dp * "
+                                 "micro_batch = {}; choose a multiple of {}", f, t.eval_sequences,
+                                 p.dp * t.micro_batch, p.dp * t.micro_batch));
+  return GridShape{p.tp, p.dp, p.pp};
+}
+
+}  // namespace trident

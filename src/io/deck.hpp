@@ -1,0 +1,73 @@
+// The input deck (TOML): what to train and how. Every key is typed, checked and
+// documented in README; unknown keys are errors with a suggestion.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "grid/grid.hpp"
+#include "model/gpt_config.hpp"
+
+namespace trident {
+
+struct DataSection {
+  std::vector<std::string> train;  // paths or globs of token shards
+  std::vector<std::string> val;
+};
+
+struct TrainSection {
+  int steps = 100;
+  int batch = 8;         // sequences per optimizer step, over all data-parallel ranks
+  int micro_batch = 0;   // sequences per forward/backward on one rank; 0: batch / dp
+  double lr = 3e-4;
+  int warmup = 0;        // steps of linear warm-up
+  double min_lr = 0.0;   // cosine decay floor
+  double weight_decay = 0.1;
+  double grad_clip = 1.0;  // global L2 norm; 0 disables clipping
+  double beta1 = 0.9, beta2 = 0.95, eps = 1e-8;
+  std::uint64_t seed = 1234;
+  int eval_every = 0;      // steps between validation passes; 0: only at the end
+  int eval_sequences = 0;  // validation sequences per pass; 0: train.batch
+};
+
+struct ParallelSection {
+  int dp = 0;  // 0: derived from the world size
+  int tp = 1;
+  int pp = 1;
+  std::string dp_mode = "allreduce";  // allreduce (bucketed, overlapped) | gather
+  double bucket_mb = 25.0;            // gradient bucket size for allreduce mode
+};
+
+struct OutputSection {
+  std::string metrics;  // JSONL path; empty: none
+  int log_every = 1;
+};
+
+struct SystemSection {
+  int threads = 0;            // OpenMP/BLAS threads per rank; 0: cores / ranks on the node
+  double peak_tflops = 0.0;   // per-rank peak for MFU; 0: MFU not reported
+  double comm_timeout_s = 600.0;
+};
+
+struct Deck {
+  std::string path;
+  std::string text;  // the deck as read (with overrides listed), for provenance
+  GptConfig model;
+  DataSection data;
+  TrainSection train;
+  ParallelSection parallel;
+  OutputSection output;
+  SystemSection system;
+};
+
+// Reads and checks a deck; `overrides` are "section.key=value" strings.
+// Throws InputError naming the file, the key and the fix.
+Deck load_deck(const std::string& path, const std::vector<std::string>& overrides);
+Deck parse_deck(const std::string& text, const std::string& origin,
+                const std::vector<std::string>& overrides);
+
+// Checks the deck against the job size and returns the process grid shape
+// (dp derived when left out). Throws InputError.
+GridShape resolve_layout(Deck& deck, int world_size);
+
+}  // namespace trident

@@ -1,0 +1,147 @@
+#include "io/token_shard.hpp"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <glob.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <fstream>
+#include <limits>
+
+#include "core/error.hpp"
+
+namespace trident {
+namespace {
+
+std::vector<std::string> expand(const std::string& pattern, const std::string& role) {
+  glob_t g{};
+  const int rc = ::glob(pattern.c_str(), GLOB_NOSORT, nullptr, &g);
+  std::vector<std::string> out;
+  if (rc == 0)
+    for (std::size_t i = 0; i < g.gl_pathc; ++i) out.emplace_back(g.gl_pathv[i]);
+  globfree(&g);
+  if (out.empty())
+    throw InputError(fmt::format("{} = \"{}\": no file matches; make the shards first (see "
+                                 "README: trident tokenize) or fix the path", role, pattern));
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+}  // namespace
+
+void write_token_shard(const std::string& path, const std::vector<std::uint16_t>& tokens) {
+  if (tokens.size() > std::uint64_t(std::numeric_limits<std::int32_t>::max()))
+    throw InputError(fmt::format("{}: {} tokens exceed one shard's int32 count; split the text",
+                                 path, tokens.size()));
+  std::int32_t header[kShardHeaderInts] = {};
+  header[0] = kShardMagic;
+  header[1] = kShardVersion;
+  header[2] = static_cast<std::int32_t>(tokens.size());
+  std::ofstream out(path, std::ios::binary);
+  out.write(reinterpret_cast<const char*>(header), sizeof(header));
+  out.write(reinterpret_cast<const char*>(tokens.data()),
+            std::streamsize(tokens.size() * sizeof(std::uint16_t)));
+  if (!out) throw RuntimeFailure(fmt::format("{}: write failed", path));
+}
+
+TokenDataset::TokenDataset(const std::vector<std::string>& patterns, int seq_len,
+                           std::string role)
+    : role_(std::move(role)), seq_len_(seq_len) {
+  for (const auto& p : patterns)
+    for (auto& f : expand(p, role_)) files_.push_back(std::move(f));
+  for (const auto& f : files_) {
+    const int fd = ::open(f.c_str(), O_RDONLY);
+    if (fd < 0) throw InputError(fmt::format("{}: cannot open ({})", f, role_));
+    struct stat st {};
+    ::fstat(fd, &st);
+    const std::size_t bytes = std::size_t(st.st_size);
+    const std::size_t header_bytes = kShardHeaderInts * sizeof(std::int32_t);
+    std::int32_t header[kShardHeaderInts] = {};
+    if (bytes < header_bytes || ::pread(fd, header, header_bytes, 0) != ssize_t(header_bytes)) {
+      ::close(fd);
+      throw InputError(fmt::format("{}: too short for a token shard header ({} bytes); the file "
+                                   "is truncated or not a shard", f, bytes));
+    }
+    if (header[0] != kShardMagic) {
+      ::close(fd);
+      throw InputError(fmt::format("{}: bad magic {} (expected {}): not a token shard; make one "
+                                   "with `trident tokenize`", f, header[0], kShardMagic));
+    }
+    if (header[1] != kShardVersion) {
+      ::close(fd);
+      throw InputError(fmt::format("{}: shard version {} is not supported (expected {}: uint16 "
+                                   "tokens)", f, header[1], kShardVersion));
+    }
+    const std::uint64_t count = std::uint64_t(std::uint32_t(header[2]));
+    if (header[2] < 0 || bytes != header_bytes + count * sizeof(std::uint16_t)) {
+      ::close(fd);
+      throw InputError(fmt::format("{}: header says {} tokens ({} bytes) but the file has {} "
+                                   "bytes; the shard is truncated or corrupt", f, header[2],
+                                   header_bytes + count * 2, bytes));
+    }
+    void* map = ::mmap(nullptr, bytes, PROT_READ, MAP_PRIVATE, fd, 0);
+    ::close(fd);
+    if (map == MAP_FAILED) throw RuntimeFailure(fmt::format("{}: mmap failed", f));
+    Shard s;
+    s.map = map;
+    s.map_bytes = bytes;
+    s.tokens = reinterpret_cast<const std::uint16_t*>(static_cast<char*>(map) + header_bytes);
+    s.count = count;
+    s.first = total_;
+    total_ += count;
+    shards_.push_back(s);
+  }
+  if (total_ < std::uint64_t(seq_len_) + 1)
+    throw InputError(fmt::format("{}: {} tokens in all, fewer than model.seq_len + 1 = {}; use "
+                                 "more text or a shorter seq_len", role_, total_, seq_len_ + 1));
+  windows_ = (total_ - 1) / seq_len_;
+}
+
+TokenDataset::~TokenDataset() {
+  for (auto& s : shards_) ::munmap(s.map, s.map_bytes);
+}
+
+std::uint16_t TokenDataset::token_at(std::uint64_t pos) const {
+  auto it = std::upper_bound(shards_.begin(), shards_.end(), pos,
+                             [](std::uint64_t p, const Shard& s) { return p < s.first; });
+  const Shard& s = *(it - 1);
+  return s.tokens[pos - s.first];
+}
+
+void TokenDataset::read_window(std::uint64_t index, std::int32_t* tokens,
+                               std::int32_t* targets) const {
+  const std::uint64_t start = (index % windows_) * seq_len_;
+  std::uint64_t pos = start;
+  std::size_t si = 0;
+  while (shards_[si].first + shards_[si].count <= pos) ++si;
+  for (int i = 0; i <= seq_len_; ++i, ++pos) {
+    while (shards_[si].first + shards_[si].count <= pos) ++si;
+    const std::int32_t t = shards_[si].tokens[pos - shards_[si].first];
+    if (i < seq_len_) tokens[i] = t;
+    if (i > 0) targets[i - 1] = t;
+  }
+}
+
+void TokenDataset::check_tokens(int vocab, Communicator& comm) const {
+  const std::uint64_t P = comm.size(), r = comm.rank();
+  const std::uint64_t lo = total_ * r / P, hi = total_ * (r + 1) / P;
+  constexpr std::int64_t kNone = std::numeric_limits<std::int64_t>::max();
+  std::int64_t first_bad = kNone;
+  for (const Shard& s : shards_) {
+    const std::uint64_t a = std::max(lo, s.first), b = std::min(hi, s.first + s.count);
+    for (std::uint64_t p = a; p < b && first_bad == kNone; ++p)
+      if (s.tokens[p - s.first] >= vocab) first_bad = std::int64_t(p);
+  }
+  comm.all_reduce(&first_bad, 1, DType::i64, ReduceOp::min);
+  if (first_bad == kNone) return;
+  std::size_t si = 0;
+  while (shards_[si].first + shards_[si].count <= std::uint64_t(first_bad)) ++si;
+  throw InputError(fmt::format("{}: token {} at position {} is >= model.vocab = {} ({}); "
+                               "re-tokenize the data or raise model.vocab", files_[si],
+                               token_at(first_bad), first_bad - shards_[si].first, vocab, role_));
+}
+
+}  // namespace trident

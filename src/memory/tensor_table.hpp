@@ -1,0 +1,44 @@
+// A table of named tensors laid out in one flat buffer (offsets in elements).
+// Parameters, gradients and optimizer moments share one table, so sharding,
+// collectives and file I/O are slicing of a flat range.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace trident {
+
+struct TensorInfo {
+  std::string name;                   // "h.3.attn.qkv.w" (PyTorch-style)
+  std::vector<std::int64_t> shape;    // local shape on this rank
+  std::vector<std::int64_t> global_shape;  // shape in the global model
+  int split_dim = -1;                 // dim split across the tensor group, -1 replicated
+  int layer = -1;                     // transformer block index, -1 for the rest
+  bool weight_decay = false;          // AdamW decays matrices, not biases or norms
+  std::size_t offset = 0;             // elements from the start of the arena
+  std::size_t numel = 0;
+};
+
+class TensorTable {
+ public:
+  // Elements each tensor's offset is rounded up to (64 bytes of f32): keeps
+  // every tensor cache-line and vector aligned. Padding is counted as memory.
+  static constexpr std::size_t kAlign = 16;
+
+  const TensorInfo& add(TensorInfo info);
+  const TensorInfo& at(const std::string& name) const;
+  const TensorInfo* find(const std::string& name) const;
+  const std::vector<TensorInfo>& tensors() const { return tensors_; }
+  std::size_t size() const { return end_; }  // elements, padding included
+  std::size_t numel() const { return numel_; }  // elements, padding excluded
+
+ private:
+  std::vector<TensorInfo> tensors_;
+  std::unordered_map<std::string, std::size_t> index_;
+  std::size_t end_ = 0;
+  std::size_t numel_ = 0;
+};
+
+}  // namespace trident

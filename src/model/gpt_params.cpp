@@ -1,0 +1,119 @@
+#include "model/gpt_params.hpp"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <string>
+
+namespace trident {
+
+std::size_t gpt_num_parameters(const GptConfig& c) {
+  const std::size_t C = c.d_model, F = c.d_ff();
+  const std::size_t block = 2 * C + (3 * C * C + 3 * C) + (C * C + C) + 2 * C + (F * C + F) +
+                            (C * F + C);
+  return std::size_t(c.vocab) * C + std::size_t(c.seq_len) * C + c.layers * block + 2 * C;
+}
+
+double gpt_flops_per_token(const GptConfig& c) {
+  const double matmul_weights = gpt_num_parameters(c) - double(c.seq_len) * c.d_model;
+  return 6.0 * matmul_weights + 12.0 * c.layers * c.d_model * c.seq_len;
+}
+
+TensorTable build_gpt_param_table(const GptConfig& c) {
+  const std::int64_t C = c.d_model, F = c.d_ff(), V = c.vocab, T = c.seq_len;
+  TensorTable t;
+  auto add = [&](std::string name, std::vector<std::int64_t> shape, int layer, bool decay) {
+    TensorInfo info;
+    info.name = std::move(name);
+    info.shape = std::move(shape);
+    info.layer = layer;
+    info.weight_decay = decay;
+    t.add(std::move(info));
+  };
+  add("wte", {V, C}, -1, true);
+  add("wpe", {T, C}, -1, true);
+  for (int l = 0; l < c.layers; ++l) {
+    const std::string p = fmt::format("h.{}.", l);
+    add(p + "ln1.w", {C}, l, false);
+    add(p + "ln1.b", {C}, l, false);
+    add(p + "attn.qkv.w", {3 * C, C}, l, true);
+    add(p + "attn.qkv.b", {3 * C}, l, false);
+    add(p + "attn.proj.w", {C, C}, l, true);
+    add(p + "attn.proj.b", {C}, l, false);
+    add(p + "ln2.w", {C}, l, false);
+    add(p + "ln2.b", {C}, l, false);
+    add(p + "mlp.fc.w", {F, C}, l, true);
+    add(p + "mlp.fc.b", {F}, l, false);
+    add(p + "mlp.proj.w", {C, F}, l, true);
+    add(p + "mlp.proj.b", {C}, l, false);
+  }
+  add("lnf.w", {C}, -1, false);
+  add("lnf.b", {C}, -1, false);
+  return t;
+}
+
+namespace {
+std::uint64_t splitmix64(std::uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+bool ends_with(const std::string& s, const char* suffix) {
+  const std::string x(suffix);
+  return s.size() >= x.size() && s.compare(s.size() - x.size(), x.size(), x) == 0;
+}
+
+// Flat index in the global tensor of local element `i` of a shard split along
+// `dim` (the shard of rank r holds rows r*n..(r+1)*n-1 of that dim).
+std::uint64_t global_index(const TensorInfo& t, std::size_t i, int shard_rank) {
+  if (t.split_dim < 0) return i;
+  std::uint64_t g = 0, rem = i;
+  std::vector<std::uint64_t> idx(t.shape.size());
+  for (int d = int(t.shape.size()) - 1; d >= 0; --d) {
+    idx[d] = rem % t.shape[d];
+    rem /= t.shape[d];
+  }
+  idx[t.split_dim] += std::uint64_t(shard_rank) * t.shape[t.split_dim];
+  for (std::size_t d = 0; d < idx.size(); ++d) g = g * t.global_shape[d] + idx[d];
+  return g;
+}
+}  // namespace
+
+std::uint64_t stream_key(std::uint64_t seed, const char* name) {
+  std::uint64_t h = 1469598103934665603ull;  // FNV-1a of the name, mixed with the seed
+  for (const char* p = name; *p; ++p) h = (h ^ std::uint8_t(*p)) * 1099511628211ull;
+  return splitmix64(seed ^ splitmix64(h));
+}
+
+double counter_normal(std::uint64_t key, std::uint64_t i) {
+  // Box-Muller on two 53-bit uniforms derived from (key, i).
+  const std::uint64_t a = splitmix64(key + 2 * i), b = splitmix64(key + 2 * i + 1);
+  const double u1 = (double(a >> 11) + 0.5) * 0x1.0p-53;
+  const double u2 = double(b >> 11) * 0x1.0p-53;
+  return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
+}
+
+void init_gpt_params(const TensorTable& table, float* params, const GptConfig& c,
+                     std::uint64_t seed) {
+  const double std_matrix = 0.02;
+  const double std_residual = 0.02 / std::sqrt(2.0 * c.layers);
+  for (const TensorInfo& t : table.tensors()) {
+    float* p = params + t.offset;
+    if (ends_with(t.name, ".b")) {
+      for (std::size_t i = 0; i < t.numel; ++i) p[i] = 0.0f;
+      continue;
+    }
+    if (ends_with(t.name, "ln1.w") || ends_with(t.name, "ln2.w") || t.name == "lnf.w") {
+      for (std::size_t i = 0; i < t.numel; ++i) p[i] = 1.0f;
+      continue;
+    }
+    const bool residual = ends_with(t.name, "attn.proj.w") || ends_with(t.name, "mlp.proj.w");
+    const double sd = residual ? std_residual : std_matrix;
+    const std::uint64_t key = stream_key(seed, t.name.c_str());
+    for (std::size_t i = 0; i < t.numel; ++i)
+      p[i] = static_cast<float>(sd * counter_normal(key, global_index(t, i, 0)));
+  }
+}
+
+}  // namespace trident

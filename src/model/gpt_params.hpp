@@ -1,0 +1,26 @@
+// The parameter table of the GPT and its initialisation.
+#pragma once
+#include <cstdint>
+
+#include "memory/tensor_table.hpp"
+#include "model/gpt_config.hpp"
+
+namespace trident {
+
+// Arena order: wte, wpe, block 0 .. block L-1, final norm. Backward finishes
+// gradients from the end of this order to its start, so data-parallel buckets
+// are contiguous ranges that become ready back to front.
+TensorTable build_gpt_param_table(const GptConfig& c);
+
+// GPT-2 initialisation: matrices N(0, 0.02), residual projections
+// N(0, 0.02/sqrt(2*layers)), biases 0, norm weights 1. Each element is drawn
+// from a counter-based generator keyed by (seed, tensor name, global index), so
+// any shard of any layout computes exactly its slice of the same global model.
+void init_gpt_params(const TensorTable& table, float* params, const GptConfig& c,
+                     std::uint64_t seed);
+
+// The i-th standard normal of stream `key` (pure function of its arguments).
+double counter_normal(std::uint64_t key, std::uint64_t i);
+std::uint64_t stream_key(std::uint64_t seed, const char* name);
+
+}  // namespace trident

@@ -1,0 +1,24 @@
+#include "optim/adamw.hpp"
+
+#include <cmath>
+
+namespace trident {
+
+AdamW::AdamW(const TensorTable& table, ComputeBackend& backend, MemoryLedger& ledger,
+             AdamWConfig cfg)
+    : table_(table), backend_(backend), cfg_(cfg) {
+  m_ = Arena(backend, ledger, MemCategory::optimizer, table.size());
+  v_ = Arena(backend, ledger, MemCategory::optimizer, table.size());
+}
+
+void AdamW::step(Arena& params, const Arena& grads, float lr) {
+  ++t_;
+  const float bc1 = 1.0f - static_cast<float>(std::pow(double(cfg_.beta1), double(t_)));
+  const float bc2 = 1.0f - static_cast<float>(std::pow(double(cfg_.beta2), double(t_)));
+  for (const TensorInfo& t : table_.tensors()) {
+    backend_.adamw(params.f32(t), grads.f32(t), m_.f32(t), v_.f32(t), t.numel, lr, cfg_.beta1,
+                   cfg_.beta2, cfg_.eps, t.weight_decay ? cfg_.weight_decay : 0.0f, bc1, bc2);
+  }
+}
+
+}  // namespace trident

@@ -1,0 +1,34 @@
+// AdamW with decoupled weight decay (Loshchilov & Hutter), PyTorch semantics:
+// p *= 1 - lr*wd; m, v moments; p -= lr/bc1 * m / (sqrt(v)/sqrt(bc2) + eps).
+// Decay applies to the tensors the table marks (matrices), not biases or norms.
+#pragma once
+#include <cstdint>
+
+#include "compute/backend.hpp"
+#include "memory/arena.hpp"
+#include "memory/tensor_table.hpp"
+
+namespace trident {
+
+struct AdamWConfig {
+  float beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f, weight_decay = 0.1f;
+};
+
+class AdamW {
+ public:
+  AdamW(const TensorTable& table, ComputeBackend& backend, MemoryLedger& ledger, AdamWConfig cfg);
+  // One update of every tensor in the table; the step count advances by one.
+  void step(Arena& params, const Arena& grads, float lr);
+  std::int64_t steps_taken() const { return t_; }
+  Arena& first_moment() { return m_; }
+  Arena& second_moment() { return v_; }
+
+ private:
+  const TensorTable& table_;
+  ComputeBackend& backend_;
+  AdamWConfig cfg_;
+  Arena m_, v_;
+  std::int64_t t_ = 0;
+};
+
+}  // namespace trident

@@ -1,0 +1,23 @@
+#include "optim/clip.hpp"
+
+#include <cmath>
+
+namespace trident {
+
+double global_grad_norm(ComputeBackend& backend, const Arena& grads,
+                        const std::vector<Communicator*>& groups) {
+  double s = backend.sum_squares(grads.f32(), grads.numel());
+  for (Communicator* g : groups)
+    if (g->size() > 1) g->all_reduce(&s, 1, DType::f64, ReduceOp::sum);
+  return std::sqrt(s);
+}
+
+float clip_gradients(ComputeBackend& backend, Arena& grads, double norm, double max_norm) {
+  if (max_norm <= 0) return 1.0f;
+  const double coef = max_norm / (norm + 1e-6);
+  if (coef >= 1.0) return 1.0f;
+  backend.scale(grads.f32(), static_cast<float>(coef), grads.numel());
+  return static_cast<float>(coef);
+}
+
+}  // namespace trident

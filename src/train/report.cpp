@@ -1,0 +1,84 @@
+#include "train/report.hpp"
+
+#include <fmt/format.h>
+#include <sys/resource.h>
+
+#include <array>
+
+#include "model/gpt_config.hpp"
+
+namespace trident {
+
+Throughput throughput(const Deck& deck, int world, double tokens_per_step, double seconds) {
+  Throughput tp;
+  if (seconds <= 0) return tp;
+  tp.tokens_per_s = tokens_per_step / seconds;
+  if (deck.system.peak_tflops > 0)
+    tp.mfu = tp.tokens_per_s * gpt_flops_per_token(deck.model) /
+             (deck.system.peak_tflops * 1e12 * world);
+  return tp;
+}
+
+std::string format_duration(double s) {
+  if (s < 0) s = 0;
+  const long t = long(s + 0.5);
+  if (t >= 3600) return fmt::format("{}h{:02}m", t / 3600, (t % 3600) / 60);
+  if (t >= 60) return fmt::format("{}m{:02}s", t / 60, t % 60);
+  return fmt::format("{}s", t);
+}
+
+std::string format_step_line(const StepStats& s, int steps, const Throughput& tp,
+                             std::size_t peak_bytes, double eta_s) {
+  const int width = int(fmt::format("{}", steps).size());
+  return fmt::format("step {:>{}}/{} | loss {:.4f} | lr {:.2e} | norm {:.3f} | {:.0f} tok/s | {} | "
+                     "mem {} | {:.0f} ms | ETA {}",
+                     s.step + 1, width, steps, s.loss, s.lr, s.grad_norm, tp.tokens_per_s,
+                     tp.mfu >= 0 ? fmt::format("MFU {:.1f}%", 100 * tp.mfu) : "MFU n/a",
+                     format_bytes(double(peak_bytes)), 1e3 * s.seconds, format_duration(eta_s));
+}
+
+void report_phase_timers(Grid& grid, const PhaseTimes& t, double wall_s) {
+  const std::array<std::pair<const char*, double>, 7> phases{{{"forward", t.forward},
+                                                              {"backward", t.backward},
+                                                              {"comm", t.comm},
+                                                              {"optimizer", t.optimizer},
+                                                              {"data", t.data},
+                                                              {"eval", t.eval},
+                                                              {"total", wall_s}}};
+  std::array<double, 7> mn{}, mx{}, sum{};
+  for (std::size_t i = 0; i < phases.size(); ++i) mn[i] = mx[i] = sum[i] = phases[i].second;
+  Communicator& w = grid.world();
+  w.all_reduce(mn.data(), mn.size(), DType::f64, ReduceOp::min);
+  w.all_reduce(mx.data(), mx.size(), DType::f64, ReduceOp::max);
+  w.all_reduce(sum.data(), sum.size(), DType::f64, ReduceOp::sum);
+  if (!grid.is_root()) return;
+  fmt::print("timers (s) over {} ranks    {:>10} {:>10} {:>10} {:>8}\n", w.size(), "min", "avg",
+             "max", "max/avg");
+  for (std::size_t i = 0; i < phases.size(); ++i) {
+    const double avg = sum[i] / w.size();
+    fmt::print("  {:<26} {:>10.3f} {:>10.3f} {:>10.3f} {:>8.2f}\n", phases[i].first, mn[i], avg,
+               mx[i], avg > 0 ? mx[i] / avg : 1.0);
+  }
+}
+
+void report_memory(Grid& grid, const MemoryLedger& ledger) {
+  std::array<double, kMemCategories + 2> peak{};
+  for (int i = 0; i < kMemCategories; ++i) peak[i] = double(ledger.peak(MemCategory(i)));
+  peak[kMemCategories] = double(ledger.peak_total());
+  peak[kMemCategories + 1] = double(peak_rss_bytes());
+  grid.world().all_reduce(peak.data(), peak.size(), DType::f64, ReduceOp::max);
+  if (!grid.is_root()) return;
+  std::string line = "memory per rank (peak, max over ranks):";
+  for (int i = 0; i < kMemCategories; ++i)
+    line += fmt::format(" {} {},", mem_category_name(MemCategory(i)), format_bytes(peak[i]));
+  fmt::print("{} arenas {}, process RSS {}\n", line, format_bytes(peak[kMemCategories]),
+             format_bytes(peak[kMemCategories + 1]));
+}
+
+std::size_t peak_rss_bytes() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return std::size_t(u.ru_maxrss) * 1024;
+}
+
+}  // namespace trident

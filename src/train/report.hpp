@@ -1,0 +1,30 @@
+// What a run prints: the start-up banner, a line per step, and at the end the
+// per-phase timers (min / avg / max over ranks), memory by category and one
+// figure-of-merit line.
+#pragma once
+#include <string>
+
+#include "grid/grid.hpp"
+#include "io/deck.hpp"
+#include "memory/ledger.hpp"
+#include "train/trainer.hpp"
+
+namespace trident {
+
+struct Throughput {
+  double tokens_per_s = 0;
+  double mfu = -1;  // fraction of peak; negative when no peak is configured
+};
+
+Throughput throughput(const Deck& deck, int world_size, double tokens_per_step, double seconds);
+std::string format_duration(double seconds);
+std::string format_step_line(const StepStats& s, int steps, const Throughput& tp,
+                             std::size_t peak_bytes, double eta_s);
+
+// Collective over the world: prints on rank 0.
+void report_phase_timers(Grid& grid, const PhaseTimes& t, double wall_s);
+void report_memory(Grid& grid, const MemoryLedger& ledger);
+
+std::size_t peak_rss_bytes();
+
+}  // namespace trident
