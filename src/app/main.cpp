@@ -34,8 +34,12 @@ int run(int argc, char** argv, int rank) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     // Every rank parses the same arguments, so every rank agrees; rank 0 speaks.
-    if (rank == 0) app.exit(e);
-    return e.get_exit_code() == 0 ? kExitOk : kExitBadInput;
+    if (e.get_exit_code() == 0) {  // --help, --version
+      if (rank == 0) app.exit(e);
+      return kExitOk;
+    }
+    if (rank == 0) std::fprintf(stderr, "error: %s (see trident --help)\n", e.what());
+    return kExitBadInput;
   }
   if (*train_cmd) return train_command(train);
   if (*tok_cmd) return rank == 0 ? tokenize_command(tok) : kExitOk;

@@ -137,7 +137,7 @@ Deck parse_deck(const std::string& text, const std::string& origin,
   read_model(r, d.model);
   read_train(r, d.train);
   read_rest(r, d);
-  r.check_unknown_keys();
+  r.finish();
   return d;
 }
 

@@ -53,18 +53,26 @@ const toml::node* DeckReader::lookup(const std::string& sec, const std::string& 
   return n;
 }
 
+void DeckReader::record(std::string message) {
+  if (first_problem_.empty()) first_problem_ = std::move(message);
+}
+
 void DeckReader::type_error(const std::string& sec, const std::string& key, const toml::node& n,
                             const char* expected) {
-  throw InputError(fmt::format("{}: [{}] {} = {} must be {}", origin_, sec, key, show(n),
-                               expected));
+  record(fmt::format("{}: [{}] {} = {} must be {}", origin_, sec, key, show(n), expected));
+}
+
+void DeckReader::finish() const {
+  check_unknown_keys();
+  if (!first_problem_.empty()) throw InputError(first_problem_);
 }
 
 void DeckReader::get(const std::string& sec, const std::string& key, int& out) {
   const toml::node* n = lookup(sec, key);
   if (!n) return;
-  if (!n->is_integer()) type_error(sec, key, *n, "an integer");
+  if (!n->is_integer()) return type_error(sec, key, *n, "an integer");
   const std::int64_t v = n->as_integer()->get();
-  if (v < INT32_MIN || v > INT32_MAX) type_error(sec, key, *n, "a 32-bit integer");
+  if (v < INT32_MIN || v > INT32_MAX) return type_error(sec, key, *n, "a 32-bit integer");
   out = static_cast<int>(v);
 }
 
@@ -80,14 +88,14 @@ void DeckReader::get(const std::string& sec, const std::string& key, std::uint64
   const toml::node* n = lookup(sec, key);
   if (!n) return;
   if (!n->is_integer() || n->as_integer()->get() < 0)
-    type_error(sec, key, *n, "a non-negative integer");
+    return type_error(sec, key, *n, "a non-negative integer");
   out = static_cast<std::uint64_t>(n->as_integer()->get());
 }
 
 void DeckReader::get(const std::string& sec, const std::string& key, std::string& out) {
   const toml::node* n = lookup(sec, key);
   if (!n) return;
-  if (!n->is_string()) type_error(sec, key, *n, "a string (in double quotes)");
+  if (!n->is_string()) return type_error(sec, key, *n, "a string (in double quotes)");
   out = n->as_string()->get();
 }
 
@@ -102,7 +110,7 @@ void DeckReader::get_paths(const std::string& sec, const std::string& key,
   }
   if (n->is_array()) {
     for (const toml::node& e : *n->as_array()) {
-      if (!e.is_string()) type_error(sec, key, *n, "a path or an array of paths (strings)");
+      if (!e.is_string()) return type_error(sec, key, *n, "a path or an array of paths (strings)");
       out.push_back(e.as_string()->get());
     }
     return;
@@ -113,8 +121,8 @@ void DeckReader::get_paths(const std::string& sec, const std::string& key,
 void DeckReader::fail(const std::string& sec, const std::string& key, const std::string& what) {
   auto it = shown_.find(sec + "." + key);
   const bool has_value = what.rfind("= ", 0) != 0 && it != shown_.end();
-  throw InputError(fmt::format("{}: [{}] {}{} {}", origin_, sec, key,
-                               has_value ? " = " + it->second : "", what));
+  record(fmt::format("{}: [{}] {}{} {}", origin_, sec, key, has_value ? " = " + it->second : "",
+                     what));
 }
 
 void DeckReader::require(bool ok, const std::string& sec, const std::string& key,

@@ -22,19 +22,25 @@ class DeckReader {
   // A string or an array of strings.
   void get_paths(const std::string& sec, const std::string& key, std::vector<std::string>& out);
 
-  // Throws InputError "<origin>: [sec] key = <value> <what>" unless ok.
+  // Records "<origin>: [sec] key = <value> <what>" unless ok. Problems are
+  // collected, not thrown, so finish() can report an unknown key (usually a
+  // typo, and the real cause) ahead of what the typo made look missing.
   void require(bool ok, const std::string& sec, const std::string& key, const std::string& what);
-  [[noreturn]] void fail(const std::string& sec, const std::string& key, const std::string& what);
-  void check_unknown_keys() const;
+  void fail(const std::string& sec, const std::string& key, const std::string& what);
+  // Throws InputError: unknown sections/keys first, then the first problem.
+  void finish() const;
 
  private:
   const toml::node* lookup(const std::string& sec, const std::string& key);
-  [[noreturn]] void type_error(const std::string& sec, const std::string& key,
-                               const toml::node& n, const char* expected);
+  void type_error(const std::string& sec, const std::string& key, const toml::node& n,
+                  const char* expected);
+  void check_unknown_keys() const;
+  void record(std::string message);
   const toml::table& root_;
   std::string origin_;
   std::map<std::string, std::set<std::string>> known_;
   std::map<std::string, std::string> shown_;  // "sec.key" -> value as written
+  std::string first_problem_;
 };
 
 }  // namespace trident

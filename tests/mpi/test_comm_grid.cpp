@@ -1,0 +1,156 @@
+// The collectives seam (MPI backend), the process grid and error agreement,
+// on however many ranks mpirun starts (run with 4).
+#include <gtest/gtest.h>
+#include <mpi.h>
+#include <fmt/format.h>
+
+#include <numeric>
+#include <vector>
+
+#include "comm/agree.hpp"
+#include "comm/mpi_communicator.hpp"
+#include "core/error.hpp"
+#include "grid/grid.hpp"
+
+using namespace trident;
+
+namespace {
+int world_size() {
+  int n = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &n);
+  return n;
+}
+}  // namespace
+
+TEST(Collectives, EveryOperationComputesItsDefinition) {
+  auto c = make_communicator(MPI_COMM_WORLD, "world");
+  const int r = c->rank(), n = c->size();
+  std::vector<float> v(5, float(r + 1));
+  c->all_reduce(v.data(), v.size(), DType::f32, ReduceOp::sum);
+  for (float x : v) EXPECT_EQ(x, n * (n + 1) / 2.0f);
+
+  int mx = r;
+  c->all_reduce(&mx, 1, DType::i32, ReduceOp::max);
+  EXPECT_EQ(mx, n - 1);
+
+  double red = r + 1.0;
+  c->reduce(&red, 1, DType::f64, ReduceOp::sum, n - 1);
+  if (r == n - 1) EXPECT_EQ(red, n * (n + 1) / 2.0);
+
+  std::vector<float> send(3 * n), recv(3);
+  for (int i = 0; i < 3 * n; ++i) send[i] = float(i * (r + 1));
+  c->reduce_scatter(send.data(), recv.data(), 3, DType::f32, ReduceOp::sum);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(recv[i], float((3 * r + i) * n * (n + 1) / 2));
+
+  std::vector<std::int32_t> mine = {r, 10 * r}, all(2 * n);
+  c->all_gather(mine.data(), all.data(), 2, DType::i32);
+  for (int i = 0; i < n; ++i) EXPECT_EQ(all[2 * i + 1], 10 * i);
+
+  std::int64_t b = r == 0 ? 1234567890123 : 0;
+  c->broadcast(&b, 1, DType::i64, 0);
+  EXPECT_EQ(b, 1234567890123);
+
+  // A ring of non-blocking send/recv.
+  const int next = (r + 1) % n, prev = (r + n - 1) % n;
+  float out = float(r), in = -1;
+  Request rr = c->irecv(&in, 1, DType::f32, prev, 7);
+  Request sr = c->isend(&out, 1, DType::f32, next, 7);
+  c->wait(sr);
+  c->wait(rr);
+  EXPECT_EQ(in, float(prev));
+}
+
+TEST(Collectives, CountCallsBytesAndSequence) {
+  auto c = make_communicator(MPI_COMM_WORLD, "world");
+  std::vector<float> v(100, 1.0f);
+  c->all_reduce(v.data(), 100, DType::f32, ReduceOp::sum);
+  c->all_reduce(v.data(), 50, DType::f32, ReduceOp::sum);
+  c->broadcast(v.data(), 10, DType::f32, 0);
+  EXPECT_EQ(c->stats().calls_of(CommOp::all_reduce), 2u);
+  EXPECT_EQ(c->stats().bytes_of(CommOp::all_reduce), 600u);
+  EXPECT_EQ(c->stats().calls_of(CommOp::broadcast), 1u);
+  EXPECT_EQ(c->sequence(), 3u);
+}
+
+TEST(Collectives, WaitTimesOutNamingGroupOperationAndSequence) {
+  if (world_size() < 2) GTEST_SKIP() << "needs two ranks";
+  auto c = make_communicator(MPI_COMM_WORLD, "world");
+  float x = 0;
+  if (c->rank() == 0) {
+    c->set_timeout_seconds(0.2);
+    Request r = c->irecv(&x, 1, DType::f32, 1, 99);  // nobody sends yet
+    try {
+      c->wait(r);
+      ADD_FAILURE() << "wait returned without a sender";
+    } catch (const RuntimeFailure& e) {
+      EXPECT_NE(std::string(e.what()).find("world recv #1"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("timed out"), std::string::npos);
+    }
+    c->set_timeout_seconds(60);
+    MPI_Barrier(MPI_COMM_WORLD);
+    c->wait(r);  // now the message comes and the same request completes
+    EXPECT_EQ(x, 42.0f);
+  } else {
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (c->rank() == 1) {
+      x = 42.0f;
+      c->send(&x, 1, DType::f32, 0, 99);
+    }
+  }
+}
+
+TEST(Grid, MappingIsTensorFastestThenDataThenPipeline) {
+  GridShape s{2, 3, 4};
+  EXPECT_EQ(grid_rank_of(s, {1, 2, 3}), 1 + 2 * (2 + 3 * 3));
+  for (int r = 0; r < s.size(); ++r) EXPECT_EQ(grid_rank_of(s, grid_coord_of(s, r)), r);
+}
+
+TEST(Grid, GroupsHoldTheRanksTheirAxisVaries) {
+  const int n = world_size();
+  std::vector<GridShape> shapes = {{1, n, 1}};
+  if (n == 4) shapes = {{1, 4, 1}, {2, 2, 1}, {2, 1, 2}, {1, 2, 2}, {4, 1, 1}, {1, 1, 4}};
+  for (const GridShape& s : shapes) {
+    Grid g(MPI_COMM_WORLD, s);
+    const GridCoord me = g.coord();
+    auto members = [&](Communicator& c) {
+      std::vector<int> all(c.size());
+      int r = g.rank();
+      c.all_gather(&r, all.data(), 1, DType::i32);
+      return all;
+    };
+    auto expect_axis = [&](Communicator& c, int len, auto coord_at) {
+      ASSERT_EQ(c.size(), len);
+      auto m = members(c);
+      for (int i = 0; i < len; ++i) EXPECT_EQ(m[i], grid_rank_of(s, coord_at(i))) << g.describe();
+    };
+    expect_axis(g.tensor(), s.tp, [&](int i) { return GridCoord{i, me.dp, me.pp}; });
+    expect_axis(g.data(), s.dp, [&](int i) { return GridCoord{me.tp, i, me.pp}; });
+    expect_axis(g.pipeline(), s.pp, [&](int i) { return GridCoord{me.tp, me.dp, i}; });
+    expect_axis(g.model(), s.tp * s.pp,
+                [&](int i) { return GridCoord{i % s.tp, me.dp, i / s.tp}; });
+    EXPECT_EQ(g.world().size(), n);
+  }
+  Grid g(MPI_COMM_WORLD, {1, n, 1});
+  EXPECT_EQ(g.describe(), fmt::format("TP(1)-PP(1)-DP({})-Rank({})", n, g.rank()));
+  EXPECT_EQ(g.local_size(), n);  // one node
+}
+
+TEST(Grid, WrongSizeIsAnInputError) {
+  const int n = world_size();
+  EXPECT_THROW(Grid(MPI_COMM_WORLD, GridShape{1, n + 1, 1}), InputError);
+}
+
+TEST(Agreement, AnErrorOnOneRankReachesEveryRank) {
+  auto c = make_communicator(MPI_COMM_WORLD, "world");
+  const int culprit = c->size() - 1;
+  try {
+    run_agreed(*c, [&] {
+      if (c->rank() == culprit) throw InputError("data.train: only rank " + std::to_string(culprit));
+    });
+    ADD_FAILURE() << "no error";
+  } catch (const AgreedError& e) {
+    EXPECT_EQ(e.exit_code, kExitBadInput);
+    EXPECT_EQ(std::string(e.what()), "data.train: only rank " + std::to_string(culprit));
+  }
+  EXPECT_NO_THROW(run_agreed(*c, [] {}));
+}

@@ -1,0 +1,23 @@
+// Helpers shared by the tests: a scratch directory, a token shard made from
+// text, and a small deck as TOML text.
+#pragma once
+#include <string>
+#include <vector>
+
+namespace trident::testing {
+
+// A fresh directory under the build tree's tmp/, same name on every rank.
+std::string scratch_dir(const std::string& name);
+
+// Writes a byte-level shard of `bytes` bytes of deterministic pseudo-English.
+std::string make_text_shard(const std::string& dir, const std::string& name, std::size_t bytes);
+
+// A tiny model deck reading `train` and `val` shards; extra TOML appended.
+std::string tiny_deck(const std::string& train, const std::string& val,
+                      const std::string& extra = "");
+
+// Norm-wise relative difference ||a - b|| / ||b||.
+double rel_diff(const float* a, const float* b, std::size_t n);
+double rel_diff(const std::vector<double>& a, const std::vector<double>& b);
+
+}  // namespace trident::testing

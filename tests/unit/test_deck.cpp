@@ -1,0 +1,120 @@
+// Input decks: defaults, types, validation messages, overrides, every shipped deck.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "core/error.hpp"
+#include "io/deck.hpp"
+
+using namespace trident;
+
+namespace {
+const std::string kBase = R"([model]
+layers = 2
+d_model = 32
+heads = 4
+seq_len = 16
+vocab = 257
+[data]
+train = "x.bin"
+)";
+
+// The InputError message for `text` (fails the test if it parses).
+std::string error_of(const std::string& text, std::vector<std::string> sets = {}) {
+  try {
+    parse_deck(text, "t.toml", sets);
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "deck was accepted:\n" << text;
+  return "";
+}
+}  // namespace
+
+TEST(Deck, ReadsValuesAndDefaults) {
+  Deck d = parse_deck(kBase + "[train]\nsteps = 7\nlr = 1\n", "t.toml", {});
+  EXPECT_EQ(d.model.layers, 2);
+  EXPECT_EQ(d.model.d_model, 32);
+  EXPECT_EQ(d.train.steps, 7);
+  EXPECT_DOUBLE_EQ(d.train.lr, 1.0);  // integers are accepted for floats
+  EXPECT_EQ(d.train.batch, 8);
+  EXPECT_EQ(d.parallel.dp_mode, "allreduce");
+  EXPECT_EQ(d.data.train, std::vector<std::string>{"x.bin"});
+}
+
+TEST(Deck, OverridesApplyAndAreTyped) {
+  Deck d = parse_deck(kBase, "t.toml", {"train.steps=42", "parallel.dp_mode=gather",
+                                        "data.val=v.bin", "train.lr=0.5"});
+  EXPECT_EQ(d.train.steps, 42);
+  EXPECT_EQ(d.parallel.dp_mode, "gather");
+  EXPECT_EQ(d.data.val, std::vector<std::string>{"v.bin"});
+  EXPECT_DOUBLE_EQ(d.train.lr, 0.5);
+  EXPECT_NE(error_of(kBase, {"train.steps=many"}).find("[train] steps = \"many\" must be an integer"),
+            std::string::npos);
+  EXPECT_NE(error_of(kBase, {"nodot=3"}).find("expected section.key=value"), std::string::npos);
+}
+
+TEST(Deck, UnknownKeysAndSectionsSuggestTheFix) {
+  EXPECT_NE(error_of(kBase + "[train]\nstpes = 3\n").find("unknown key 'stpes' in [train]; did you "
+                                                          "mean 'steps'?"),
+            std::string::npos);
+  EXPECT_NE(error_of(kBase + "[trian]\nsteps = 3\n").find("unknown section [trian]; did you mean "
+                                                          "[train]?"),
+            std::string::npos);
+  EXPECT_NE(error_of("steps = 3\n" + kBase).find("must be inside a section"), std::string::npos);
+}
+
+TEST(Deck, ImpossibleValuesNameKeyAndFix) {
+  EXPECT_NE(error_of(kBase + "[train]\nsteps = \"10\"\n").find("[train] steps = \"10\" must be an "
+                                                               "integer"),
+            std::string::npos);
+  const std::string heads = error_of(kBase, {"model.heads=5"});
+  EXPECT_NE(heads.find("[model] heads = 5 does not divide model.d_model = 32"), std::string::npos);
+  EXPECT_NE(heads.find("choose heads in {1, 2, 4, 8, 16, 32}"), std::string::npos);
+  EXPECT_NE(error_of(kBase, {"train.steps=0"}).find("[train] steps = 0 must be at least 1"),
+            std::string::npos);
+  EXPECT_NE(error_of(kBase, {"parallel.dp_mode=\"ring\""}).find("use \"allreduce\" or \"gather\""),
+            std::string::npos);
+  EXPECT_NE(error_of(kBase, {"model.vocab=70000"}).find("uint16"), std::string::npos);
+  EXPECT_NE(error_of("[model]\nlayers = 2\n").find("[data] train is required"), std::string::npos);
+  EXPECT_NE(error_of(kBase + "[model\n").find("TOML syntax error"), std::string::npos);
+}
+
+TEST(Deck, LayoutIsResolvedAgainstTheWorld) {
+  Deck d = parse_deck(kBase + "[train]\nbatch = 8\n", "t.toml", {});
+  GridShape s = resolve_layout(d, 4);
+  EXPECT_EQ(s.dp, 4);
+  EXPECT_EQ(d.train.micro_batch, 2);  // batch / dp when left out
+  EXPECT_EQ(d.train.eval_sequences, 8);
+
+  auto layout_error = [&](std::vector<std::string> sets, int world) {
+    Deck x = parse_deck(kBase, "t.toml", sets);
+    try {
+      resolve_layout(x, world);
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_NE(layout_error({"parallel.dp=4"}, 2).find("dp * tp * pp = 4 * 1 * 1 = 4 but the job has "
+                                                    "2 ranks"),
+            std::string::npos);
+  EXPECT_NE(layout_error({"parallel.tp=2"}, 2).find("not supported yet"), std::string::npos);
+  EXPECT_NE(layout_error({"parallel.pp=2"}, 2).find("not supported yet"), std::string::npos);
+  EXPECT_NE(layout_error({"train.batch=6", "train.micro_batch=2"}, 2)
+                .find("batch = 6 is not a multiple of dp * micro_batch = 2 * 2"),
+            std::string::npos);
+}
+
+TEST(Deck, EveryShippedDeckLoads) {
+  int decks = 0;
+  for (const auto& e : std::filesystem::directory_iterator(TRIDENT_INPUT_DIR)) {
+    if (e.path().extension() != ".toml") continue;
+    SCOPED_TRACE(e.path().string());
+    Deck d = load_deck(e.path().string(), {});
+    const int world = d.parallel.dp > 0 ? d.parallel.dp * d.parallel.tp * d.parallel.pp : 4;
+    EXPECT_NO_THROW(resolve_layout(d, world));
+    ++decks;
+  }
+  EXPECT_GE(decks, 1);
+}

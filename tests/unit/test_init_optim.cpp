@@ -1,0 +1,104 @@
+// Initialisation (GPT-2 statistics, layout independence) and the optimizer
+// pieces (AdamW against the formula, LR schedule, clipping).
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "compute/backend.hpp"
+#include "memory/arena.hpp"
+#include "model/gpt_params.hpp"
+#include "optim/adamw.hpp"
+#include "optim/clip.hpp"
+#include "optim/schedule.hpp"
+
+using namespace trident;
+
+TEST(Init, Gpt2StatisticsAndDeterminism) {
+  GptConfig c{4, 64, 4, 32, 257};
+  TensorTable t = build_gpt_param_table(c);
+  std::vector<float> a(t.size()), b(t.size());
+  init_gpt_params(t, a.data(), c, 42);
+  init_gpt_params(t, b.data(), c, 42);
+  EXPECT_EQ(a, b);
+  auto stats = [&](const std::string& name) {
+    const TensorInfo& ti = t.at(name);
+    double s = 0, s2 = 0;
+    for (std::size_t i = 0; i < ti.numel; ++i) s += a[ti.offset + i], s2 += a[ti.offset + i] * a[ti.offset + i];
+    const double mean = s / ti.numel;
+    return std::pair{mean, std::sqrt(s2 / ti.numel - mean * mean)};
+  };
+  EXPECT_NEAR(stats("wte").second, 0.02, 0.001);
+  EXPECT_NEAR(stats("h.1.mlp.fc.w").second, 0.02, 0.001);
+  EXPECT_NEAR(stats("h.1.attn.proj.w").second, 0.02 / std::sqrt(8.0), 0.0008);
+  EXPECT_NEAR(stats("h.1.mlp.fc.w").first, 0.0, 0.001);
+  EXPECT_EQ(stats("h.0.ln1.w").first, 1.0);
+  EXPECT_EQ(stats("h.0.attn.qkv.b").first, 0.0);
+  std::vector<float> other(t.size());
+  init_gpt_params(t, other.data(), c, 43);
+  EXPECT_NE(a, other);
+}
+
+TEST(Init, DoesNotDependOnTheTableAroundATensor) {
+  // The same tensor gets the same values in a model of different depth: values
+  // are keyed by name and global index, not by arena position.
+  GptConfig small{2, 64, 4, 32, 257}, deep{6, 64, 4, 32, 257};
+  TensorTable ts = build_gpt_param_table(small), td = build_gpt_param_table(deep);
+  std::vector<float> a(ts.size()), b(td.size());
+  init_gpt_params(ts, a.data(), small, 5);
+  init_gpt_params(td, b.data(), deep, 5);
+  const auto &x = ts.at("h.1.mlp.fc.w"), &y = td.at("h.1.mlp.fc.w");
+  for (std::size_t i = 0; i < x.numel; ++i) ASSERT_EQ(a[x.offset + i], b[y.offset + i]);
+}
+
+TEST(Schedule, WarmupThenCosineToMin) {
+  EXPECT_DOUBLE_EQ(lr_at(0, 100, 10, 1.0, 0.1), 0.1);
+  EXPECT_DOUBLE_EQ(lr_at(9, 100, 10, 1.0, 0.1), 1.0);
+  EXPECT_DOUBLE_EQ(lr_at(10, 100, 10, 1.0, 0.1), 1.0);
+  EXPECT_NEAR(lr_at(55, 100, 10, 1.0, 0.1), 0.55, 1e-12);  // half-way: mean of lr and min
+  EXPECT_DOUBLE_EQ(lr_at(100, 100, 10, 1.0, 0.1), 0.1);
+  EXPECT_DOUBLE_EQ(lr_at(0, 10, 0, 2.0, 0.0), 2.0);
+}
+
+TEST(AdamW, MatchesTheFormulaAndDecaysOnlyMarkedTensors) {
+  auto be = make_cpu_backend(1);
+  MemoryLedger ledger;
+  TensorTable t;
+  t.add({"w", {3}, {}, -1, -1, true});
+  t.add({"b", {2}, {}, -1, -1, false});
+  Arena p(*be, ledger, MemCategory::parameters, t.size()), g(*be, ledger, MemCategory::gradients, t.size());
+  const float p0[] = {0.5f, -1.0f, 2.0f}, g0[] = {0.1f, -0.2f, 0.3f};
+  for (int i = 0; i < 3; ++i) p.f32(t.at("w"))[i] = p0[i], g.f32(t.at("w"))[i] = g0[i];
+  for (int i = 0; i < 2; ++i) p.f32(t.at("b"))[i] = p0[i], g.f32(t.at("b"))[i] = g0[i];
+  AdamWConfig cfg{0.9f, 0.95f, 1e-8f, 0.1f};
+  AdamW opt(t, *be, ledger, cfg);
+  EXPECT_EQ(ledger.current(MemCategory::optimizer), 2 * t.size() * sizeof(float));
+  const double lr = 0.01;
+  double m[3] = {}, v[3] = {}, pw[3] = {p0[0], p0[1], p0[2]}, pb[2] = {p0[0], p0[1]};
+  for (int step = 1; step <= 3; ++step) {
+    opt.step(p, g, float(lr));
+    const double bc1 = 1 - std::pow(0.9, step), bc2 = 1 - std::pow(0.95, step);
+    for (int i = 0; i < 3; ++i) {
+      m[i] = 0.9 * m[i] + 0.1 * g0[i];
+      v[i] = 0.95 * v[i] + 0.05 * g0[i] * g0[i];
+      const double upd = lr / bc1 * m[i] / (std::sqrt(v[i]) / std::sqrt(bc2) + 1e-8);
+      pw[i] = pw[i] * (1 - lr * 0.1) - upd;
+      if (i < 2) pb[i] = pb[i] - upd;
+    }
+  }
+  for (int i = 0; i < 3; ++i) EXPECT_NEAR(p.f32(t.at("w"))[i], pw[i], 1e-6);
+  for (int i = 0; i < 2; ++i) EXPECT_NEAR(p.f32(t.at("b"))[i], pb[i], 1e-6);
+}
+
+TEST(Clip, ScalesOnlyAboveTheThreshold) {
+  auto be = make_cpu_backend(1);
+  MemoryLedger ledger;
+  Arena g(*be, ledger, MemCategory::gradients, 2);
+  g.f32()[0] = 3, g.f32()[1] = 4;
+  const double norm = global_grad_norm(*be, g, {});
+  EXPECT_DOUBLE_EQ(norm, 5.0);
+  EXPECT_EQ(clip_gradients(*be, g, norm, 10.0), 1.0f);
+  EXPECT_EQ(g.f32()[0], 3.0f);
+  const float coef = clip_gradients(*be, g, norm, 1.0);
+  EXPECT_NEAR(coef, 1.0 / (5.0 + 1e-6), 1e-7);
+  EXPECT_NEAR(g.f32()[1], 4.0 * coef, 1e-6);
+}

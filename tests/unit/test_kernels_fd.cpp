@@ -1,0 +1,162 @@
+// Every CPU kernel's backward against central finite differences of its
+// forward, in double precision (the same templated code the backend runs in
+// float). Loss L = sum(out * R) for a fixed random R, so dL/dout = R.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+#include <random>
+#include <vector>
+
+#include "compute/cpu/kernels.hpp"
+
+namespace cpu = trident::cpu;
+using Vec = std::vector<double>;
+
+namespace {
+
+Vec random_vec(std::size_t n, unsigned seed, double scale = 1.0) {
+  std::mt19937_64 g(seed);
+  std::normal_distribution<double> d(0.0, scale);
+  Vec v(n);
+  for (auto& x : v) x = d(g);
+  return v;
+}
+
+double dot(const Vec& a, const Vec& b) {
+  double s = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) s += a[i] * b[i];
+  return s;
+}
+
+// Checks analytic gradient `g` of loss() with respect to every element of x.
+void expect_matches_fd(const char* what, Vec& x, const Vec& g, const std::function<double()>& loss) {
+  const double h = 1e-5;
+  double worst = 0;
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    const double keep = x[i];
+    x[i] = keep + h;
+    const double lp = loss();
+    x[i] = keep - h;
+    const double lm = loss();
+    x[i] = keep;
+    const double fd = (lp - lm) / (2 * h);
+    worst = std::max(worst, std::abs(fd - g[i]) / std::max(1.0, std::abs(fd)));
+  }
+  EXPECT_LT(worst, 1e-7) << what;
+}
+
+constexpr int B = 2, T = 5, C = 8, NH = 2, V = 11;
+
+}  // namespace
+
+TEST(KernelsFiniteDifference, Embedding) {
+  Vec wte = random_vec(V * C, 1), wpe = random_vec(T * C, 2), R = random_vec(B * T * C, 3);
+  std::vector<std::int32_t> tok = {1, 4, 4, 0, 10, 3, 3, 3, 7, 1};  // repeats on purpose
+  Vec out(B * T * C);
+  auto loss = [&] {
+    cpu::embedding_forward(out.data(), tok.data(), wte.data(), wpe.data(), B, T, C);
+    return dot(out, R);
+  };
+  Vec dwte(V * C, 0.0), dwpe(T * C, 0.0);
+  cpu::embedding_backward(dwte.data(), dwpe.data(), R.data(), tok.data(), B, T, C);
+  expect_matches_fd("wte", wte, dwte, loss);
+  expect_matches_fd("wpe", wpe, dwpe, loss);
+}
+
+TEST(KernelsFiniteDifference, LayerNorm) {
+  const int N = B * T;
+  Vec x = random_vec(N * C, 4), w = random_vec(C, 5), b = random_vec(C, 6), R = random_vec(N * C, 7);
+  Vec out(N * C), mean(N), rstd(N);
+  auto loss = [&] {
+    cpu::layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), N, C);
+    return dot(out, R);
+  };
+  loss();
+  Vec dx(N * C, 0.0), dw(C, 0.0), db(C, 0.0);
+  cpu::layernorm_backward(dx.data(), dw.data(), db.data(), R.data(), x.data(), w.data(),
+                          mean.data(), rstd.data(), N, C);
+  expect_matches_fd("inp", x, dx, loss);
+  expect_matches_fd("w", w, dw, loss);
+  expect_matches_fd("b", b, db, loss);
+}
+
+TEST(KernelsFiniteDifference, Matmul) {
+  const int N = B * T, IC = 6, OC = 7;
+  Vec x = random_vec(N * IC, 8), w = random_vec(OC * IC, 9), b = random_vec(OC, 10);
+  Vec R = random_vec(N * OC, 11), out(N * OC);
+  auto loss = [&] {
+    cpu::matmul_forward(out.data(), x.data(), w.data(), b.data(), N, IC, OC);
+    return dot(out, R);
+  };
+  Vec dx(N * IC, 0.0), dw(OC * IC, 0.0), db(OC, 0.0);
+  cpu::matmul_backward(dx.data(), dw.data(), db.data(), R.data(), x.data(), w.data(), N, IC, OC);
+  expect_matches_fd("inp", x, dx, loss);
+  expect_matches_fd("w", w, dw, loss);
+  expect_matches_fd("bias", b, db, loss);
+}
+
+TEST(KernelsFiniteDifference, CausalAttention) {
+  Vec qkv = random_vec(B * T * 3 * C, 12), R = random_vec(B * T * C, 13);
+  Vec out(B * T * C), att(B * NH * T * T);
+  auto loss = [&] {
+    cpu::attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH);
+    return dot(out, R);
+  };
+  loss();
+  Vec dqkv(qkv.size(), 0.0), datt(att.size());
+  cpu::attention_backward(dqkv.data(), datt.data(), R.data(), qkv.data(), att.data(), B, T, C, NH);
+  expect_matches_fd("qkv", qkv, dqkv, loss);
+  // Causality: output at t=0 must not depend on later positions.
+  Vec q2 = qkv;
+  q2[(T - 1) * 3 * C + 2 * C] += 1.0;  // perturb v of the last position of batch 0
+  Vec out2(out.size()), att2(att.size());
+  cpu::attention_forward(out2.data(), att2.data(), q2.data(), B, T, C, NH);
+  cpu::attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH);
+  for (int c = 0; c < C; ++c) EXPECT_EQ(out[c], out2[c]);
+}
+
+TEST(KernelsFiniteDifference, Gelu) {
+  const std::size_t n = 40;
+  Vec x = random_vec(n, 14, 2.0), R = random_vec(n, 15), out(n);
+  auto loss = [&] {
+    cpu::gelu_forward(out.data(), x.data(), n);
+    return dot(out, R);
+  };
+  Vec dx(n, 0.0);
+  cpu::gelu_backward(dx.data(), x.data(), R.data(), n);
+  expect_matches_fd("inp", x, dx, loss);
+}
+
+TEST(KernelsFiniteDifference, CrossEntropy) {
+  const int N = B * T;
+  Vec logits = random_vec(N * V, 16, 3.0), losses(N);
+  std::vector<std::int32_t> targets(N);
+  for (int i = 0; i < N; ++i) targets[i] = (i * 7) % V;
+  const double dloss = 1.0 / N;
+  auto loss = [&] {
+    cpu::cross_entropy(losses.data(), static_cast<double*>(nullptr), logits.data(),
+                       targets.data(), N, V, 0.0);
+    double s = 0;
+    for (double l : losses) s += l;
+    return s * dloss;
+  };
+  Vec dlogits(N * V);
+  cpu::cross_entropy(losses.data(), dlogits.data(), logits.data(), targets.data(), N, V, dloss);
+  expect_matches_fd("logits", logits, dlogits, loss);
+  // In place (dlogits aliasing logits) gives the same gradient.
+  Vec inplace = logits;
+  cpu::cross_entropy(losses.data(), inplace.data(), inplace.data(), targets.data(), N, V, dloss);
+  for (std::size_t i = 0; i < inplace.size(); ++i) EXPECT_DOUBLE_EQ(inplace[i], dlogits[i]);
+}
+
+TEST(KernelsFiniteDifference, BackwardAccumulates) {
+  // Backward adds into its outputs: running it twice doubles the gradient.
+  const int N = 4, IC = 3, OC = 5;
+  Vec x = random_vec(N * IC, 17), w = random_vec(OC * IC, 18), R = random_vec(N * OC, 19);
+  Vec dx(N * IC, 0.0), dw(OC * IC, 0.0), db(OC, 0.0);
+  cpu::matmul_backward(dx.data(), dw.data(), db.data(), R.data(), x.data(), w.data(), N, IC, OC);
+  Vec dw1 = dw;
+  cpu::matmul_backward(dx.data(), dw.data(), db.data(), R.data(), x.data(), w.data(), N, IC, OC);
+  for (std::size_t i = 0; i < dw.size(); ++i) EXPECT_NEAR(dw[i], 2 * dw1[i], 1e-12);
+}
