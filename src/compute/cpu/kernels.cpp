@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "compute/cpu/blas.hpp"
+#include "compute/cpu/fast_math.hpp"
 
 namespace trident::cpu {
 namespace {
@@ -144,8 +145,9 @@ void attention_forward(T* out, T* att, const T* qkv, int B, int T_, int C, int N
         T mx = row[0];
         for (int j = 1; j <= t; ++j) mx = std::max(mx, row[j]);
         T sum = 0;
+#pragma omp simd reduction(+ : sum)
         for (int j = 0; j <= t; ++j) {
-          row[j] = std::exp(row[j] - mx);
+          row[j] = exp_k(row[j] - mx);
           sum += row[j];
         }
         const T inv = T(1) / sum;
@@ -194,19 +196,19 @@ template <class T> constexpr T kGeluK = T(0.7978845608028654);  // sqrt(2/pi)
 
 template <class T>
 void gelu_forward(T* out, const T* inp, std::size_t n) {
-#pragma omp parallel for schedule(static) if (n > 16384)
+#pragma omp parallel for simd schedule(static) if (n > 16384)
   for (std::size_t i = 0; i < n; ++i) {
     const T x = inp[i];
-    out[i] = T(0.5) * x * (T(1) + std::tanh(kGeluK<T> * (x + T(0.044715) * x * x * x)));
+    out[i] = T(0.5) * x * (T(1) + tanh_k(kGeluK<T> * (x + T(0.044715) * x * x * x)));
   }
 }
 
 template <class T>
 void gelu_backward(T* dinp, const T* inp, const T* dout, std::size_t n) {
-#pragma omp parallel for schedule(static) if (n > 16384)
+#pragma omp parallel for simd schedule(static) if (n > 16384)
   for (std::size_t i = 0; i < n; ++i) {
     const T x = inp[i];
-    const T th = std::tanh(kGeluK<T> * (x + T(0.044715) * x * x * x));
+    const T th = tanh_k(kGeluK<T> * (x + T(0.044715) * x * x * x));
     const T sech2 = T(1) - th * th;
     const T local = T(0.5) * (T(1) + th) +
                     T(0.5) * x * sech2 * kGeluK<T> * (T(1) + T(3 * 0.044715) * x * x);
@@ -223,12 +225,13 @@ void cross_entropy(T* losses, T* dlogits, const T* logits, const std::int32_t* t
     T mx = z[0];
     for (int j = 1; j < V; ++j) mx = std::max(mx, z[j]);
     T sum = 0;
-    for (int j = 0; j < V; ++j) sum += std::exp(z[j] - mx);
+#pragma omp simd reduction(+ : sum)
+    for (int j = 0; j < V; ++j) sum += exp_k(z[j] - mx);
     const T lse = mx + std::log(sum);
     losses[i] = lse - z[targets[i]];
     if (!dlogits) continue;
     T* d = dlogits + static_cast<std::size_t>(i) * V;  // may alias z: read before write
-    for (int j = 0; j < V; ++j) d[j] = std::exp(z[j] - lse) * dloss;
+    for (int j = 0; j < V; ++j) d[j] = exp_k(z[j] - lse) * dloss;
     d[targets[i]] -= dloss;
   }
 }
