@@ -6,6 +6,22 @@
 
 namespace trident {
 
+std::int64_t TensorInfo::global_index(std::size_t i) const {
+  if (split_dim < 0) return std::int64_t(i);
+  std::int64_t rem = std::int64_t(i), g = 0, stride = 1;
+  for (int d = int(shape.size()) - 1; d >= 0; --d) {
+    std::int64_t idx = rem % shape[d];
+    rem /= shape[d];
+    if (d == split_dim) {
+      idx += std::int64_t(shard_rank) * shape[d];
+      if (idx >= global_shape[d]) return -1;
+    }
+    g += idx * stride;
+    stride *= global_shape[d];
+  }
+  return g;
+}
+
 const TensorInfo& TensorTable::add(TensorInfo info) {
   if (index_.count(info.name)) throw std::logic_error("duplicate tensor " + info.name);
   std::size_t n = 1;

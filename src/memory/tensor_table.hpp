@@ -10,15 +10,27 @@
 
 namespace trident {
 
+// One named tensor of an arena. The global tensor (every layout's common view,
+// used by initialisation and checkpoints) has global_shape; this rank holds
+// the shard `shape`. Along split_dim the shard covers global indices
+// [shard_rank * shape[split_dim], (shard_rank + 1) * shape[split_dim]) clipped
+// to global_shape[split_dim]: indices past the global extent are padding (e.g.
+// the vocabulary padded to a multiple of tp), zero and never saved.
 struct TensorInfo {
-  std::string name;                   // "h.3.attn.qkv.w" (PyTorch-style)
-  std::vector<std::int64_t> shape;    // local shape on this rank
-  std::vector<std::int64_t> global_shape;  // shape in the global model
-  int split_dim = -1;                 // dim split across the tensor group, -1 replicated
-  int layer = -1;                     // transformer block index, -1 for the rest
-  bool weight_decay = false;          // AdamW decays matrices, not biases or norms
-  std::size_t offset = 0;             // elements from the start of the arena
+  std::string name;                        // "h.3.attn.qkv.w" (PyTorch-style)
+  std::vector<std::int64_t> shape;         // local shape on this rank, padding included
+  std::vector<std::int64_t> global_shape;  // shape in the global model, no padding
+  int split_dim = -1;                      // dim split across the tensor group; -1: whole
+  int shard_rank = 0;                      // this rank's shard index along split_dim
+  int layer = -1;                          // transformer block index, -1 for the rest
+  bool weight_decay = false;               // AdamW decays matrices, not biases or norms
+  bool primary = true;  // false for a second copy of a tensor kept elsewhere too (e.g. the
+                        // tied embedding on the last pipeline stage): never saved from here
+  std::size_t offset = 0;                  // elements from the start of the arena
   std::size_t numel = 0;
+
+  // Global flat index of local element i, or -1 for padding.
+  std::int64_t global_index(std::size_t i) const;
 };
 
 class TensorTable {

@@ -64,20 +64,6 @@ bool ends_with(const std::string& s, const char* suffix) {
   return s.size() >= x.size() && s.compare(s.size() - x.size(), x.size(), x) == 0;
 }
 
-// Flat index in the global tensor of local element `i` of a shard split along
-// `dim` (the shard of rank r holds rows r*n..(r+1)*n-1 of that dim).
-std::uint64_t global_index(const TensorInfo& t, std::size_t i, int shard_rank) {
-  if (t.split_dim < 0) return i;
-  std::uint64_t g = 0, rem = i;
-  std::vector<std::uint64_t> idx(t.shape.size());
-  for (int d = int(t.shape.size()) - 1; d >= 0; --d) {
-    idx[d] = rem % t.shape[d];
-    rem /= t.shape[d];
-  }
-  idx[t.split_dim] += std::uint64_t(shard_rank) * t.shape[t.split_dim];
-  for (std::size_t d = 0; d < idx.size(); ++d) g = g * t.global_shape[d] + idx[d];
-  return g;
-}
 }  // namespace
 
 std::uint64_t stream_key(std::uint64_t seed, const char* name) {
@@ -105,14 +91,16 @@ void init_gpt_params(const TensorTable& table, float* params, const GptConfig& c
       continue;
     }
     if (ends_with(t.name, "ln1.w") || ends_with(t.name, "ln2.w") || t.name == "lnf.w") {
-      for (std::size_t i = 0; i < t.numel; ++i) p[i] = 1.0f;
+      for (std::size_t i = 0; i < t.numel; ++i) p[i] = t.global_index(i) < 0 ? 0.0f : 1.0f;
       continue;
     }
     const bool residual = ends_with(t.name, "attn.proj.w") || ends_with(t.name, "mlp.proj.w");
     const double sd = residual ? std_residual : std_matrix;
     const std::uint64_t key = stream_key(seed, t.name.c_str());
-    for (std::size_t i = 0; i < t.numel; ++i)
-      p[i] = static_cast<float>(sd * counter_normal(key, global_index(t, i, 0)));
+    for (std::size_t i = 0; i < t.numel; ++i) {
+      const std::int64_t g = t.global_index(i);
+      p[i] = g < 0 ? 0.0f : static_cast<float>(sd * counter_normal(key, std::uint64_t(g)));
+    }
   }
 }
 

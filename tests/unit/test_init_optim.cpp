@@ -50,6 +50,38 @@ TEST(Init, DoesNotDependOnTheTableAroundATensor) {
   for (std::size_t i = 0; i < x.numel; ++i) ASSERT_EQ(a[x.offset + i], b[y.offset + i]);
 }
 
+TEST(TensorTable, ShardIndicesMapIntoTheGlobalTensorAndPaddingIsMarked) {
+  // A [5, 3] tensor split along dim 0 into shards of 3 rows: shard 1 holds
+  // global rows 3 and 4, and its third row is padding.
+  TensorInfo rows{.name = "w", .shape = {3, 3}, .global_shape = {5, 3}, .split_dim = 0, .shard_rank = 1};
+  EXPECT_EQ(rows.global_index(0), 9);
+  EXPECT_EQ(rows.global_index(5), 14);
+  EXPECT_EQ(rows.global_index(6), -1);
+  // A [2, 4] tensor split along dim 1 into two [2, 2] shards.
+  TensorInfo cols{.name = "w", .shape = {2, 2}, .global_shape = {2, 4}, .split_dim = 1, .shard_rank = 1};
+  EXPECT_EQ(cols.global_index(0), 2);
+  EXPECT_EQ(cols.global_index(1), 3);
+  EXPECT_EQ(cols.global_index(2), 6);
+  TensorInfo whole{.name = "b", .shape = {4}, .global_shape = {4}};
+  EXPECT_EQ(whole.global_index(3), 3);
+}
+
+TEST(Init, AShardEqualsTheSliceOfTheGlobalTensor) {
+  GptConfig c{2, 32, 4, 16, 257};
+  TensorTable global = build_gpt_param_table(c);
+  std::vector<float> g(global.size());
+  init_gpt_params(global, g.data(), c, 9);
+  const TensorInfo& fc = global.at("h.1.mlp.fc.w");  // [128, 32]
+  for (int r = 0; r < 2; ++r) {
+    TensorTable shard;
+    shard.add({.name = "h.1.mlp.fc.w", .shape = {64, 32}, .global_shape = {128, 32}, .split_dim = 0,
+               .shard_rank = r, .weight_decay = true});
+    std::vector<float> s(shard.size());
+    init_gpt_params(shard, s.data(), c, 9);
+    for (std::size_t i = 0; i < 64 * 32; ++i) ASSERT_EQ(s[i], g[fc.offset + r * 64 * 32 + i]);
+  }
+}
+
 TEST(Schedule, WarmupThenCosineToMin) {
   EXPECT_DOUBLE_EQ(lr_at(0, 100, 10, 1.0, 0.1), 0.1);
   EXPECT_DOUBLE_EQ(lr_at(9, 100, 10, 1.0, 0.1), 1.0);
@@ -63,8 +95,8 @@ TEST(AdamW, MatchesTheFormulaAndDecaysOnlyMarkedTensors) {
   auto be = make_cpu_backend(1);
   MemoryLedger ledger;
   TensorTable t;
-  t.add({"w", {3}, {}, -1, -1, true});
-  t.add({"b", {2}, {}, -1, -1, false});
+  t.add({.name = "w", .shape = {3}, .weight_decay = true});
+  t.add({.name = "b", .shape = {2}, .weight_decay = false});
   Arena p(*be, ledger, MemCategory::parameters, t.size()), g(*be, ledger, MemCategory::gradients, t.size());
   const float p0[] = {0.5f, -1.0f, 2.0f}, g0[] = {0.1f, -0.2f, 0.3f};
   for (int i = 0; i < 3; ++i) p.f32(t.at("w"))[i] = p0[i], g.f32(t.at("w"))[i] = g0[i];
