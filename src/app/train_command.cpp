@@ -90,6 +90,9 @@ int train(const TrainOptions& o, Communicator& boot) {
   double train_seconds = 0, steady_seconds = 0;
   const double wall0 = now_seconds();
   double val_loss = -1;
+  // Count communication from the first step on (set-up checks are not per step).
+  for (Communicator* c : {&grid.world(), &grid.data(), &grid.tensor(), &grid.pipeline(), &grid.model()})
+    c->reset_stats();
   for (int step = 0; step < steps; ++step) {
     StepStats s = trainer.step(step);
     train_seconds += s.seconds;
@@ -117,6 +120,7 @@ int train(const TrainOptions& o, Communicator& boot) {
   const double wall = now_seconds() - wall0;
   report_phase_timers(grid, trainer.times(), wall);
   report_memory(grid, ledger);
+  report_communication(grid, steps);
   if (grid.is_root()) {
     const double secs = steps > 1 ? steady_seconds : train_seconds;
     const double toks = tokens_per_step * (steps > 1 ? steps - 1 : 1);

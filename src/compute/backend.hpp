@@ -26,13 +26,18 @@ class ComputeBackend {
   virtual void zero(void* p, std::size_t bytes) = 0;
   virtual void copy_to_host(void* host, const void* dev, std::size_t bytes) = 0;
   virtual void copy_from_host(void* dev, const void* host, std::size_t bytes) = 0;
+  virtual void copy(void* dst, const void* src, std::size_t bytes) = 0;  // device to device
   virtual void synchronize() = 0;
 
-  // out[b,t,:] = wte[tok[b,t],:] + wpe[t,:]
-  virtual void embedding_forward(float* out, const std::int32_t* tokens, const float* wte,
-                                 const float* wpe, int B, int T, int C) = 0;
-  virtual void embedding_backward(float* dwte, float* dwpe, const float* dout,
-                                  const std::int32_t* tokens, int B, int T, int C) = 0;
+  // out[n,:] = wte[tok[n] - lo, :] for tokens in the shard [lo, lo + count), else 0.
+  virtual void embedding_forward(float* out, const std::int32_t* tokens, const float* wte, int lo,
+                                 int count, int N, int C) = 0;
+  virtual void embedding_backward(float* dwte, const float* dout, const std::int32_t* tokens,
+                                  int lo, int count, int N, int C) = 0;
+  // out[n,:] += wpe[(first + n) % T, :] for N consecutive tokens of sequences of T.
+  virtual void position_forward(float* out, const float* wpe, int N, int T, int first, int C) = 0;
+  virtual void position_backward(float* dwpe, const float* dout, int N, int T, int first,
+                                 int C) = 0;
 
   virtual void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
                                  const float* w, const float* b, int N, int C) = 0;
@@ -58,11 +63,17 @@ class ComputeBackend {
   virtual void gelu_backward(float* dinp, const float* inp, const float* dout, std::size_t n) = 0;
   virtual void add(float* out, const float* a, const float* b, std::size_t n) = 0;
 
-  // Softmax cross-entropy over V classes for N positions. Writes the loss of
-  // each position to losses; if dlogits is non-null, writes
-  // (softmax - onehot) * dloss there (it may alias logits).
-  virtual void cross_entropy(float* losses, float* dlogits, const float* logits,
-                             const std::int32_t* targets, int N, int V, float dloss) = 0;
+  // Softmax cross-entropy over a vocabulary shard (V columns from global
+  // column lo, the first `valid` real), in three phases so shards can be
+  // combined in between: row maxima; packed sums [exp-sum x N | target logit x N];
+  // losses and, if dlogits is non-null, dloss * (softmax - onehot) (may alias logits).
+  virtual void xent_max(float* row_max, const float* logits, int N, int V, int valid) = 0;
+  virtual void xent_sums(float* packed, const float* logits, const float* row_max,
+                         const std::int32_t* targets, int lo, int N, int V, int valid) = 0;
+  virtual void xent_finish(float* losses, float* dlogits, const float* logits,
+                           const float* row_max, const float* packed,
+                           const std::int32_t* targets, int lo, int N, int V, int valid,
+                           float dloss) = 0;
 
   // Optimizer-side vector ops.
   virtual double sum_squares(const float* x, std::size_t n) = 0;

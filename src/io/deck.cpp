@@ -97,6 +97,7 @@ void read_rest(DeckReader& r, Deck& d) {
   r.get("parallel", "dp", p.dp);
   r.get("parallel", "tp", p.tp);
   r.get("parallel", "pp", p.pp);
+  r.get("parallel", "sequence_parallel", p.sequence_parallel);
   r.get("parallel", "dp_mode", p.dp_mode);
   r.get("parallel", "bucket_mb", p.bucket_mb);
   r.require(p.dp >= 0, "parallel", "dp", "must be >= 0 (0 or absent: derived from the world)");
@@ -152,9 +153,21 @@ Deck load_deck(const std::string& path, const std::vector<std::string>& override
 GridShape resolve_layout(Deck& d, int world) {
   auto& p = d.parallel;
   const std::string& f = d.path;
-  if (p.tp != 1)
-    throw InputError(fmt::format("{}: [parallel] tp = {}: tensor parallelism is not supported "
-                                 "yet; set tp = 1", f, p.tp));
+  const auto& m = d.model;
+  auto divisors = [](int n) {
+    std::vector<int> v;
+    for (int i = 1; i <= n && v.size() < 10; ++i)
+      if (n % i == 0) v.push_back(i);
+    return fmt::format("{}", fmt::join(v, ", "));
+  };
+  if (m.heads % p.tp != 0)
+    throw InputError(fmt::format("{}: [parallel] tp = {} does not divide model.heads = {} (each "
+                                 "tensor rank owns whole heads); choose tp in {{{}}}",
+                                 f, p.tp, m.heads, divisors(m.heads)));
+  if (m.d_ff() % p.tp != 0)
+    throw InputError(fmt::format("{}: [parallel] tp = {} does not divide the MLP width 4 * "
+                                 "model.d_model = {}; choose tp in {{{}}}",
+                                 f, p.tp, m.d_ff(), divisors(m.d_ff())));
   if (p.pp != 1)
     throw InputError(fmt::format("{}: [parallel] pp = {}: pipeline parallelism is not supported "
                                  "yet; set pp = 1", f, p.pp));
@@ -173,6 +186,11 @@ GridShape resolve_layout(Deck& d, int world) {
     throw InputError(fmt::format("{}: [train] batch = {} is not a multiple of dp * micro_batch = "
                                  "{} * {}; choose batch as a multiple of {}", f, t.batch, p.dp,
                                  t.micro_batch, p.dp * t.micro_batch));
+  if (p.sequence_parallel && p.tp > 1 && (t.micro_batch * m.seq_len) % p.tp != 0)
+    throw InputError(fmt::format("{}: [parallel] sequence_parallel splits the micro_batch * "
+                                 "seq_len = {} tokens over tp = {} ranks; choose a micro_batch "
+                                 "or seq_len that makes it divisible", f,
+                                 t.micro_batch * m.seq_len, p.tp));
   if (t.eval_sequences == 0) t.eval_sequences = t.batch;
   if (t.eval_sequences % (p.dp * t.micro_batch) != 0)
     throw InputError(fmt::format("{}: [train] eval_sequences = {} is not a multiple of dp * "

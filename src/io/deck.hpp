@@ -34,6 +34,7 @@ struct ParallelSection {
   int dp = 0;  // 0: derived from the world size
   int tp = 1;
   int pp = 1;
+  bool sequence_parallel = false;     // shard norm/residual activations over the tensor group
   std::string dp_mode = "allreduce";  // allreduce (bucketed, overlapped) | gather
   double bucket_mb = 25.0;            // gradient bucket size for allreduce mode
 };

@@ -99,6 +99,13 @@ void DeckReader::get(const std::string& sec, const std::string& key, std::string
   out = n->as_string()->get();
 }
 
+void DeckReader::get(const std::string& sec, const std::string& key, bool& out) {
+  const toml::node* n = lookup(sec, key);
+  if (!n) return;
+  if (!n->is_boolean()) return type_error(sec, key, *n, "true or false");
+  out = n->as_boolean()->get();
+}
+
 void DeckReader::get_paths(const std::string& sec, const std::string& key,
                            std::vector<std::string>& out) {
   const toml::node* n = lookup(sec, key);

@@ -1,8 +1,10 @@
-// The GPT decoder: parameters and gradients in flat arenas described by one
-// tensor table, activations of one micro-batch in a third arena.
+// The GPT decoder on one tensor rank: parameters and gradients in flat arenas
+// described by one tensor table (this rank's shards), activations of one
+// micro-batch in a third arena. With one tensor rank it is the serial model.
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "compute/backend.hpp"
@@ -10,19 +12,23 @@
 #include "memory/ledger.hpp"
 #include "memory/tensor_table.hpp"
 #include "model/gpt_config.hpp"
+#include "parallel/tensor/tensor_comm.hpp"
+#include "parallel/tensor/tensor_layout.hpp"
 
 namespace trident {
 
 // Called during backward with an arena offset: every gradient at or after it
-// is final for this micro-batch (data parallelism starts its buckets there).
+// is final for this step (data parallelism starts its buckets there).
 using GradsReadyFn = std::function<void(std::size_t first_ready_offset)>;
 
 class GptModel {
  public:
   GptModel(const GptConfig& config, int micro_batch, ComputeBackend& backend,
-           MemoryLedger& ledger);
+           MemoryLedger& ledger, const TensorParallelLayout& tp = {},
+           Communicator* tensor_comm = nullptr);
 
   const GptConfig& config() const { return cfg_; }
+  const TensorParallelLayout& tensor_layout() const { return tp_; }
   int micro_batch() const { return B_; }
   const TensorTable& param_table() const { return table_; }
   Arena& params() { return params_; }
@@ -33,28 +39,46 @@ class GptModel {
 
   void init_parameters(std::uint64_t seed);
 
-  // Forward over one micro-batch of B x T tokens (host arrays). Returns the sum
-  // of the per-token losses. With dloss != 0 it also leaves
-  // dloss * dLoss/dlogits in place of the logits for backward().
+  // Forward over one micro-batch of B x T tokens (host arrays, all tokens on
+  // every tensor rank). Returns the sum of the per-token losses. With dloss != 0
+  // it also leaves dloss * dLoss/dlogits in place of the logits for backward().
   double forward(const std::int32_t* tokens, const std::int32_t* targets, float dloss);
-  // Adds this micro-batch's gradients into grads(); calls `ready` as ranges of
-  // gradients become final (pass nullptr when no one is waiting).
-  void backward(const GradsReadyFn& ready);
+  // Adds this micro-batch's gradients into grads(). `finalize` marks the last
+  // micro-batch of a step: gradients that are partial over the tensor group
+  // (norms under sequence parallelism) are summed then, and `ready` (may be
+  // empty) is told as ranges of gradients become final.
+  void backward(const GradsReadyFn& ready, bool finalize = true);
 
  private:
-  struct Block;  // activation pointers of one layer
+  struct Block {  // activation pointers of one layer
+    float *ln1, *ln1_mean, *ln1_rstd, *ln1_full, *qkv, *atty, *att, *res2, *ln2, *ln2_mean,
+        *ln2_rstd, *ln2_full, *fch, *fch_gelu, *res3;
+  };
   Block block(int l);
-  float* act(const char* name) { return acts_.f32(act_table_.at(name)); }
+  float* act(const std::string& name) { return acts_.f32(act_table_.at(name)); }
+  float* P(const std::string& n) { return params_.f32(table_.at(n)); }
+  float* G(const std::string& n) { return grads_.f32(table_.at(n)); }
+  // Row-parallel output (partial sums over the group, all tokens) -> this
+  // rank's tokens, summed: all-reduce, or reduce-scatter with SP.
+  const float* reduce_row_parallel(float* full);
+  // Column-parallel input gradient (partial sums) -> this rank's tokens.
+  const float* reduce_input_grad(float* full);
+  // This rank's tokens -> all tokens (identity without SP).
+  const float* gather(const float* local, float* full);
+  void sum_partial_grads(const std::vector<std::string>& names);
 
   GptConfig cfg_;
   int B_;
   ComputeBackend& backend_;
+  TensorParallelLayout tp_;
+  TensorComm tcomm_;
   TensorTable table_;
   Arena params_, grads_;
   TensorTable act_table_;
   Arena acts_;
   Arena io_;  // tokens and targets (int32) on the device
   std::vector<float> host_losses_;
+  int BT_, BTl_, first_token_;  // all tokens, this rank's tokens, its first
 };
 
 }  // namespace trident

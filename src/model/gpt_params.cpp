@@ -19,39 +19,6 @@ double gpt_flops_per_token(const GptConfig& c) {
   return 6.0 * matmul_weights + 12.0 * c.layers * c.d_model * c.seq_len;
 }
 
-TensorTable build_gpt_param_table(const GptConfig& c) {
-  const std::int64_t C = c.d_model, F = c.d_ff(), V = c.vocab, T = c.seq_len;
-  TensorTable t;
-  auto add = [&](std::string name, std::vector<std::int64_t> shape, int layer, bool decay) {
-    TensorInfo info;
-    info.name = std::move(name);
-    info.shape = std::move(shape);
-    info.layer = layer;
-    info.weight_decay = decay;
-    t.add(std::move(info));
-  };
-  add("wte", {V, C}, -1, true);
-  add("wpe", {T, C}, -1, true);
-  for (int l = 0; l < c.layers; ++l) {
-    const std::string p = fmt::format("h.{}.", l);
-    add(p + "ln1.w", {C}, l, false);
-    add(p + "ln1.b", {C}, l, false);
-    add(p + "attn.qkv.w", {3 * C, C}, l, true);
-    add(p + "attn.qkv.b", {3 * C}, l, false);
-    add(p + "attn.proj.w", {C, C}, l, true);
-    add(p + "attn.proj.b", {C}, l, false);
-    add(p + "ln2.w", {C}, l, false);
-    add(p + "ln2.b", {C}, l, false);
-    add(p + "mlp.fc.w", {F, C}, l, true);
-    add(p + "mlp.fc.b", {F}, l, false);
-    add(p + "mlp.proj.w", {C, F}, l, true);
-    add(p + "mlp.proj.b", {C}, l, false);
-  }
-  add("lnf.w", {C}, -1, false);
-  add("lnf.b", {C}, -1, false);
-  return t;
-}
-
 namespace {
 std::uint64_t splitmix64(std::uint64_t x) {
   x += 0x9E3779B97F4A7C15ull;

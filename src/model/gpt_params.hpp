@@ -7,10 +7,9 @@
 
 namespace trident {
 
-// Arena order: wte, wpe, block 0 .. block L-1, final norm. Backward finishes
-// gradients from the end of this order to its start, so data-parallel buckets
-// are contiguous ranges that become ready back to front.
-TensorTable build_gpt_param_table(const GptConfig& c);
+// The parameter table itself (arena order wte, wpe, block 0 .. L-1, final
+// norm; backward finishes gradients back to front) is built per tensor rank by
+// build_gpt_param_table in parallel/tensor/tensor_layout.hpp.
 
 // GPT-2 initialisation: matrices N(0, 0.02), residual projections
 // N(0, 0.02/sqrt(2*layers)), biases 0, norm weights 1. Each element is drawn

@@ -4,9 +4,18 @@
 
 namespace trident {
 
-double global_grad_norm(ComputeBackend& backend, const Arena& grads,
-                        const std::vector<Communicator*>& groups) {
-  double s = backend.sum_squares(grads.f32(), grads.numel());
+double global_grad_norm(ComputeBackend& backend, const Arena& grads, const TensorTable& table,
+                        bool count_replicated, const std::vector<Communicator*>& groups) {
+  double s = 0;
+  bool all = count_replicated;
+  for (const TensorInfo& t : table.tensors()) all = all && t.primary;
+  if (all) {
+    s = backend.sum_squares(grads.f32(), grads.numel());  // one pass over the arena
+  } else {
+    for (const TensorInfo& t : table.tensors())
+      if (t.primary && (t.split_dim >= 0 || count_replicated))
+        s += backend.sum_squares(grads.f32(t), t.numel);
+  }
   for (Communicator* g : groups)
     if (g->size() > 1) g->all_reduce(&s, 1, DType::f64, ReduceOp::sum);
   return std::sqrt(s);

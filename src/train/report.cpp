@@ -75,6 +75,27 @@ void report_memory(Grid& grid, const MemoryLedger& ledger) {
              format_bytes(peak[kMemCategories + 1]));
 }
 
+void report_communication(Grid& grid, int steps) {
+  const std::array<std::pair<const char*, Communicator*>, 4> groups{
+      {{"data", &grid.data()}, {"tensor", &grid.tensor()}, {"pipeline", &grid.pipeline()},
+       {"world", &grid.world()}}};
+  std::array<double, 8> v{};
+  for (std::size_t i = 0; i < groups.size(); ++i) {
+    std::uint64_t calls = 0;
+    for (auto c : groups[i].second->stats().calls) calls += c;
+    v[2 * i] = double(calls) / steps;
+    v[2 * i + 1] = double(groups[i].second->stats().total_bytes()) / steps;
+  }
+  grid.world().all_reduce(v.data(), v.size(), DType::f64, ReduceOp::max);
+  if (!grid.is_root()) return;
+  std::string line = "communication per step per rank (max over ranks):";
+  for (std::size_t i = 0; i < groups.size(); ++i)
+    if (v[2 * i] > 0)
+      line += fmt::format(" {} {:.0f} calls {},", groups[i].first, v[2 * i], format_bytes(v[2 * i + 1]));
+  line.pop_back();
+  fmt::print("{}\n", line);
+}
+
 std::size_t peak_rss_bytes() {
   rusage u{};
   getrusage(RUSAGE_SELF, &u);

@@ -13,7 +13,10 @@ Trainer::Trainer(const Deck& deck, Grid& grid, ComputeBackend& backend, MemoryLe
       backend_(backend),
       train_data_(train_data),
       val_data_(val_data),
-      model_(deck.model, deck.train.micro_batch, backend, ledger),
+      model_(deck.model, deck.train.micro_batch, backend, ledger,
+             TensorParallelLayout{grid.shape().tp, grid.coord().tp,
+                                  deck.parallel.sequence_parallel},
+             &grid.tensor()),
       dp_comm_(grid.data(), model_.grads(),
                plan_grad_buckets(model_.param_table(),
                                  std::size_t(deck.parallel.bucket_mb * 1024 * 1024))),
@@ -69,9 +72,9 @@ StepStats Trainer::step(int step) {
     const bool last = k == accum - 1;
     ScopedTimer timer(times_.backward);
     if (last && !gather_mode_)
-      model_.backward([this](std::size_t off) { dp_comm_.grads_ready_from(off); });
+      model_.backward([this](std::size_t off) { dp_comm_.grads_ready_from(off); }, last);
     else
-      model_.backward(nullptr);
+      model_.backward(nullptr, last);
   }
   {
     ScopedTimer timer(times_.comm);
@@ -90,8 +93,9 @@ void Trainer::update(float lr, StepStats& s) {
   if (optimizer_) {
     ScopedTimer timer(times_.optimizer);
     // Replicas hold the same reduced gradients, so the norm needs no data-group
-    // reduction; groups that split the model join with tensor/pipeline issues.
-    s.grad_norm = global_grad_norm(backend_, model_.grads(), {});
+    // reduction; the tensor group splits the model, so its shards are summed.
+    s.grad_norm = global_grad_norm(backend_, model_.grads(), model_.param_table(),
+                                   grid_.coord().tp == 0, {&grid_.tensor()});
     clip_gradients(backend_, model_.grads(), s.grad_norm, t.grad_clip);
     optimizer_->step(model_.params(), model_.grads(), lr);
   }

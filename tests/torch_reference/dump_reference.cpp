@@ -40,9 +40,15 @@ void dataset(hid_t loc, const std::string& name, const std::vector<hsize_t>& dim
   H5Dwrite(d, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data);
   H5Dclose(d), H5Pclose(lcpl), H5Sclose(s);
 }
+// Tensors in PyTorch's shapes: the global shape (the serial model's padding
+// rows at the end of wte are left out), with [3, C, C] folded to [3C, C].
 void tensors(hid_t f, const std::string& group, const TensorTable& t, const float* base) {
   for (const TensorInfo& ti : t.tensors()) {
-    std::vector<hsize_t> dims(ti.shape.begin(), ti.shape.end());
+    std::vector<hsize_t> dims(ti.global_shape.begin(), ti.global_shape.end());
+    if (dims.size() > 1 && ti.name.find("attn.qkv") != std::string::npos) {
+      dims[1] *= dims[0];
+      dims.erase(dims.begin());
+    }
     dataset(f, group + "/" + ti.name, dims, base + ti.offset);
   }
 }

@@ -99,7 +99,16 @@ TEST(Deck, LayoutIsResolvedAgainstTheWorld) {
   EXPECT_NE(layout_error({"parallel.dp=4"}, 2).find("dp * tp * pp = 4 * 1 * 1 = 4 but the job has "
                                                     "2 ranks"),
             std::string::npos);
-  EXPECT_NE(layout_error({"parallel.tp=2"}, 2).find("not supported yet"), std::string::npos);
+  EXPECT_EQ(layout_error({"parallel.tp=2"}, 2), "");
+  EXPECT_NE(layout_error({"parallel.tp=3"}, 3).find("tp = 3 does not divide model.heads = 4 (each "
+                                                    "tensor rank owns whole heads); choose tp in {1, 2, 4}"),
+            std::string::npos);
+  EXPECT_NE(layout_error({"parallel.tp=4", "parallel.sequence_parallel=true", "train.batch=4",
+                          "train.micro_batch=1", "model.seq_len=6"}, 4)
+                .find("sequence_parallel splits the micro_batch * seq_len = 6 tokens over tp = 4"),
+            std::string::npos);
+  EXPECT_NE(error_of(kBase, {"parallel.sequence_parallel=1"}).find("must be true or false"),
+            std::string::npos);
   EXPECT_NE(layout_error({"parallel.pp=2"}, 2).find("not supported yet"), std::string::npos);
   EXPECT_NE(layout_error({"train.batch=6", "train.micro_batch=2"}, 2)
                 .find("batch = 6 is not a multiple of dp * micro_batch = 2 * 2"),

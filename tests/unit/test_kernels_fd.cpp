@@ -50,18 +50,25 @@ constexpr int B = 2, T = 5, C = 8, NH = 2, V = 11;
 
 }  // namespace
 
-TEST(KernelsFiniteDifference, Embedding) {
-  Vec wte = random_vec(V * C, 1), wpe = random_vec(T * C, 2), R = random_vec(B * T * C, 3);
-  std::vector<std::int32_t> tok = {1, 4, 4, 0, 10, 3, 3, 3, 7, 1};  // repeats on purpose
-  Vec out(B * T * C);
+TEST(KernelsFiniteDifference, EmbeddingShardAndPositions) {
+  // A vocabulary shard [3, 9) of an 11-token vocabulary, plus positions of
+  // 10 tokens starting at position 2 of sequences of T.
+  const int lo = 3, count = 6, N = B * T;
+  Vec wte = random_vec(count * C, 1), wpe = random_vec(T * C, 2), R = random_vec(N * C, 3);
+  std::vector<std::int32_t> tok = {1, 4, 4, 0, 10, 3, 3, 8, 7, 1};  // repeats, some outside
+  Vec out(N * C);
   auto loss = [&] {
-    cpu::embedding_forward(out.data(), tok.data(), wte.data(), wpe.data(), B, T, C);
+    cpu::embedding_forward(out.data(), tok.data(), wte.data(), lo, count, N, C);
+    cpu::position_forward(out.data(), wpe.data(), N, T, 2, C);
     return dot(out, R);
   };
-  Vec dwte(V * C, 0.0), dwpe(T * C, 0.0);
-  cpu::embedding_backward(dwte.data(), dwpe.data(), R.data(), tok.data(), B, T, C);
-  expect_matches_fd("wte", wte, dwte, loss);
+  Vec dwte(count * C, 0.0), dwpe(T * C, 0.0);
+  cpu::embedding_backward(dwte.data(), R.data(), tok.data(), lo, count, N, C);
+  cpu::position_backward(dwpe.data(), R.data(), N, T, 2, C);
+  expect_matches_fd("wte shard", wte, dwte, loss);
   expect_matches_fd("wpe", wpe, dwpe, loss);
+  loss();
+  for (int c = 0; c < C; ++c) EXPECT_EQ(out[c], wpe[2 * C + c]);  // token 1 is outside the shard
 }
 
 TEST(KernelsFiniteDifference, LayerNorm) {
@@ -128,26 +135,66 @@ TEST(KernelsFiniteDifference, Gelu) {
   expect_matches_fd("inp", x, dx, loss);
 }
 
-TEST(KernelsFiniteDifference, CrossEntropy) {
-  const int N = B * T;
-  Vec logits = random_vec(N * V, 16, 3.0), losses(N);
+namespace {
+// The three-phase cross-entropy over one unsplit shard with `pad` padding columns.
+void xent(Vec& losses, double* dlogits, const Vec& logits, const std::vector<std::int32_t>& targets,
+          int N, int V, int valid, double dloss) {
+  Vec mx(N), packed(2 * N);
+  cpu::xent_max(mx.data(), logits.data(), N, V, valid);
+  cpu::xent_sums(packed.data(), logits.data(), mx.data(), targets.data(), 0, N, V, valid);
+  cpu::xent_finish(losses.data(), dlogits, logits.data(), mx.data(), packed.data(), targets.data(),
+                   0, N, V, valid, dloss);
+}
+}  // namespace
+
+TEST(KernelsFiniteDifference, CrossEntropyIgnoresPadding) {
+  const int N = B * T, Vp = V + 5;  // 5 padding columns
+  Vec logits = random_vec(N * Vp, 16, 3.0), losses(N);
   std::vector<std::int32_t> targets(N);
   for (int i = 0; i < N; ++i) targets[i] = (i * 7) % V;
   const double dloss = 1.0 / N;
   auto loss = [&] {
-    cpu::cross_entropy(losses.data(), static_cast<double*>(nullptr), logits.data(),
-                       targets.data(), N, V, 0.0);
+    xent(losses, nullptr, logits, targets, N, Vp, V, 0.0);
     double s = 0;
     for (double l : losses) s += l;
     return s * dloss;
   };
-  Vec dlogits(N * V);
-  cpu::cross_entropy(losses.data(), dlogits.data(), logits.data(), targets.data(), N, V, dloss);
+  Vec dlogits(N * Vp);
+  xent(losses, dlogits.data(), logits, targets, N, Vp, V, dloss);
   expect_matches_fd("logits", logits, dlogits, loss);
+  for (int i = 0; i < N; ++i)
+    for (int j = V; j < Vp; ++j) EXPECT_EQ(dlogits[i * Vp + j], 0.0);
   // In place (dlogits aliasing logits) gives the same gradient.
   Vec inplace = logits;
-  cpu::cross_entropy(losses.data(), inplace.data(), inplace.data(), targets.data(), N, V, dloss);
+  xent(losses, inplace.data(), inplace, targets, N, Vp, V, dloss);
   for (std::size_t i = 0; i < inplace.size(); ++i) EXPECT_DOUBLE_EQ(inplace[i], dlogits[i]);
+}
+
+TEST(KernelsFiniteDifference, CrossEntropyOverTwoShardsEqualsOneShard) {
+  // Split V columns into [0, 6) and [6, V): combine the phases as the tensor
+  // group does (max, then sums) and compare with the unsplit result.
+  const int N = 4, S = 6;
+  Vec logits = random_vec(N * V, 21, 2.0), whole_loss(N), whole_grad(N * V);
+  std::vector<std::int32_t> targets = {0, 5, 6, 10};
+  xent(whole_loss, whole_grad.data(), logits, targets, N, V, V, 0.25);
+  Vec a(N * S), b(N * (V - S));
+  for (int i = 0; i < N; ++i)
+    for (int j = 0; j < V; ++j) (j < S ? a[i * S + j] : b[i * (V - S) + j - S]) = logits[i * V + j];
+  Vec ma(N), mb(N), pa(2 * N), pb(2 * N), la(N), lb(N);
+  cpu::xent_max(ma.data(), a.data(), N, S, S);
+  cpu::xent_max(mb.data(), b.data(), N, V - S, V - S);
+  for (int i = 0; i < N; ++i) ma[i] = mb[i] = std::max(ma[i], mb[i]);
+  cpu::xent_sums(pa.data(), a.data(), ma.data(), targets.data(), 0, N, S, S);
+  cpu::xent_sums(pb.data(), b.data(), mb.data(), targets.data(), S, N, V - S, V - S);
+  for (int i = 0; i < 2 * N; ++i) pa[i] = pb[i] = pa[i] + pb[i];
+  cpu::xent_finish(la.data(), a.data(), a.data(), ma.data(), pa.data(), targets.data(), 0, N, S, S, 0.25);
+  cpu::xent_finish(lb.data(), b.data(), b.data(), mb.data(), pb.data(), targets.data(), S, N, V - S, V - S, 0.25);
+  for (int i = 0; i < N; ++i) {
+    EXPECT_NEAR(la[i], whole_loss[i], 1e-12);
+    EXPECT_NEAR(lb[i], whole_loss[i], 1e-12);
+    for (int j = 0; j < V; ++j)
+      EXPECT_NEAR(j < S ? a[i * S + j] : b[i * (V - S) + j - S], whole_grad[i * V + j], 1e-12);
+  }
 }
 
 TEST(KernelsFiniteDifference, BackwardAccumulates) {

@@ -42,15 +42,23 @@ class CpuBackend final : public ComputeBackend {
   void zero(void* p, std::size_t bytes) override { std::memset(p, 0, bytes); }
   void copy_to_host(void* h, const void* d, std::size_t n) override { std::memcpy(h, d, n); }
   void copy_from_host(void* d, const void* h, std::size_t n) override { std::memcpy(d, h, n); }
+  void copy(void* d, const void* s, std::size_t n) override { std::memcpy(d, s, n); }
   void synchronize() override {}
 
-  void embedding_forward(float* out, const std::int32_t* tok, const float* wte, const float* wpe,
-                         int B, int T, int C) override {
-    cpu::embedding_forward(out, tok, wte, wpe, B, T, C);
+  void embedding_forward(float* out, const std::int32_t* tok, const float* wte, int lo, int count,
+                         int N, int C) override {
+    cpu::embedding_forward(out, tok, wte, lo, count, N, C);
   }
-  void embedding_backward(float* dwte, float* dwpe, const float* dout, const std::int32_t* tok,
-                          int B, int T, int C) override {
-    cpu::embedding_backward(dwte, dwpe, dout, tok, B, T, C);
+  void embedding_backward(float* dwte, const float* dout, const std::int32_t* tok, int lo,
+                          int count, int N, int C) override {
+    cpu::embedding_backward(dwte, dout, tok, lo, count, N, C);
+  }
+  void position_forward(float* out, const float* wpe, int N, int T, int first, int C) override {
+    cpu::position_forward(out, wpe, N, T, first, C);
+  }
+  void position_backward(float* dwpe, const float* dout, int N, int T, int first,
+                         int C) override {
+    cpu::position_backward(dwpe, dout, N, T, first, C);
   }
   void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* w,
                          const float* b, int N, int C) override {
@@ -87,9 +95,17 @@ class CpuBackend final : public ComputeBackend {
 #pragma omp parallel for schedule(static) if (n > 65536)
     for (std::size_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
   }
-  void cross_entropy(float* losses, float* dlogits, const float* logits,
-                     const std::int32_t* targets, int N, int V, float dloss) override {
-    cpu::cross_entropy(losses, dlogits, logits, targets, N, V, dloss);
+  void xent_max(float* row_max, const float* logits, int N, int V, int valid) override {
+    cpu::xent_max(row_max, logits, N, V, valid);
+  }
+  void xent_sums(float* packed, const float* logits, const float* row_max,
+                 const std::int32_t* targets, int lo, int N, int V, int valid) override {
+    cpu::xent_sums(packed, logits, row_max, targets, lo, N, V, valid);
+  }
+  void xent_finish(float* losses, float* dlogits, const float* logits, const float* row_max,
+                   const float* packed, const std::int32_t* targets, int lo, int N, int V,
+                   int valid, float dloss) override {
+    cpu::xent_finish(losses, dlogits, logits, row_max, packed, targets, lo, N, V, valid, dloss);
   }
 
   double sum_squares(const float* x, std::size_t n) override {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "compute/cpu/blas.hpp"
 #include "compute/cpu/fast_math.hpp"
@@ -13,32 +14,57 @@ constexpr double kLnEps = 1e-5;
 }  // namespace
 
 template <class T>
-void embedding_forward(T* out, const std::int32_t* tok, const T* wte, const T* wpe, int B, int T_,
+void embedding_forward(T* out, const std::int32_t* tok, const T* wte, int lo, int count, int N,
                        int C) {
-#pragma omp parallel for schedule(static) if (B * T_ * C > 16384)
-  for (int bt = 0; bt < B * T_; ++bt) {
-    const T* we = wte + static_cast<std::size_t>(tok[bt]) * C;
-    const T* pe = wpe + static_cast<std::size_t>(bt % T_) * C;
-    T* o = out + static_cast<std::size_t>(bt) * C;
-    for (int c = 0; c < C; ++c) o[c] = we[c] + pe[c];
+#pragma omp parallel for schedule(static) if (N * C > 16384)
+  for (int n = 0; n < N; ++n) {
+    T* o = out + static_cast<std::size_t>(n) * C;
+    const int row = tok[n] - lo;
+    if (row < 0 || row >= count) {
+      for (int c = 0; c < C; ++c) o[c] = 0;
+      continue;
+    }
+    const T* we = wte + static_cast<std::size_t>(row) * C;
+    for (int c = 0; c < C; ++c) o[c] = we[c];
   }
 }
 
 template <class T>
-void embedding_backward(T* dwte, T* dwpe, const T* dout, const std::int32_t* tok, int B, int T_,
+void embedding_backward(T* dwte, const T* dout, const std::int32_t* tok, int lo, int count, int N,
                         int C) {
   // Tokens repeat, so split by columns: each thread owns whole columns of dwte.
-#pragma omp parallel for schedule(static) if (B * T_ * C > 16384)
+#pragma omp parallel for schedule(static) if (N * C > 16384)
   for (int c0 = 0; c0 < C; c0 += kColBlock) {
     const int c1 = std::min(C, c0 + kColBlock);
-    for (int bt = 0; bt < B * T_; ++bt) {
-      const T* d = dout + static_cast<std::size_t>(bt) * C;
-      T* we = dwte + static_cast<std::size_t>(tok[bt]) * C;
-      T* pe = dwpe + static_cast<std::size_t>(bt % T_) * C;
-      for (int c = c0; c < c1; ++c) {
-        we[c] += d[c];
-        pe[c] += d[c];
-      }
+    for (int n = 0; n < N; ++n) {
+      const int row = tok[n] - lo;
+      if (row < 0 || row >= count) continue;
+      const T* d = dout + static_cast<std::size_t>(n) * C;
+      T* we = dwte + static_cast<std::size_t>(row) * C;
+      for (int c = c0; c < c1; ++c) we[c] += d[c];
+    }
+  }
+}
+
+template <class T>
+void position_forward(T* out, const T* wpe, int N, int T_, int first, int C) {
+#pragma omp parallel for schedule(static) if (N * C > 16384)
+  for (int n = 0; n < N; ++n) {
+    const T* pe = wpe + static_cast<std::size_t>((first + n) % T_) * C;
+    T* o = out + static_cast<std::size_t>(n) * C;
+    for (int c = 0; c < C; ++c) o[c] += pe[c];
+  }
+}
+
+template <class T>
+void position_backward(T* dwpe, const T* dout, int N, int T_, int first, int C) {
+#pragma omp parallel for schedule(static) if (N * C > 16384)
+  for (int c0 = 0; c0 < C; c0 += kColBlock) {
+    const int c1 = std::min(C, c0 + kColBlock);
+    for (int n = 0; n < N; ++n) {
+      const T* d = dout + static_cast<std::size_t>(n) * C;
+      T* pe = dwpe + static_cast<std::size_t>((first + n) % T_) * C;
+      for (int c = c0; c < c1; ++c) pe[c] += d[c];
     }
   }
 }
@@ -217,28 +243,54 @@ void gelu_backward(T* dinp, const T* inp, const T* dout, std::size_t n) {
 }
 
 template <class T>
-void cross_entropy(T* losses, T* dlogits, const T* logits, const std::int32_t* targets, int N,
-                   int V, T dloss) {
+void xent_max(T* row_max, const T* logits, int N, int V, int valid) {
 #pragma omp parallel for schedule(static) if (N * V > 16384)
   for (int i = 0; i < N; ++i) {
     const T* z = logits + static_cast<std::size_t>(i) * V;
-    T mx = z[0];
-    for (int j = 1; j < V; ++j) mx = std::max(mx, z[j]);
+    T mx = -std::numeric_limits<T>::infinity();
+    for (int j = 0; j < valid; ++j) mx = std::max(mx, z[j]);
+    row_max[i] = mx;
+  }
+}
+
+template <class T>
+void xent_sums(T* packed, const T* logits, const T* row_max, const std::int32_t* targets, int lo,
+               int N, int V, int valid) {
+#pragma omp parallel for schedule(static) if (N * V > 16384)
+  for (int i = 0; i < N; ++i) {
+    const T* z = logits + static_cast<std::size_t>(i) * V;
+    const T mx = row_max[i];
     T sum = 0;
 #pragma omp simd reduction(+ : sum)
-    for (int j = 0; j < V; ++j) sum += exp_k(z[j] - mx);
-    const T lse = mx + std::log(sum);
-    losses[i] = lse - z[targets[i]];
+    for (int j = 0; j < valid; ++j) sum += exp_k(z[j] - mx);
+    packed[i] = sum;
+    const int t = targets[i] - lo;
+    packed[N + i] = (t >= 0 && t < valid) ? z[t] : T(0);
+  }
+}
+
+template <class T>
+void xent_finish(T* losses, T* dlogits, const T* logits, const T* row_max, const T* packed,
+                 const std::int32_t* targets, int lo, int N, int V, int valid, T dloss) {
+#pragma omp parallel for schedule(static) if (N * V > 16384)
+  for (int i = 0; i < N; ++i) {
+    const T lse = row_max[i] + std::log(packed[i]);
+    losses[i] = lse - packed[N + i];
     if (!dlogits) continue;
+    const T* z = logits + static_cast<std::size_t>(i) * V;
     T* d = dlogits + static_cast<std::size_t>(i) * V;  // may alias z: read before write
-    for (int j = 0; j < V; ++j) d[j] = exp_k(z[j] - lse) * dloss;
-    d[targets[i]] -= dloss;
+    for (int j = 0; j < valid; ++j) d[j] = exp_k(z[j] - lse) * dloss;
+    for (int j = valid; j < V; ++j) d[j] = 0;  // padding takes no part in the loss
+    const int t = targets[i] - lo;
+    if (t >= 0 && t < valid) d[t] -= dloss;
   }
 }
 
 #define TRIDENT_INSTANTIATE(T)                                                                   \
-  template void embedding_forward<T>(T*, const std::int32_t*, const T*, const T*, int, int, int); \
-  template void embedding_backward<T>(T*, T*, const T*, const std::int32_t*, int, int, int);      \
+  template void embedding_forward<T>(T*, const std::int32_t*, const T*, int, int, int, int);      \
+  template void embedding_backward<T>(T*, const T*, const std::int32_t*, int, int, int, int);     \
+  template void position_forward<T>(T*, const T*, int, int, int, int);                            \
+  template void position_backward<T>(T*, const T*, int, int, int, int);                           \
   template void layernorm_forward<T>(T*, T*, T*, const T*, const T*, const T*, int, int);         \
   template void layernorm_backward<T>(T*, T*, T*, const T*, const T*, const T*, const T*,         \
                                       const T*, int, int);                                        \
@@ -248,7 +300,10 @@ void cross_entropy(T* losses, T* dlogits, const T* logits, const std::int32_t* t
   template void attention_backward<T>(T*, T*, const T*, const T*, const T*, int, int, int, int);  \
   template void gelu_forward<T>(T*, const T*, std::size_t);                                       \
   template void gelu_backward<T>(T*, const T*, const T*, std::size_t);                            \
-  template void cross_entropy<T>(T*, T*, const T*, const std::int32_t*, int, int, T);
+  template void xent_max<T>(T*, const T*, int, int, int);                                         \
+  template void xent_sums<T>(T*, const T*, const T*, const std::int32_t*, int, int, int, int);    \
+  template void xent_finish<T>(T*, T*, const T*, const T*, const T*, const std::int32_t*, int,    \
+                               int, int, int, T);
 
 TRIDENT_INSTANTIATE(float)
 TRIDENT_INSTANTIATE(double)

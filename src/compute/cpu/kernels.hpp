@@ -9,12 +9,19 @@
 
 namespace trident::cpu {
 
+// Token embedding of a vocabulary shard: rows [lo, lo + count); tokens outside
+// the shard give zeros (the tensor group sums the shards).
 template <class T>
-void embedding_forward(T* out, const std::int32_t* tok, const T* wte, const T* wpe, int B, int T_,
+void embedding_forward(T* out, const std::int32_t* tok, const T* wte, int lo, int count, int N,
                        int C);
 template <class T>
-void embedding_backward(T* dwte, T* dwpe, const T* dout, const std::int32_t* tok, int B, int T_,
+void embedding_backward(T* dwte, const T* dout, const std::int32_t* tok, int lo, int count, int N,
                         int C);
+// out[n] += wpe[(first + n) % T]: position embedding of N consecutive tokens.
+template <class T>
+void position_forward(T* out, const T* wpe, int N, int T_, int first, int C);
+template <class T>
+void position_backward(T* dwpe, const T* dout, int N, int T_, int first, int C);
 template <class T>
 void layernorm_forward(T* out, T* mean, T* rstd, const T* inp, const T* w, const T* b, int N,
                        int C);
@@ -35,8 +42,19 @@ template <class T>
 void gelu_forward(T* out, const T* inp, std::size_t n);
 template <class T>
 void gelu_backward(T* dinp, const T* inp, const T* dout, std::size_t n);
+// Softmax cross-entropy over a vocabulary shard of V columns (the first
+// `valid` real, the rest padding) starting at global column lo, in three
+// phases so the tensor group can combine shards between them:
+//   1. row maxima;  2. packed[0..N) = sum exp(z - max), packed[N..2N) = the
+//   target's logit (0 where the target is in another shard);  3. losses and,
+//   if dlogits is non-null, dloss * (softmax - onehot) (may alias logits).
 template <class T>
-void cross_entropy(T* losses, T* dlogits, const T* logits, const std::int32_t* targets, int N,
-                   int V, T dloss);
+void xent_max(T* row_max, const T* logits, int N, int V, int valid);
+template <class T>
+void xent_sums(T* packed, const T* logits, const T* row_max, const std::int32_t* targets, int lo,
+               int N, int V, int valid);
+template <class T>
+void xent_finish(T* losses, T* dlogits, const T* logits, const T* row_max, const T* packed,
+                 const std::int32_t* targets, int lo, int N, int V, int valid, T dloss);
 
 }  // namespace trident::cpu

@@ -1,0 +1,72 @@
+// GPT backward on one tensor rank: the conjugates of forward's collectives
+// (sum of input gradients into each parallel region; with SP, all-gather of
+// the gradient leaving it and reduce-scatter of the one entering it).
+#include <fmt/format.h>
+
+#include "model/gpt.hpp"
+
+namespace trident {
+
+void GptModel::backward(const GradsReadyFn& ready, bool finalize) {
+  const int B = B_, T = cfg_.seq_len, C = cfg_.d_model, BT = BT_, BTl = BTl_;
+  const int Cl = tp_.local_width(cfg_), NHl = tp_.local_heads(cfg_), Fl = tp_.local_ff(cfg_);
+  const int Vl = tp_.local_vocab(cfg_), vlo = tp_.vocab_begin(cfg_);
+  const auto* tok = static_cast<const std::int32_t*>(io_.data());
+  auto notify = [&](const std::string& first) {
+    if (ready && finalize) ready(table_.at(first).offset);
+  };
+  ComputeBackend& be = backend_;
+  const std::size_t nC = std::size_t(BT) * C * sizeof(float);
+  const std::size_t nF = std::size_t(BT) * Fl * sizeof(float);
+  float *d_res = act("d_res"), *d_c = act("d_c"), *d_3c = act("d_3c"), *full = act("full_c");
+  float *d_ff_a = act("d_ff_a"), *d_ff_b = act("d_ff_b"), *d_att = act("d_att");
+  float* x_last = cfg_.layers > 0 ? block(cfg_.layers - 1).res3 : act("encoded");
+  const float* lnf_all = tp_.sp() ? act("lnf_full") : act("lnf");
+
+  // Head (dlogits were left in place of the logits by forward) and final norm.
+  be.zero(d_c, nC);
+  be.matmul_backward(d_c, G("wte"), nullptr, act("logits"), lnf_all, P("wte"), BT, C, Vl);
+  be.zero(d_res, std::size_t(BTl) * C * sizeof(float));
+  be.layernorm_backward(d_res, G("lnf.w"), G("lnf.b"), reduce_input_grad(d_c), x_last, P("lnf.w"),
+                        act("lnf_mean"), act("lnf_rstd"), BTl, C);
+  if (finalize) sum_partial_grads({"lnf.w", "lnf.b"});
+  notify("lnf.w");
+
+  for (int l = cfg_.layers - 1; l >= 0; --l) {
+    const std::string p = fmt::format("h.{}.", l);
+    Block a = block(l);
+    float* x_in = l == 0 ? act("encoded") : block(l - 1).res3;
+    // d_res holds dLoss/d(res3) for this rank's tokens.
+    const float* d_out = gather(d_res, full);
+    be.zero(d_ff_a, nF);
+    be.matmul_backward(d_ff_a, G(p + "mlp.proj.w"), G(p + "mlp.proj.b"), d_out, a.fch_gelu,
+                       P(p + "mlp.proj.w"), BT, Fl, C);
+    be.zero(d_ff_b, nF);
+    be.gelu_backward(d_ff_b, a.fch, d_ff_a, std::size_t(BT) * Fl);
+    be.zero(d_c, nC);
+    be.matmul_backward(d_c, G(p + "mlp.fc.w"), G(p + "mlp.fc.b"), d_ff_b, a.ln2_full,
+                       P(p + "mlp.fc.w"), BT, C, Fl);
+    be.layernorm_backward(d_res, G(p + "ln2.w"), G(p + "ln2.b"), reduce_input_grad(d_c), a.res2,
+                          P(p + "ln2.w"), a.ln2_mean, a.ln2_rstd, BTl, C);
+    // d_res now holds dLoss/d(res2).
+    d_out = gather(d_res, full);
+    be.zero(d_c, std::size_t(BT) * Cl * sizeof(float));
+    be.matmul_backward(d_c, G(p + "attn.proj.w"), G(p + "attn.proj.b"), d_out, a.atty,
+                       P(p + "attn.proj.w"), BT, Cl, C);
+    be.zero(d_3c, 3 * std::size_t(BT) * Cl * sizeof(float));
+    be.attention_backward(d_3c, d_att, d_c, a.qkv, a.att, B, T, Cl, NHl);
+    be.zero(d_c, nC);
+    be.matmul_backward(d_c, G(p + "attn.qkv.w"), G(p + "attn.qkv.b"), d_3c, a.ln1_full,
+                       P(p + "attn.qkv.w"), BT, C, 3 * Cl);
+    be.layernorm_backward(d_res, G(p + "ln1.w"), G(p + "ln1.b"), reduce_input_grad(d_c), x_in,
+                          P(p + "ln1.w"), a.ln1_mean, a.ln1_rstd, BTl, C);
+    if (finalize) sum_partial_grads({p + "ln1.w", p + "ln1.b", p + "ln2.w", p + "ln2.b"});
+    notify(p + "ln1.w");
+  }
+  be.position_backward(G("wpe"), d_res, BTl, T, first_token_, C);
+  if (finalize && tp_.sp()) tcomm_.all_reduce(G("wpe"), table_.at("wpe").numel);
+  be.embedding_backward(G("wte"), gather(d_res, full), tok, vlo, Vl, BT, C);
+  notify("wte");
+}
+
+}  // namespace trident

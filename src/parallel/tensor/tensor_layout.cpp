@@ -1,0 +1,60 @@
+#include "parallel/tensor/tensor_layout.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+namespace trident {
+
+int TensorParallelLayout::valid_vocab(const GptConfig& c) const {
+  return std::clamp(c.vocab - vocab_begin(c), 0, local_vocab(c));
+}
+
+TensorTable build_gpt_param_table(const GptConfig& c, const TensorParallelLayout& tp) {
+  const std::int64_t C = c.d_model, F = c.d_ff(), T = c.seq_len, V = c.vocab, n = tp.size;
+  const std::int64_t Vl = tp.local_vocab(c);
+  TensorTable t;
+  // local shape, global shape, split dim (-1: replicated)
+  auto add = [&](std::string name, std::vector<std::int64_t> global, int split, int layer,
+                 bool decay) {
+    TensorInfo info;
+    info.name = std::move(name);
+    info.global_shape = global;
+    info.shape = global;
+    if (split >= 0 && n > 1) {
+      info.shape[split] = info.name == "wte" ? Vl : global[split] / n;
+      info.split_dim = split;
+      info.shard_rank = tp.rank;
+    } else if (info.name == "wte") {
+      info.shape[0] = Vl;  // padding rows even unsplit: same kernels for every tp
+      info.split_dim = 0;
+    }
+    info.layer = layer;
+    info.weight_decay = decay;
+    t.add(std::move(info));
+  };
+  add("wte", {V, C}, 0, -1, true);
+  add("wpe", {T, C}, -1, -1, true);
+  for (int l = 0; l < c.layers; ++l) {
+    const std::string p = fmt::format("h.{}.", l);
+    add(p + "ln1.w", {C}, -1, l, false);
+    add(p + "ln1.b", {C}, -1, l, false);
+    // [3, C, C] is [q | k | v] rows of PyTorch's [3C, C]: splitting dim 1 gives
+    // each rank the q, k and v rows of its own heads, in [q | k | v] order.
+    add(p + "attn.qkv.w", {3, C, C}, 1, l, true);
+    add(p + "attn.qkv.b", {3, C}, 1, l, false);
+    add(p + "attn.proj.w", {C, C}, 1, l, true);
+    add(p + "attn.proj.b", {C}, -1, l, false);
+    add(p + "ln2.w", {C}, -1, l, false);
+    add(p + "ln2.b", {C}, -1, l, false);
+    add(p + "mlp.fc.w", {F, C}, 0, l, true);
+    add(p + "mlp.fc.b", {F}, 0, l, false);
+    add(p + "mlp.proj.w", {C, F}, 1, l, true);
+    add(p + "mlp.proj.b", {C}, -1, l, false);
+  }
+  add("lnf.w", {C}, -1, -1, false);
+  add("lnf.b", {C}, -1, -1, false);
+  return t;
+}
+
+}  // namespace trident

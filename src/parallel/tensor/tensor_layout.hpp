@@ -1,0 +1,49 @@
+// Tensor parallelism, the math (Megatron-LM, Shoeybi et al. 2019, section 3):
+// which slice of each weight a tensor rank holds and the local sizes its
+// kernels run on. Communication lives in tensor_comm.
+//  - column-parallel (output features split): attn.qkv (by heads), mlp.fc;
+//  - row-parallel (input features split): attn.proj, mlp.proj;
+//  - vocab-parallel: the tied embedding / LM head, vocab padded to 64*tp;
+//  - replicated: norms, position embedding, row-parallel biases.
+// With sequence parallelism (Korthikanti et al. 2022) the norm/residual
+// regions hold 1/tp of the tokens; we split the flattened (batch*seq) token
+// axis, which per-token ops do not mind and which all-gathers without
+// transposes.
+#pragma once
+#include <cstdint>
+
+#include "memory/tensor_table.hpp"
+#include "model/gpt_config.hpp"
+
+namespace trident {
+
+struct TensorParallelLayout {
+  int size = 1;
+  int rank = 0;
+  bool sequence_parallel = false;  // only meaningful when size > 1
+
+  bool sp() const { return sequence_parallel && size > 1; }
+  // Vocabulary padded so every shard is a whole multiple of 64 rows.
+  static int padded_vocab(int vocab, int tp) {
+    const int m = 64 * tp;
+    return (vocab + m - 1) / m * m;
+  }
+  int local_vocab(const GptConfig& c) const { return padded_vocab(c.vocab, size) / size; }
+  int vocab_begin(const GptConfig& c) const { return rank * local_vocab(c); }
+  // Real (unpadded) vocabulary columns in this rank's shard.
+  int valid_vocab(const GptConfig& c) const;
+  int local_heads(const GptConfig& c) const { return c.heads / size; }
+  int local_width(const GptConfig& c) const { return c.d_model / size; }  // attention width
+  int local_ff(const GptConfig& c) const { return c.d_ff() / size; }
+  // Tokens whose norm/residual activations this rank holds (all without SP).
+  int local_tokens(int tokens) const { return sp() ? tokens / size : tokens; }
+  int first_local_token(int tokens) const { return sp() ? rank * (tokens / size) : 0; }
+};
+
+// The GPT parameter table for one tensor rank (size 1: the serial model).
+// Arena order: wte, wpe, block 0 .. block L-1, final norm. Backward finishes
+// gradients from the end of this order to its start, so data-parallel buckets
+// are contiguous ranges that become ready back to front.
+TensorTable build_gpt_param_table(const GptConfig& c, const TensorParallelLayout& tp = {});
+
+}  // namespace trident
