@@ -12,6 +12,14 @@ struct TrainOptions {
 };
 int train_command(const TrainOptions& options);
 
+struct EstimateOptions {
+  std::string deck;
+  std::vector<std::string> overrides;
+  int world = 1;        // ranks of the planned job
+  std::string memory;   // e.g. "80GiB": say whether the peak fits
+};
+int estimate_command(const EstimateOptions& options);
+
 struct TokenizeOptions {
   std::string input;   // text file, or - for standard input
   std::string output;  // .bin shard

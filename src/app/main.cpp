@@ -24,6 +24,14 @@ int run(int argc, char** argv, int rank) {
                         "Override a deck key: section.key=value (repeatable)");
   train_cmd->add_option("--metrics", train.metrics, "Write per-step metrics as JSON Lines here");
 
+  EstimateOptions est;
+  CLI::App* est_cmd = app.add_subcommand(
+      "estimate", "Memory per rank for each ZeRO stage, before running (one process)");
+  est_cmd->add_option("deck", est.deck, "Input deck (TOML)")->required();
+  est_cmd->add_option("--world", est.world, "Ranks of the planned job")->required();
+  est_cmd->add_option("--set", est.overrides, "Override a deck key: section.key=value");
+  est_cmd->add_option("--memory", est.memory, "Memory per rank, e.g. 80GiB: does the peak fit?");
+
   TokenizeOptions tok;
   CLI::App* tok_cmd =
       app.add_subcommand("tokenize", "Turn a text file into a token shard (byte-level, vocab 257)");
@@ -43,6 +51,7 @@ int run(int argc, char** argv, int rank) {
   }
   if (*train_cmd) return train_command(train);
   if (*tok_cmd) return rank == 0 ? tokenize_command(tok) : kExitOk;
+  if (*est_cmd) return rank == 0 ? estimate_command(est) : kExitOk;
   return kExitBadInput;
 }
 

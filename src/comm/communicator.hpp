@@ -69,6 +69,7 @@ class Communicator {
   virtual Request ireduce_scatter(const void* send, void* recv, std::size_t count, DType t,
                                   ReduceOp op) = 0;
   // send holds count elements; recv gets count * size(), rank i's block at i.
+  // send may be this rank's own block of recv (in place).
   virtual Request iall_gather(const void* send, void* recv, std::size_t count, DType t) = 0;
   virtual Request ibroadcast(void* buf, std::size_t count, DType t, int root) = 0;
   virtual Request isend(const void* buf, std::size_t count, DType t, int peer, int tag) = 0;

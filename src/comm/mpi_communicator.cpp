@@ -121,6 +121,9 @@ Request MpiCommunicator::iall_gather(const void* send, void* recv, std::size_t c
   auto p = std::make_unique<MpiPending>();
   p->what = begin_op(CommOp::all_gather, count * size_, t);
   const int n = as_int_count(count, p->what);
+  // A send buffer that is already this rank's block of recv means "in place".
+  const void* own_block = static_cast<const char*>(recv) + std::size_t(rank_) * count * dtype_size(t);
+  if (send == own_block) send = MPI_IN_PLACE;
   MPI_Request r;
   check(MPI_Iallgather(send, n, to_mpi(t), recv, n, to_mpi(t), comm_, &r), p->what);
   p->reqs.push_back(r);

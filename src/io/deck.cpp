@@ -106,6 +106,13 @@ void read_rest(DeckReader& r, Deck& d) {
   r.require(p.dp_mode == "allreduce" || p.dp_mode == "gather", "parallel", "dp_mode",
             fmt::format("= \"{}\" is not a mode; use \"allreduce\" or \"gather\"", p.dp_mode));
   r.require(p.bucket_mb > 0, "parallel", "bucket_mb", "must be positive");
+  r.get("zero", "stage", d.zero.stage);
+  r.get("zero", "persistence_threshold", d.zero.persistence_threshold);
+  r.require(d.zero.stage >= 0 && d.zero.stage <= 3, "zero", "stage",
+            "must be 0 (off), 1 (optimizer state), 2 (+ gradients) or 3 (+ parameters)");
+  r.require(d.zero.persistence_threshold >= 0, "zero", "persistence_threshold", "must be >= 0");
+  r.require(d.zero.stage == 0 || p.dp_mode == "allreduce", "zero", "stage",
+            "needs parallel.dp_mode = \"allreduce\" (gather mode keeps everything on rank 0)");
   r.get("output", "metrics", d.output.metrics);
   r.get("output", "log_every", d.output.log_every);
   r.require(d.output.log_every >= 1, "output", "log_every", "must be at least 1");

@@ -39,6 +39,11 @@ struct ParallelSection {
   double bucket_mb = 25.0;            // gradient bucket size for allreduce mode
 };
 
+struct ZeroSection {
+  int stage = 0;  // 0: plain data parallel; 1: optimizer state; 2: + gradients; 3: + parameters
+  std::int64_t persistence_threshold = 100000;  // units smaller than this (elements) stay whole
+};
+
 struct OutputSection {
   std::string metrics;  // JSONL path; empty: none
   int log_every = 1;
@@ -57,6 +62,7 @@ struct Deck {
   DataSection data;
   TrainSection train;
   ParallelSection parallel;
+  ZeroSection zero;
   OutputSection output;
   SystemSection system;
 };

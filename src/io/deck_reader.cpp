@@ -99,6 +99,13 @@ void DeckReader::get(const std::string& sec, const std::string& key, std::string
   out = n->as_string()->get();
 }
 
+void DeckReader::get(const std::string& sec, const std::string& key, std::int64_t& out) {
+  const toml::node* n = lookup(sec, key);
+  if (!n) return;
+  if (!n->is_integer()) return type_error(sec, key, *n, "an integer");
+  out = n->as_integer()->get();
+}
+
 void DeckReader::get(const std::string& sec, const std::string& key, bool& out) {
   const toml::node* n = lookup(sec, key);
   if (!n) return;

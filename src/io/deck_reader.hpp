@@ -20,6 +20,7 @@ class DeckReader {
   void get(const std::string& sec, const std::string& key, std::uint64_t& out);
   void get(const std::string& sec, const std::string& key, std::string& out);
   void get(const std::string& sec, const std::string& key, bool& out);
+  void get(const std::string& sec, const std::string& key, std::int64_t& out);
   // A string or an array of strings.
   void get_paths(const std::string& sec, const std::string& key, std::vector<std::string>& out);
 

@@ -44,6 +44,9 @@ class TensorTable {
   const TensorInfo* find(const std::string& name) const;
   const std::vector<TensorInfo>& tensors() const { return tensors_; }
   std::size_t size() const { return end_; }  // elements, padding included
+  // Pads the end to a multiple of `multiple` elements (the next tensor, or the
+  // arena's end, starts there): ZeRO makes each unit divisible by dp this way.
+  void align_end(std::size_t multiple) { end_ = (end_ + multiple - 1) / multiple * multiple; }
   std::size_t numel() const { return numel_; }  // elements, padding excluded
 
  private:

@@ -7,28 +7,39 @@
 namespace trident {
 
 GptModel::GptModel(const GptConfig& c, int micro_batch, ComputeBackend& backend,
-                   MemoryLedger& ledger, const TensorParallelLayout& tp, Communicator* tensor_comm)
+                   MemoryLedger& ledger, const TensorParallelLayout& tp, Communicator* tensor_comm,
+                   std::size_t unit_align, ModelStorage* storage)
     : cfg_(c),
       B_(micro_batch),
       backend_(backend),
       tp_(tp),
       tcomm_(tensor_comm, tp),
-      table_(build_gpt_param_table(c, tp)) {
-  params_ = Arena(backend, ledger, MemCategory::parameters, table_.size());
-  grads_ = Arena(backend, ledger, MemCategory::gradients, table_.size());
+      table_(build_gpt_param_table(c, tp, unit_align)) {
+  if (!storage) own_storage_ = std::make_unique<FullStorage>(table_, backend, ledger);
+  storage_ = storage ? storage : own_storage_.get();
 
   BT_ = B_ * c.seq_len;
   BTl_ = tp_.local_tokens(BT_);
   first_token_ = tp_.first_local_token(BT_);
-  const std::int64_t BT = BT_, BTl = BTl_, C = c.d_model, Cl = tp_.local_width(c);
-  const std::int64_t Fl = tp_.local_ff(c), Vl = tp_.local_vocab(c);
-  const std::int64_t att = std::int64_t(B_) * tp_.local_heads(c) * c.seq_len * c.seq_len;
-  const bool sp = tp_.sp();
+  act_table_ = activation_table(c, B_, tp_);
+  acts_ = Arena(backend, ledger, MemCategory::activations, act_table_.size());
+  io_ = Arena(backend, ledger, MemCategory::activations, 2 * std::size_t(BT_), DType::i32);
+  host_losses_.resize(BT_);
+}
+
+TensorTable GptModel::activation_table(const GptConfig& c, int micro_batch,
+                                       const TensorParallelLayout& tp) {
+  const std::int64_t BT = std::int64_t(micro_batch) * c.seq_len, BTl = tp.local_tokens(int(BT));
+  const std::int64_t C = c.d_model, Cl = tp.local_width(c), Fl = tp.local_ff(c);
+  const std::int64_t Vl = tp.local_vocab(c);
+  const std::int64_t att = std::int64_t(micro_batch) * tp.local_heads(c) * c.seq_len * c.seq_len;
+  const bool sp = tp.sp();
+  TensorTable t;
   auto add = [&](std::string name, std::int64_t n) {
-    TensorInfo t;
-    t.name = std::move(name);
-    t.shape = {n};
-    act_table_.add(std::move(t));
+    TensorInfo info;
+    info.name = std::move(name);
+    info.shape = {n};
+    t.add(std::move(info));
   };
   // Residual stream and norms: this rank's tokens. Everything between the
   // column- and row-parallel layers: all tokens, this rank's features.
@@ -51,9 +62,7 @@ GptModel::GptModel(const GptConfig& c, int micro_batch, ComputeBackend& backend,
   add("full_c", BT * C), add("d_res", BTl * C), add("d_c", BT * C), add("d_3c", BT * 3 * Cl);
   add("d_ff_a", BT * Fl), add("d_ff_b", BT * Fl), add("d_att", att);
   if (sp) add("local_c", BTl * C), add("sp_pack", 4 * C);
-  acts_ = Arena(backend, ledger, MemCategory::activations, act_table_.size());
-  io_ = Arena(backend, ledger, MemCategory::activations, 2 * BT, DType::i32);
-  host_losses_.resize(BT_);
+  return t;
 }
 
 GptModel::Block GptModel::block(int l) {
@@ -68,10 +77,15 @@ GptModel::Block GptModel::block(int l) {
   return b;
 }
 
+FullStorage& GptModel::full() {
+  if (!own_storage_) throw std::logic_error("the model's parameters live in a sharded storage");
+  return *own_storage_;
+}
+
 void GptModel::init_parameters(std::uint64_t seed) {
   std::vector<float> host(table_.size(), 0.0f);
   init_gpt_params(table_, host.data(), cfg_, seed);
-  backend_.copy_from_host(params_.data(), host.data(), host.size() * sizeof(float));
+  storage_->set_params_from_host(host);
 }
 
 const float* GptModel::reduce_row_parallel(float* full) {
@@ -99,14 +113,14 @@ void GptModel::sum_partial_grads(const std::vector<std::string>& names) {
   std::size_t n = 0;
   for (const auto& name : names) {
     const TensorInfo& t = table_.at(name);
-    backend_.copy(pack + n, grads_.f32(t), t.numel * sizeof(float));
+    backend_.copy(pack + n, storage_->grad(t), t.numel * sizeof(float));
     n += t.numel;
   }
   tcomm_.all_reduce(pack, n);
   n = 0;
   for (const auto& name : names) {
     const TensorInfo& t = table_.at(name);
-    backend_.copy(grads_.f32(t), pack + n, t.numel * sizeof(float));
+    backend_.copy(storage_->grad(t), pack + n, t.numel * sizeof(float));
     n += t.numel;
   }
 }

@@ -4,6 +4,7 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -12,6 +13,7 @@
 #include "memory/ledger.hpp"
 #include "memory/tensor_table.hpp"
 #include "model/gpt_config.hpp"
+#include "model/model_storage.hpp"
 #include "parallel/tensor/tensor_comm.hpp"
 #include "parallel/tensor/tensor_layout.hpp"
 
@@ -23,21 +25,33 @@ using GradsReadyFn = std::function<void(std::size_t first_ready_offset)>;
 
 class GptModel {
  public:
+  // `storage` (not owned) replaces the default full arenas, e.g. with ZeRO's;
+  // it must have been built for build_gpt_param_table(config, tp, unit_align).
   GptModel(const GptConfig& config, int micro_batch, ComputeBackend& backend,
            MemoryLedger& ledger, const TensorParallelLayout& tp = {},
-           Communicator* tensor_comm = nullptr);
+           Communicator* tensor_comm = nullptr, std::size_t unit_align = 1,
+           ModelStorage* storage = nullptr);
 
   const GptConfig& config() const { return cfg_; }
   const TensorParallelLayout& tensor_layout() const { return tp_; }
   int micro_batch() const { return B_; }
   const TensorTable& param_table() const { return table_; }
-  Arena& params() { return params_; }
-  Arena& grads() { return grads_; }
-  const Arena& params() const { return params_; }
-  const Arena& grads() const { return grads_; }
+  // The default full arenas (throws std::logic_error under another storage).
+  Arena& params() { return full().params(); }
+  Arena& grads() { return full().grads(); }
+  const Arena& params() const { return const_cast<GptModel*>(this)->full().params(); }
+  const Arena& grads() const { return const_cast<GptModel*>(this)->full().grads(); }
+  ModelStorage& storage() { return *storage_; }
+  // Unit indices (see ModelStorage).
+  int embedding_unit() const { return 0; }
+  int block_unit(int l) const { return 1 + l; }
+  int head_unit() const { return 1 + cfg_.layers; }
   ComputeBackend& backend() { return backend_; }
 
   void init_parameters(std::uint64_t seed);
+  // The activation arena's layout for one micro-batch (the estimator sizes it too).
+  static TensorTable activation_table(const GptConfig& c, int micro_batch,
+                                      const TensorParallelLayout& tp);
 
   // Forward over one micro-batch of B x T tokens (host arrays, all tokens on
   // every tensor rank). Returns the sum of the per-token losses. With dloss != 0
@@ -56,8 +70,9 @@ class GptModel {
   };
   Block block(int l);
   float* act(const std::string& name) { return acts_.f32(act_table_.at(name)); }
-  float* P(const std::string& n) { return params_.f32(table_.at(n)); }
-  float* G(const std::string& n) { return grads_.f32(table_.at(n)); }
+  float* P(const std::string& n) { return storage_->param(table_.at(n)); }
+  float* G(const std::string& n) { return storage_->grad(table_.at(n)); }
+  FullStorage& full();
   // Row-parallel output (partial sums over the group, all tokens) -> this
   // rank's tokens, summed: all-reduce, or reduce-scatter with SP.
   const float* reduce_row_parallel(float* full);
@@ -73,7 +88,8 @@ class GptModel {
   TensorParallelLayout tp_;
   TensorComm tcomm_;
   TensorTable table_;
-  Arena params_, grads_;
+  std::unique_ptr<FullStorage> own_storage_;
+  ModelStorage* storage_;
   TensorTable act_table_;
   Arena acts_;
   Arena io_;  // tokens and targets (int32) on the device

@@ -24,18 +24,27 @@ void GptModel::backward(const GradsReadyFn& ready, bool finalize) {
   const float* lnf_all = tp_.sp() ? act("lnf_full") : act("lnf");
 
   // Head (dlogits were left in place of the logits by forward) and final norm.
+  ModelStorage& st = *storage_;
+  const int emb = embedding_unit(), head = head_unit();
+  st.need_grads(emb);  // the tied embedding collects gradients here and at the very end
+  st.need_grads(head);
   be.zero(d_c, nC);
   be.matmul_backward(d_c, G("wte"), nullptr, act("logits"), lnf_all, P("wte"), BT, C, Vl);
   be.zero(d_res, std::size_t(BTl) * C * sizeof(float));
   be.layernorm_backward(d_res, G("lnf.w"), G("lnf.b"), reduce_input_grad(d_c), x_last, P("lnf.w"),
                         act("lnf_mean"), act("lnf_rstd"), BTl, C);
   if (finalize) sum_partial_grads({"lnf.w", "lnf.b"});
+  st.done_params(head);
+  st.done_params(emb);  // the embedding's backward needs only gradients
+  st.done_grads(head, finalize);
   notify("lnf.w");
 
   for (int l = cfg_.layers - 1; l >= 0; --l) {
     const std::string p = fmt::format("h.{}.", l);
     Block a = block(l);
     float* x_in = l == 0 ? act("encoded") : block(l - 1).res3;
+    st.need_params(block_unit(l), Pass::backward);
+    st.need_grads(block_unit(l));
     // d_res holds dLoss/d(res3) for this rank's tokens.
     const float* d_out = gather(d_res, full);
     be.zero(d_ff_a, nF);
@@ -61,11 +70,14 @@ void GptModel::backward(const GradsReadyFn& ready, bool finalize) {
     be.layernorm_backward(d_res, G(p + "ln1.w"), G(p + "ln1.b"), reduce_input_grad(d_c), x_in,
                           P(p + "ln1.w"), a.ln1_mean, a.ln1_rstd, BTl, C);
     if (finalize) sum_partial_grads({p + "ln1.w", p + "ln1.b", p + "ln2.w", p + "ln2.b"});
+    st.done_params(block_unit(l));
+    st.done_grads(block_unit(l), finalize);
     notify(p + "ln1.w");
   }
   be.position_backward(G("wpe"), d_res, BTl, T, first_token_, C);
   if (finalize && tp_.sp()) tcomm_.all_reduce(G("wpe"), table_.at("wpe").numel);
   be.embedding_backward(G("wte"), gather(d_res, full), tok, vlo, Vl, BT, C);
+  st.done_grads(emb, finalize);
   notify("wte");
 }
 

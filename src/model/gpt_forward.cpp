@@ -20,6 +20,9 @@ double GptModel::forward(const std::int32_t* tokens, const std::int32_t* targets
   const bool bias_here = tp_.rank == 0;
 
   // Vocab-parallel embedding: each rank looks up its shard, the group sums.
+  ModelStorage& st = *storage_;
+  const int emb = embedding_unit(), head = head_unit();
+  st.need_params(emb, Pass::forward);
   float* x = act("encoded");
   if (tp_.sp()) {
     be.embedding_forward(full, tok, P("wte"), vlo, Vl, BT, C);
@@ -29,10 +32,12 @@ double GptModel::forward(const std::int32_t* tokens, const std::int32_t* targets
     tcomm_.all_reduce(x, std::size_t(BT) * C);
   }
   be.position_forward(x, P("wpe"), BTl, T, first_token_, C);
+  st.done_params(emb);
 
   for (int l = 0; l < cfg_.layers; ++l) {
     const std::string p = fmt::format("h.{}.", l);
     Block a = block(l);
+    st.need_params(block_unit(l), Pass::forward);
     be.layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, P(p + "ln1.w"), P(p + "ln1.b"), BTl, C);
     const float* ln1 = gather(a.ln1, a.ln1_full);
     be.matmul_forward(a.qkv, ln1, P(p + "attn.qkv.w"), P(p + "attn.qkv.b"), BT, C, 3 * Cl);
@@ -49,8 +54,13 @@ double GptModel::forward(const std::int32_t* tokens, const std::int32_t* targets
     be.matmul_forward(full, a.fch_gelu, P(p + "mlp.proj.w"), bias_here ? P(p + "mlp.proj.b") : nullptr,
                       BT, Fl, C);
     be.add(a.res3, a.res2, reduce_row_parallel(full), std::size_t(BTl) * C);
+    st.done_params(block_unit(l));
     x = a.res3;
   }
+  // The head needs the final norm and, being tied, the token embedding again.
+  // Both stay until backward has passed the head (or until now, for eval).
+  st.need_params(head, Pass::forward);
+  st.need_params(emb, Pass::forward);
 
   be.layernorm_forward(act("lnf"), act("lnf_mean"), act("lnf_rstd"), x, P("lnf.w"), P("lnf.b"),
                        BTl, C);
@@ -65,6 +75,7 @@ double GptModel::forward(const std::int32_t* tokens, const std::int32_t* targets
   tcomm_.sum_over_vocab(packed, 2 * std::size_t(BT));
   be.xent_finish(act("losses"), dloss != 0.0f ? logits : nullptr, logits, mx, packed, tgt, vlo, BT,
                  Vl, valid, dloss);
+  if (dloss == 0.0f) st.done_params(head), st.done_params(emb);
   be.copy_to_host(host_losses_.data(), act("losses"), BT * sizeof(float));
   double sum = 0;
   for (float v : host_losses_) sum += v;

@@ -11,6 +11,9 @@
 #include "model/gpt.hpp"
 #include "optim/adamw.hpp"
 #include "parallel/data/data_comm.hpp"
+#include "parallel/zero/zero_optimizer.hpp"
+#include "parallel/zero/zero_plan.hpp"
+#include "parallel/zero/zero_storage.hpp"
 
 namespace trident {
 
@@ -35,7 +38,10 @@ class Trainer {
   StepStats step(int step);
   double evaluate();  // mean validation loss over train.eval_sequences (collective)
 
-  GptModel& model() { return model_; }
+  GptModel& model() { return *model_; }
+  // ZeRO's storage and optimizer (null at stage 0).
+  ZeroStorage* zero_storage() { return zero_storage_.get(); }
+  ZeroOptimizer* zero_optimizer() { return zero_opt_.get(); }
   const PhaseTimes& times() const { return times_; }
   std::int64_t tokens_per_step() const {
     return std::int64_t(deck_.train.batch) * deck_.model.seq_len;
@@ -46,16 +52,24 @@ class Trainer {
  private:
   void load(const TokenDataset& data, std::uint64_t first_window);
   void update(float lr, StepStats& s);
+  void update_zero(float lr, StepStats& s);
 
   const Deck& deck_;
   Grid& grid_;
   ComputeBackend& backend_;
   const TokenDataset& train_data_;
   const TokenDataset* val_data_;
-  GptModel model_;
-  DataParallelComm dp_comm_;
-  std::unique_ptr<AdamW> optimizer_;  // absent on non-root ranks in gather mode
   bool gather_mode_;
+  // ZeRO (stage > 0): the partition plan, the sharded storage the model runs
+  // on, and the sharded optimizer. Declared before the model, which uses them.
+  TensorTable zero_table_;
+  std::unique_ptr<ZeroPlan> zero_plan_;
+  std::unique_ptr<ZeroStorage> zero_storage_;
+  std::unique_ptr<GptModel> model_;
+  std::unique_ptr<ZeroOptimizer> zero_opt_;
+  // Stage 0: bucketed all-reduce (or gather mode) and a whole optimizer.
+  std::unique_ptr<DataParallelComm> dp_comm_;
+  std::unique_ptr<AdamW> optimizer_;  // absent on non-root ranks in gather mode
   std::vector<std::int32_t> tokens_, targets_;
   PhaseTimes times_;
 };

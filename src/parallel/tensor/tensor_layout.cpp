@@ -10,7 +10,8 @@ int TensorParallelLayout::valid_vocab(const GptConfig& c) const {
   return std::clamp(c.vocab - vocab_begin(c), 0, local_vocab(c));
 }
 
-TensorTable build_gpt_param_table(const GptConfig& c, const TensorParallelLayout& tp) {
+TensorTable build_gpt_param_table(const GptConfig& c, const TensorParallelLayout& tp,
+                                  std::size_t unit_align) {
   const std::int64_t C = c.d_model, F = c.d_ff(), T = c.seq_len, V = c.vocab, n = tp.size;
   const std::int64_t Vl = tp.local_vocab(c);
   TensorTable t;
@@ -35,6 +36,7 @@ TensorTable build_gpt_param_table(const GptConfig& c, const TensorParallelLayout
   };
   add("wte", {V, C}, 0, -1, true);
   add("wpe", {T, C}, -1, -1, true);
+  t.align_end(unit_align);
   for (int l = 0; l < c.layers; ++l) {
     const std::string p = fmt::format("h.{}.", l);
     add(p + "ln1.w", {C}, -1, l, false);
@@ -51,9 +53,11 @@ TensorTable build_gpt_param_table(const GptConfig& c, const TensorParallelLayout
     add(p + "mlp.fc.b", {F}, 0, l, false);
     add(p + "mlp.proj.w", {C, F}, 1, l, true);
     add(p + "mlp.proj.b", {C}, -1, l, false);
+    t.align_end(unit_align);
   }
   add("lnf.w", {C}, -1, -1, false);
   add("lnf.b", {C}, -1, -1, false);
+  t.align_end(unit_align);
   return t;
 }
 

@@ -44,6 +44,9 @@ struct TensorParallelLayout {
 // Arena order: wte, wpe, block 0 .. block L-1, final norm. Backward finishes
 // gradients from the end of this order to its start, so data-parallel buckets
 // are contiguous ranges that become ready back to front.
-TensorTable build_gpt_param_table(const GptConfig& c, const TensorParallelLayout& tp = {});
+// unit_align > 1 pads each unit (embeddings, each block, final norm) to a
+// multiple of it, so ZeRO can split every unit evenly over the data group.
+TensorTable build_gpt_param_table(const GptConfig& c, const TensorParallelLayout& tp = {},
+                                  std::size_t unit_align = 1);
 
 }  // namespace trident

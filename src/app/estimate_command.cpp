@@ -1,0 +1,92 @@
+// trident estimate: memory per rank for a deck, a world size and each ZeRO
+// stage, before submitting anything.
+#include <fmt/format.h>
+
+#include <cctype>
+#include <cstdio>
+
+#include "app/commands.hpp"
+#include "core/error.hpp"
+#include "io/deck.hpp"
+#include "memory/estimate.hpp"
+
+namespace trident {
+namespace {
+
+// "80GiB", "16 GB", "512MiB", "1e9": bytes.
+double parse_size(const std::string& text) {
+  std::size_t pos = 0;
+  double v = 0;
+  try {
+    v = std::stod(text, &pos);
+  } catch (const std::exception&) {
+    pos = 0;
+  }
+  std::string unit = text.substr(pos);
+  unit.erase(0, unit.find_first_not_of(' '));
+  for (auto& c : unit) c = char(std::tolower(static_cast<unsigned char>(c)));
+  const double k = unit.empty() || unit == "b" ? 1
+                   : unit == "kib" ? 1024.0 : unit == "kb" ? 1e3
+                   : unit == "mib" ? 1024.0 * 1024 : unit == "mb" ? 1e6
+                   : unit == "gib" ? 1024.0 * 1024 * 1024 : unit == "gb" ? 1e9
+                   : unit == "tib" ? 1024.0 * 1024 * 1024 * 1024 : unit == "tb" ? 1e12 : -1;
+  if (pos == 0 || k < 0 || v <= 0)
+    throw InputError(fmt::format("--memory {}: not a size; write e.g. 80GiB, 16GB or 512MiB", text));
+  return v * k;
+}
+
+}  // namespace
+
+int estimate_command(const EstimateOptions& o) {
+  try {
+    Deck deck = load_deck(o.deck, o.overrides);
+    if (o.world < 1) throw InputError("--world must be at least 1");
+    const GridShape shape = resolve_layout(deck, o.world);
+    const double limit = o.memory.empty() ? 0 : parse_size(o.memory);
+    const auto& m = deck.model;
+    fmt::print("trident estimate | deck {} | {} ranks | layout TP({})-PP({})-DP({}) | micro_batch "
+               "{} x seq_len {}\n", deck.path, o.world, shape.tp, shape.pp, shape.dp,
+               deck.train.micro_batch, m.seq_len);
+    const MemoryEstimate base = estimate_memory(deck, shape, 0);
+    fmt::print("model: {:.2f} M parameters (global); bytes per rank below are Trident's fp32 "
+               "arenas, padding and ZeRO slots included\n\n", base.parameters / 1e6);
+    fmt::print("{:<8}{:>12}{:>12}{:>12}{:>14}{:>14}{:>12}{:>12}{}\n", "zero", "params", "grads",
+               "optimizer", "model state", "activations", "buffers", "peak",
+               limit > 0 ? fmt::format("  fits {}", format_bytes(limit)) : "");
+    for (int stage = 0; stage <= 3; ++stage) {
+      const MemoryEstimate e = estimate_memory(deck, shape, stage);
+      auto b = [&](MemCategory c) { return format_bytes(e.bytes[int(c)]); };
+      const std::string mark = stage == deck.zero.stage ? " (deck)" : "";
+      fmt::print("{:<8}{:>12}{:>12}{:>12}{:>14}{:>14}{:>12}{:>12}{}\n",
+                 fmt::format("{}{}", stage, mark), b(MemCategory::parameters),
+                 b(MemCategory::gradients), b(MemCategory::optimizer),
+                 format_bytes(e.model_state()), b(MemCategory::activations),
+                 b(MemCategory::buffers), format_bytes(e.peak()),
+                 limit > 0 ? fmt::format("  {}", e.peak() <= limit ? "yes" : "NO") : "");
+    }
+    fmt::print("\nactivations per micro-batch: {} as run now; about {} with full recomputation\n",
+               format_bytes(base.bytes[int(MemCategory::activations)]),
+               format_bytes(base.activations_full_recompute));
+    const double psi = base.parameters / shape.tp;
+    fmt::print("ZeRO paper's model state per rank (Psi = {:.2f} M per tensor rank, N_d = {}):\n",
+               psi / 1e6, shape.dp);
+    for (bool mixed : {true, false}) {
+      fmt::print("  {:<28}", mixed ? "mixed precision (2+2+12 B):" : "fp32 (4+4+8 B):");
+      for (int stage = 0; stage <= 3; ++stage)
+        fmt::print("  stage {} {:>10}", stage, format_bytes(zero_paper_bytes(psi, shape.dp, stage, mixed)));
+      fmt::print("\n");
+    }
+    if (limit > 0) {
+      const double peak = estimate_memory(deck, shape, deck.zero.stage).peak();
+      fmt::print("deck's stage {}: predicted peak {} {} the {} given\n", deck.zero.stage,
+                 format_bytes(peak), peak <= limit ? "fits in" : "does NOT fit in",
+                 format_bytes(limit));
+    }
+  } catch (const InputError& e) {
+    fmt::print(stderr, "error: {}\n", e.what());
+    return kExitBadInput;
+  }
+  return kExitOk;
+}
+
+}  // namespace trident

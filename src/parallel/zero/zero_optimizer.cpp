@@ -1,0 +1,57 @@
+#include "parallel/zero/zero_optimizer.hpp"
+
+#include <cmath>
+
+namespace trident {
+
+ZeroOptimizer::ZeroOptimizer(ZeroStorage& storage, const TensorTable& table,
+                             ComputeBackend& backend, MemoryLedger& ledger, AdamWConfig cfg)
+    : storage_(storage), table_(table), backend_(backend), cfg_(cfg) {
+  const std::size_t n = storage.plan().shard_size();
+  m_ = Arena(backend, ledger, MemCategory::optimizer, n);
+  v_ = Arena(backend, ledger, MemCategory::optimizer, n);
+}
+
+template <class F>
+void ZeroOptimizer::for_owned(F&& f) {
+  const ZeroPlan& plan = storage_.plan();
+  for (std::size_t u = 0; u < plan.units().size(); ++u) {
+    const ZeroUnit& U = plan.units()[u];
+    const std::size_t lo = plan.slice_begin(U), hi = lo + plan.slice(U);
+    for (const TensorInfo& t : table_.tensors()) {
+      const std::size_t a = std::max(lo, t.offset), b = std::min(hi, t.offset + t.numel);
+      if (a < b) f(t, int(u), a - lo, b - a);  // offset within the slice, length
+    }
+  }
+}
+
+double ZeroOptimizer::grad_sum_squares(bool count_tp_replicated) {
+  const ZeroPlan& plan = storage_.plan();
+  double s = 0;
+  for_owned([&](const TensorInfo& t, int u, std::size_t off, std::size_t n) {
+    if (!t.primary || (t.split_dim < 0 && !count_tp_replicated)) return;
+    if (plan.units()[u].persistent && plan.rank() != 0) return;
+    s += backend_.sum_squares(storage_.owned_grads(u) + off, n);
+  });
+  return s;
+}
+
+void ZeroOptimizer::scale_grads(float coef) {
+  backend_.scale(storage_.owned_grads_all(), coef, storage_.plan().shard_size());
+}
+
+void ZeroOptimizer::step(float lr) {
+  ++t_;
+  const float bc1 = 1.0f - static_cast<float>(std::pow(double(cfg_.beta1), double(t_)));
+  const float bc2 = 1.0f - static_cast<float>(std::pow(double(cfg_.beta2), double(t_)));
+  const ZeroPlan& plan = storage_.plan();
+  for_owned([&](const TensorInfo& t, int u, std::size_t off, std::size_t n) {
+    const std::size_t so = plan.units()[u].shard_offset + off;
+    backend_.adamw(storage_.owned_params(u) + off, storage_.owned_grads(u) + off, m_.f32() + so,
+                   v_.f32() + so, n, lr, cfg_.beta1, cfg_.beta2, cfg_.eps,
+                   t.weight_decay ? cfg_.weight_decay : 0.0f, bc1, bc2);
+  });
+  storage_.publish_params();
+}
+
+}  // namespace trident

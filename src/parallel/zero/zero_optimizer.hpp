@@ -1,0 +1,36 @@
+// AdamW over this rank's ZeRO shard: the Adam moments exist only for the
+// owned slices (1/dp of each unit; persistent units whole), the update runs
+// on the owned master parameters, and stages 1-2 then all-gather them.
+#pragma once
+#include "optim/adamw.hpp"
+#include "parallel/zero/zero_storage.hpp"
+
+namespace trident {
+
+class ZeroOptimizer {
+ public:
+  ZeroOptimizer(ZeroStorage& storage, const TensorTable& table, ComputeBackend& backend,
+                MemoryLedger& ledger, AdamWConfig cfg);
+  // Sum of squares of the owned gradients. Replicated copies count once: a
+  // persistent unit only on data rank 0, a tensor-replicated tensor only where
+  // count_tp_replicated (tensor rank 0).
+  double grad_sum_squares(bool count_tp_replicated);
+  void scale_grads(float coef);
+  void step(float lr);  // AdamW on the shard, then publish (stages 1-2)
+  std::int64_t steps_taken() const { return t_; }
+  Arena& first_moment() { return m_; }
+  Arena& second_moment() { return v_; }
+
+ private:
+  // Calls f(tensor, unit, [a, b) arena range) for each tensor's part of an owned slice.
+  template <class F> void for_owned(F&& f);
+
+  ZeroStorage& storage_;
+  const TensorTable& table_;
+  ComputeBackend& backend_;
+  AdamWConfig cfg_;
+  Arena m_, v_;
+  std::int64_t t_ = 0;
+};
+
+}  // namespace trident

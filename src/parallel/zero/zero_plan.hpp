@@ -1,0 +1,53 @@
+// ZeRO (Rajbhandari et al. 2020), the math: how the model's flat arena is
+// partitioned over the data group. The partition unit is a "unit": the
+// embeddings (wte, wpe), each transformer block, the final norm. The arena pads
+// every unit to a multiple of dp, so each unit splits into dp equal slices and
+// data rank r owns slice r of every unit; its shard is those slices, back to
+// back. Equal slices make every reduce-scatter and all-gather a block
+// collective, and a unit is also the granule stage 3 gathers before use.
+// Units smaller than the persistence threshold are not partitioned at all.
+#pragma once
+#include <cstddef>
+#include <vector>
+
+#include "memory/tensor_table.hpp"
+
+namespace trident {
+
+struct ZeroUnit {
+  std::size_t begin = 0, end = 0;  // arena range, end padded to a multiple of dp
+  std::size_t shard_offset = 0;    // where this rank's slice sits in its shard arena
+  bool persistent = false;         // small: kept whole on every rank, all-reduced
+  std::size_t size() const { return end - begin; }
+};
+
+class ZeroPlan {
+ public:
+  ZeroPlan() = default;
+  // Units follow TensorInfo::layer: -1 before the blocks (embeddings), each
+  // block, -1 after (final norm). The table must be built with unit_align = dp.
+  ZeroPlan(const TensorTable& table, int dp, int dp_rank, std::size_t persistence_threshold);
+
+  int dp() const { return dp_; }
+  int rank() const { return rank_; }
+  const std::vector<ZeroUnit>& units() const { return units_; }
+  std::size_t slice(const ZeroUnit& u) const { return u.persistent ? u.size() : u.size() / dp_; }
+  // Arena offset where this rank's slice of unit u starts.
+  std::size_t slice_begin(const ZeroUnit& u) const {
+    return u.persistent ? u.begin : u.begin + rank_ * slice(u);
+  }
+  std::size_t shard_size() const { return shard_size_; }  // elements this rank owns
+  std::size_t largest_unit() const;                       // elements, partitioned units
+  int unit_of_offset(std::size_t arena_offset) const;
+  // Units of the embeddings, block l, and the final norm.
+  int embedding_unit() const { return 0; }
+  int block_unit(int l) const { return 1 + l; }
+  int head_unit() const { return int(units_.size()) - 1; }
+
+ private:
+  int dp_ = 1, rank_ = 0;
+  std::vector<ZeroUnit> units_;
+  std::size_t shard_size_ = 0;
+};
+
+}  // namespace trident

@@ -1,0 +1,227 @@
+#include "parallel/zero/zero_storage.hpp"
+
+#include <stdexcept>
+
+namespace trident {
+
+ZeroStorage::ZeroStorage(int stage, const TensorTable& table, const ZeroPlan& plan,
+                         ComputeBackend& backend, MemoryLedger& ledger, Communicator& data)
+    : stage_(stage), table_(table), plan_(plan), backend_(backend), ledger_(ledger),
+      comm_(data, plan) {
+  large_slot_ = large_slot_elements(plan);
+  small_slot_ = small_slot_elements(plan);
+  if (stage <= 2) p_full_ = Arena(backend, ledger, MemCategory::parameters, table.size());
+  else p_shard_ = Arena(backend, ledger, MemCategory::parameters, plan.shard_size());
+  if (stage == 1) g_full_ = Arena(backend, ledger, MemCategory::gradients, table.size());
+  g_shard_ = Arena(backend, ledger, MemCategory::gradients, plan.shard_size());
+  auto fill = [&](std::vector<std::unique_ptr<Slot>>& pool, int n, MemCategory cat) {
+    for (int i = 0; i < n; ++i) {
+      pool.push_back(std::make_unique<Slot>());
+      pool.back()->mem = Arena(backend, ledger, cat, i == 0 ? large_slot_ : small_slot_);
+    }
+  };
+  if (stage == 3) fill(p_slots_, kParamSlots, MemCategory::parameters);
+  if (stage >= 2) {
+    fill(g_slots_, kGradSlots, MemCategory::gradients);
+    for (int i = 0; i < kRecvBuffers; ++i)
+      recv_buffers_.emplace_back(backend, ledger, MemCategory::buffers, large_slot_ / plan.dp());
+  }
+}
+
+std::size_t ZeroStorage::large_slot_elements(const ZeroPlan& plan) {
+  std::size_t n = 0;
+  for (const auto& u : plan.units()) n = std::max(n, u.size());
+  return n;
+}
+
+std::size_t ZeroStorage::small_slot_elements(const ZeroPlan& plan) {
+  std::size_t n = 0;
+  for (std::size_t i = 1; i < plan.units().size(); ++i) n = std::max(n, plan.units()[i].size());
+  return n;
+}
+
+ZeroStorage::Slot* ZeroStorage::find(std::vector<std::unique_ptr<Slot>>& pool, int unit) {
+  for (auto& s : pool)
+    if (s->unit == unit) return s.get();
+  return nullptr;
+}
+
+ZeroStorage::Slot* ZeroStorage::acquire(std::vector<std::unique_ptr<Slot>>& pool, int unit,
+                                        bool may_fail) {
+  const std::size_t need = plan_.units()[unit].size();
+  for (;;) {
+    Slot* best = nullptr;  // the smallest free slot that fits
+    for (auto& s : pool)
+      if (s->unit == -1 && s->mem.numel() >= need && (!best || s->mem.numel() < best->mem.numel()))
+        best = s.get();
+    if (best) {
+      best->unit = unit;
+      best->users = 0;
+      return best;
+    }
+    if (may_fail) return nullptr;
+    // Gradient slots come back when their reduction completes.
+    if (&pool == &g_slots_ && !reductions_.empty()) {
+      complete_oldest_reduction();
+      continue;
+    }
+    throw std::logic_error("ZeRO: no free slot (the model holds more units than planned)");
+  }
+}
+
+float* ZeroStorage::param(const TensorInfo& t) {
+  if (stage_ <= 2) return p_full_.f32() + t.offset;
+  const int u = unit_of(t);
+  const ZeroUnit& U = plan_.units()[u];
+  if (U.persistent) return p_shard_.f32() + U.shard_offset + (t.offset - U.begin);
+  Slot* s = find(p_slots_, u);
+  if (!s || s->users == 0) throw std::logic_error("ZeRO-3: parameters of " + t.name + " not gathered");
+  return s->mem.f32() + (t.offset - U.begin);
+}
+
+float* ZeroStorage::grad(const TensorInfo& t) {
+  if (stage_ == 1) return g_full_.f32() + t.offset;
+  const int u = unit_of(t);
+  Slot* s = find(g_slots_, u);
+  if (!s) throw std::logic_error("ZeRO: gradients of " + t.name + " have no slot");
+  return s->mem.f32() + (t.offset - plan_.units()[u].begin);
+}
+
+void ZeroStorage::start_gather(int u, bool prefetch) {
+  const ZeroUnit& U = plan_.units()[u];
+  Slot* s = acquire(p_slots_, u, prefetch);
+  if (!s) return;  // no free slot: this prefetch is skipped, the use will gather
+  s->pending = comm_.gather_unit(U, p_shard_.f32() + U.shard_offset, s->mem.f32());
+}
+
+void ZeroStorage::need_params(int u, Pass pass) {
+  if (stage_ <= 2 || plan_.units()[u].persistent) return;
+  Slot* s = find(p_slots_, u);
+  if (!s) {
+    start_gather(u, false);
+    s = find(p_slots_, u);
+  }
+  comm_.wait(s->pending);
+  s->users++;
+  // While a block computes, prefetch the next block of this pass (only from
+  // blocks: the embeddings are also gathered for the tied head, where a
+  // prefetch of block 0 would sit unused until the next step).
+  const int blocks = int(plan_.units().size()) - 2;
+  const int next = pass == Pass::forward ? u + 1 : u - 1;
+  const bool is_block = u >= 1 && u <= blocks;
+  if (is_block && next >= 1 && next <= blocks && !plan_.units()[next].persistent &&
+      !find(p_slots_, next))
+    start_gather(next, true);
+}
+
+void ZeroStorage::done_params(int u) {
+  if (stage_ <= 2 || plan_.units()[u].persistent) return;
+  Slot* s = find(p_slots_, u);
+  if (!s || --s->users > 0) return;
+  comm_.wait(s->pending);
+  s->unit = -1;
+  s->users = 0;
+}
+
+void ZeroStorage::need_grads(int u) {
+  if (stage_ == 1 || find(g_slots_, u)) return;
+  Slot* s = acquire(g_slots_, u);
+  backend_.zero(s->mem.data(), plan_.units()[u].size() * sizeof(float));
+}
+
+void ZeroStorage::done_grads(int u, bool last) {
+  const ZeroUnit& U = plan_.units()[u];
+  if (stage_ == 1) {
+    if (!last) return;  // stage 1 accumulates in full gradients: one reduction per step
+    Reduction r{u, nullptr, U.persistent ? nullptr : owned_grads(u), {}};
+    r.req = comm_.reduce_unit(U, g_full_.f32() + U.begin, r.recv);
+    reductions_.push_back(std::move(r));
+    return;
+  }
+  Slot* s = find(g_slots_, u);
+  s->unit = -2 - u;  // reducing: invisible to find(), recycled on completion
+  float* recv = U.persistent ? nullptr : free_recv_buffer();
+  Reduction r{u, s, recv, {}};
+  r.req = comm_.reduce_unit(U, s->mem.f32(), recv);
+  reductions_.push_back(std::move(r));
+  comm_.test(reductions_.front().req);  // drive progress of the oldest
+}
+
+float* ZeroStorage::free_recv_buffer() {
+  for (;;) {
+    for (auto& a : recv_buffers_) {
+      bool used = false;
+      for (const auto& r : reductions_) used = used || r.recv == a.f32();
+      if (!used) return a.f32();
+    }
+    complete_oldest_reduction();  // frees the oldest reduction's buffer
+  }
+}
+
+void ZeroStorage::complete_oldest_reduction() {
+  Reduction r = std::move(reductions_.front());
+  reductions_.pop_front();
+  comm_.wait(r.req);
+  const ZeroUnit& U = plan_.units()[r.unit];
+  float* owned = owned_grads(r.unit);
+  if (stage_ == 1) {
+    if (U.persistent) backend_.copy(owned, g_full_.f32() + U.begin, U.size() * sizeof(float));
+    return;  // partitioned: the reduce-scatter wrote the owned slice directly
+  }
+  const float* summed = U.persistent ? r.slot->mem.f32() : r.recv;
+  backend_.add(owned, owned, summed, plan_.slice(U));  // accumulate over micro-batches
+  r.slot->unit = -1;
+}
+
+void ZeroStorage::begin_step() {
+  if (stage_ == 1) g_full_.zero();
+  g_shard_.zero();
+}
+
+void ZeroStorage::finish_backward() {
+  while (!reductions_.empty()) complete_oldest_reduction();
+}
+
+float* ZeroStorage::owned_params(int u) {
+  const ZeroUnit& U = plan_.units()[u];
+  return stage_ <= 2 ? p_full_.f32() + plan_.slice_begin(U) : p_shard_.f32() + U.shard_offset;
+}
+
+void ZeroStorage::publish_params() {
+  if (stage_ > 2) return;  // stage 3 gathers on use
+  std::vector<Request> reqs;
+  for (const auto& U : plan_.units())
+    if (!U.persistent)
+      reqs.push_back(comm_.gather_unit(U, p_full_.f32() + plan_.slice_begin(U), p_full_.f32() + U.begin));
+  for (auto& r : reqs) comm_.wait(r);
+}
+
+void ZeroStorage::set_params_from_host(const std::vector<float>& in) {
+  if (stage_ <= 2) {
+    backend_.copy_from_host(p_full_.data(), in.data(), p_full_.bytes());
+    return;
+  }
+  for (const auto& U : plan_.units())
+    backend_.copy_from_host(p_shard_.f32() + U.shard_offset, in.data() + plan_.slice_begin(U),
+                            plan_.slice(U) * sizeof(float));
+}
+
+void ZeroStorage::gather_params_to_host(std::vector<float>& out) {
+  out.assign(table_.size(), 0.0f);
+  if (stage_ <= 2) {
+    backend_.copy_to_host(out.data(), p_full_.data(), p_full_.bytes());
+    return;
+  }
+  Arena tmp(backend_, ledger_, MemCategory::buffers, large_slot_);
+  for (const auto& U : plan_.units()) {
+    const float* src = p_shard_.f32() + U.shard_offset;
+    if (!U.persistent) {
+      Request r = comm_.gather_unit(U, src, tmp.f32());
+      comm_.wait(r);
+      src = tmp.f32();
+    }
+    backend_.copy_to_host(out.data() + U.begin, src, U.size() * sizeof(float));
+  }
+}
+
+}  // namespace trident

@@ -1,0 +1,90 @@
+// ZeRO's storage of parameters and gradients (the model reads and writes
+// through it), by stage:
+//   1: full parameters, full gradients; at the end of backward each unit's
+//      gradients are reduce-scattered into this rank's slice;
+//   2: gradients exist only in a few unit-sized slots: a unit's slot is
+//      reduce-scattered the moment backward leaves it and then recycled;
+//   3: as 2, and parameters exist only as this rank's slices: a unit is
+//      all-gathered into a slot just before it is used (the next one is
+//      prefetched) and the slot is freed when the model is done with it.
+// Persistent (small) units are whole everywhere and all-reduced.
+#pragma once
+#include <deque>
+#include <memory>
+#include <vector>
+
+#include "model/model_storage.hpp"
+#include "parallel/zero/zero_comm.hpp"
+#include "parallel/zero/zero_plan.hpp"
+
+namespace trident {
+
+class ZeroStorage final : public ModelStorage {
+ public:
+  // Fixed pools, allocated up front so memory is known before the run (the
+  // estimator counts exactly these). One slot of each pool is large enough for
+  // the embeddings (the biggest unit: wte is vocab x d_model), the rest fit a
+  // block. Parameters: 2 slots (the unit in use and the prefetched one; at the
+  // tied head, the embeddings and the final norm). Gradients: 3 slots (the
+  // embeddings', collecting at both ends of backward, and two that alternate
+  // between being written and being reduced). Two receive buffers.
+  static constexpr int kParamSlots = 2, kGradSlots = 3, kRecvBuffers = 2;
+  static std::size_t large_slot_elements(const ZeroPlan& plan);  // any unit
+  static std::size_t small_slot_elements(const ZeroPlan& plan);  // any unit but the embeddings
+
+  ZeroStorage(int stage, const TensorTable& table, const ZeroPlan& plan, ComputeBackend& backend,
+              MemoryLedger& ledger, Communicator& data);
+  int stage() const { return stage_; }
+  const ZeroPlan& plan() const { return plan_; }
+
+  float* param(const TensorInfo& t) override;
+  float* grad(const TensorInfo& t) override;
+  void need_params(int unit, Pass pass) override;
+  void done_params(int unit) override;
+  void need_grads(int unit) override;
+  void done_grads(int unit, bool last) override;
+  void gather_params_to_host(std::vector<float>& out) override;
+  void set_params_from_host(const std::vector<float>& in) override;
+
+  void begin_step();       // zero the owned gradients (and stage 1's full ones)
+  void finish_backward();  // complete every outstanding reduction
+  // This rank's slice of unit u: its master parameters and its summed gradients.
+  float* owned_params(int u);
+  float* owned_grads(int u) { return g_shard_.f32() + plan_.units()[u].shard_offset; }
+  float* owned_grads_all() { return g_shard_.f32(); }
+  void publish_params();  // stages 1-2: all-gather the updated slices
+
+ private:
+  struct Slot {
+    Arena mem;
+    int unit = -1;
+    int users = 0;
+    Request pending;  // a gather in flight into this slot
+  };
+  struct Reduction {
+    int unit;
+    Slot* slot;     // stages 2-3: the gradient slot to recycle afterwards
+    float* recv;    // where the summed slice lands before it is accumulated
+    Request req;
+  };
+  Slot* find(std::vector<std::unique_ptr<Slot>>& pool, int unit);
+  Slot* acquire(std::vector<std::unique_ptr<Slot>>& pool, int unit, bool may_fail = false);
+  void start_gather(int unit, bool prefetch);
+  void complete_oldest_reduction();
+  float* free_recv_buffer();
+  int unit_of(const TensorInfo& t) const { return plan_.unit_of_offset(t.offset); }
+
+  int stage_;
+  const TensorTable& table_;
+  const ZeroPlan& plan_;
+  ComputeBackend& backend_;
+  MemoryLedger& ledger_;
+  ZeroComm comm_;
+  std::size_t large_slot_, small_slot_;
+  Arena p_full_, g_full_, p_shard_, g_shard_;
+  std::vector<std::unique_ptr<Slot>> p_slots_, g_slots_;
+  std::vector<Arena> recv_buffers_;
+  std::deque<Reduction> reductions_;
+};
+
+}  // namespace trident
