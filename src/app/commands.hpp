@@ -9,6 +9,7 @@ struct TrainOptions {
   std::string deck;
   std::vector<std::string> overrides;  // --set section.key=value
   std::string metrics;                 // --metrics FILE.jsonl (overrides output.metrics)
+  std::string trace;                   // --trace FILE.json: Chrome trace of every rank
 };
 int train_command(const TrainOptions& options);
 

@@ -23,6 +23,8 @@ int run(int argc, char** argv, int rank) {
   train_cmd->add_option("--set", train.overrides,
                         "Override a deck key: section.key=value (repeatable)");
   train_cmd->add_option("--metrics", train.metrics, "Write per-step metrics as JSON Lines here");
+  train_cmd->add_option("--trace", train.trace,
+                        "Write a Chrome trace (Perfetto, chrome://tracing) of every rank here");
 
   EstimateOptions est;
   CLI::App* est_cmd = app.add_subcommand(

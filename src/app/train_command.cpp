@@ -53,6 +53,38 @@ void print_banner(const Deck& deck, Grid& grid, const ComputeBackend& backend,
   fmt::print("compute: {} (threads/rank {})\n", backend.describe(), threads);
 }
 
+void print_pipeline(const Deck& deck, Grid& grid, const Trainer& t) {
+  if (!grid.is_root() || grid.shape().pp == 1) return;
+  const auto& costs = t.predicted_stage_costs();
+  const bool seconds = deck.parallel.partition == "profile";
+  std::string c;
+  for (double x : costs) c += seconds ? fmt::format(" {:.2f} ms", 1e3 * x) : fmt::format(" {:.2f} M", x / 1e6);
+  fmt::print("pipeline: {} stages x {} chunks, schedule {}, {} micro-batches/step; partition {} "
+             "({}): blocks {} | predicted stage cost ({}):{}\n",
+             grid.shape().pp, deck.parallel.virtual_stages, schedule_name(t.schedule()),
+             t.micro_batches(), deck.parallel.partition,
+             seconds ? "measured" : "parameters", format_partition(t.partition()),
+             seconds ? "forward+backward" : "parameters", c);
+}
+
+// The pipeline bubble measured on every rank: 1 - (forward + backward) / the
+// schedule's wall time, against theory for the schedule.
+void report_bubble(Grid& grid, const Trainer& t) {
+  const PhaseTimes& p = t.times();
+  double bubble = p.pipeline > 0 ? 1.0 - (p.forward + p.backward) / p.pipeline : 0.0;
+  double v[2] = {bubble, bubble};
+  grid.world().all_reduce(&v[0], 1, DType::f64, ReduceOp::sum);
+  grid.world().all_reduce(&v[1], 1, DType::f64, ReduceOp::max);
+  if (!grid.is_root() || grid.shape().pp == 1) return;
+  fmt::print("pipeline bubble: measured {:.1f}% (avg over ranks), {:.1f}% (max); theory {:.1f}% "
+             "for {} with p = {}, m = {}, v = {}\n",
+             100 * v[0] / grid.size(), 100 * v[1],
+             100 * theoretical_bubble(t.schedule(), grid.shape().pp, t.micro_batches(),
+                                      grid.shape().pp > 0 ? int(t.partition().size() - 1) / grid.shape().pp : 1),
+             schedule_name(t.schedule()), grid.shape().pp, t.micro_batches(),
+             int(t.partition().size() - 1) / grid.shape().pp);
+}
+
 int train(const TrainOptions& o, Communicator& boot) {
   Deck deck;
   GridShape shape;
@@ -84,7 +116,10 @@ int train(const TrainOptions& o, Communicator& boot) {
   print_banner(deck, grid, *backend, *train_data, val_data.get(), threads);
 
   MemoryLedger ledger;
-  Trainer trainer(deck, grid, *backend, ledger, *train_data, val_data.get());
+  TraceRecorder trace;
+  Trainer trainer(deck, grid, *backend, ledger, *train_data, val_data.get(),
+                  o.trace.empty() ? nullptr : &trace);
+  print_pipeline(deck, grid, trainer);
   const int steps = deck.train.steps;
   const double tokens_per_step = double(trainer.tokens_per_step());
   double train_seconds = 0, steady_seconds = 0;
@@ -121,6 +156,11 @@ int train(const TrainOptions& o, Communicator& boot) {
   report_phase_timers(grid, trainer.times(), wall);
   report_memory(grid, ledger);
   report_communication(grid, steps);
+  report_bubble(grid, trainer);
+  if (!o.trace.empty()) {
+    trace.write(grid.world(), o.trace);
+    if (grid.is_root()) fmt::print("trace: {} (open in Perfetto or chrome://tracing)\n", o.trace);
+  }
   if (grid.is_root()) {
     const double secs = steps > 1 ? steady_seconds : train_seconds;
     const double toks = tokens_per_step * (steps > 1 ? steps - 1 : 1);

@@ -37,6 +37,8 @@ Grid::Grid(MPI_Comm parent, GridShape shape) : shape_(shape) {
   MPI_Comm_split(parent, c.tp + shape.tp * c.pp, c.dp, &data_comm_);
   MPI_Comm_split(parent, c.tp + shape.tp * c.dp, c.pp, &pipeline_comm_);
   MPI_Comm_split(parent, c.dp, c.tp + shape.tp * c.pp, &model_comm_);
+  const bool ends = shape.pp > 1 && (c.pp == 0 || c.pp == shape.pp - 1);
+  MPI_Comm_split(parent, ends ? c.tp + shape.tp * c.dp : MPI_UNDEFINED, c.pp, &embedding_comm_);
   MPI_Comm node = MPI_COMM_NULL;
   MPI_Comm_split_type(parent, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node);
   MPI_Comm_rank(node, &local_rank_);
@@ -47,17 +49,21 @@ Grid::Grid(MPI_Comm parent, GridShape shape) : shape_(shape) {
   data_ = make_communicator(data_comm_, "data");
   pipeline_ = make_communicator(pipeline_comm_, "pipeline");
   model_ = make_communicator(model_comm_, "model");
+  if (embedding_comm_ != MPI_COMM_NULL) embedding_ = make_communicator(embedding_comm_, "embedding");
 }
 
 Grid::~Grid() {
   world_.reset(); tensor_.reset(); data_.reset(); pipeline_.reset(); model_.reset();
-  for (MPI_Comm* c : {&world_comm_, &tensor_comm_, &data_comm_, &pipeline_comm_, &model_comm_})
+  embedding_.reset();
+  for (MPI_Comm* c : {&world_comm_, &tensor_comm_, &data_comm_, &pipeline_comm_, &model_comm_,
+                      &embedding_comm_})
     if (*c != MPI_COMM_NULL) MPI_Comm_free(c);
 }
 
 void Grid::set_timeout_seconds(double s) {
-  for (Communicator* c : {world_.get(), tensor_.get(), data_.get(), pipeline_.get(), model_.get()})
-    c->set_timeout_seconds(s);
+  for (Communicator* c : {world_.get(), tensor_.get(), data_.get(), pipeline_.get(), model_.get(),
+                          embedding_.get()})
+    if (c) c->set_timeout_seconds(s);
 }
 
 std::string Grid::describe() const {

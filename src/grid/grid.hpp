@@ -52,6 +52,9 @@ class Grid {
   Communicator& tensor() { return *tensor_; }
   Communicator& pipeline() { return *pipeline_; }
   Communicator& model() { return *model_; }  // tensor x pipeline of one replica
+  // First and last pipeline stage of one (tensor, data) position: they share
+  // the tied token embedding. Null on middle stages and without pipelining.
+  Communicator* embedding() { return embedding_.get(); }
 
   void set_timeout_seconds(double s);
   std::string describe() const;  // "TP(2)-PP(2)-DP(2)-Rank(5)"
@@ -63,8 +66,8 @@ class Grid {
   int local_rank_ = 0, local_size_ = 1;
   MPI_Comm world_comm_ = MPI_COMM_NULL, data_comm_ = MPI_COMM_NULL,
            tensor_comm_ = MPI_COMM_NULL, pipeline_comm_ = MPI_COMM_NULL,
-           model_comm_ = MPI_COMM_NULL;
-  std::unique_ptr<Communicator> world_, data_, tensor_, pipeline_, model_;
+           model_comm_ = MPI_COMM_NULL, embedding_comm_ = MPI_COMM_NULL;
+  std::unique_ptr<Communicator> world_, data_, tensor_, pipeline_, model_, embedding_;
 };
 
 }  // namespace trident

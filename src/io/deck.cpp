@@ -98,6 +98,21 @@ void read_rest(DeckReader& r, Deck& d) {
   r.get("parallel", "tp", p.tp);
   r.get("parallel", "pp", p.pp);
   r.get("parallel", "sequence_parallel", p.sequence_parallel);
+  r.get("parallel", "schedule", p.schedule);
+  r.get("parallel", "virtual_stages", p.virtual_stages);
+  r.get("parallel", "partition", p.partition);
+  r.get("parallel", "p2p_gbps", p.p2p_gbps);
+  r.require(p.schedule == "naive" || p.schedule == "gpipe" || p.schedule == "1f1b" ||
+                p.schedule == "interleaved",
+            "parallel", "schedule",
+            fmt::format("= \"{}\" is not a schedule; use \"naive\", \"gpipe\", \"1f1b\" or "
+                        "\"interleaved\"", p.schedule));
+  r.require(p.partition == "uniform" || p.partition == "parameters" || p.partition == "profile",
+            "parallel", "partition",
+            fmt::format("= \"{}\" is not a partition; use \"uniform\", \"parameters\" or "
+                        "\"profile\"", p.partition));
+  r.require(p.virtual_stages >= 1, "parallel", "virtual_stages", "must be at least 1");
+  r.require(p.p2p_gbps > 0, "parallel", "p2p_gbps", "must be positive");
   r.get("parallel", "dp_mode", p.dp_mode);
   r.get("parallel", "bucket_mb", p.bucket_mb);
   r.require(p.dp >= 0, "parallel", "dp", "must be >= 0 (0 or absent: derived from the world)");
@@ -175,9 +190,25 @@ GridShape resolve_layout(Deck& d, int world) {
     throw InputError(fmt::format("{}: [parallel] tp = {} does not divide the MLP width 4 * "
                                  "model.d_model = {}; choose tp in {{{}}}",
                                  f, p.tp, m.d_ff(), divisors(m.d_ff())));
-  if (p.pp != 1)
-    throw InputError(fmt::format("{}: [parallel] pp = {}: pipeline parallelism is not supported "
-                                 "yet; set pp = 1", f, p.pp));
+  const int chunks = p.virtual_stages;
+  if (p.schedule == "interleaved") {
+    if (chunks < 2)
+      throw InputError(fmt::format("{}: [parallel] schedule = \"interleaved\" needs "
+                                   "virtual_stages >= 2 (with 1 it is plain 1f1b)", f));
+    if (p.partition != "uniform")
+      throw InputError(fmt::format("{}: [parallel] schedule = \"interleaved\" uses the uniform "
+                                   "partition; set partition = \"uniform\"", f));
+  } else if (chunks != 1) {
+    throw InputError(fmt::format("{}: [parallel] virtual_stages = {} needs schedule = "
+                                 "\"interleaved\"", f, chunks));
+  }
+  if (p.partition == "uniform" && m.layers % (p.pp * chunks) != 0)
+    throw InputError(fmt::format("{}: [parallel] model.layers = {} is not divisible by pp * "
+                                 "virtual_stages = {} * {}; change one, or use partition = "
+                                 "\"parameters\" or \"profile\"", f, m.layers, p.pp, chunks));
+  if (m.layers < p.pp * chunks)
+    throw InputError(fmt::format("{}: [parallel] model.layers = {} is fewer than the {} pipeline "
+                                 "stages; every stage needs a block", f, m.layers, p.pp * chunks));
   if (world % (p.tp * p.pp) != 0)
     throw InputError(fmt::format("{}: [parallel] tp * pp = {} does not divide the {} ranks of the "
                                  "job; launch a multiple of {} ranks", f, p.tp * p.pp, world,
@@ -193,6 +224,11 @@ GridShape resolve_layout(Deck& d, int world) {
     throw InputError(fmt::format("{}: [train] batch = {} is not a multiple of dp * micro_batch = "
                                  "{} * {}; choose batch as a multiple of {}", f, t.batch, p.dp,
                                  t.micro_batch, p.dp * t.micro_batch));
+  const int micro_batches = t.batch / (p.dp * t.micro_batch);
+  if (p.schedule == "interleaved" && micro_batches % p.pp != 0)
+    throw InputError(fmt::format("{}: [parallel] schedule = \"interleaved\" needs the {} "
+                                 "micro-batches per step (batch / (dp * micro_batch)) to be a "
+                                 "multiple of pp = {}", f, micro_batches, p.pp));
   if (p.sequence_parallel && p.tp > 1 && (t.micro_batch * m.seq_len) % p.tp != 0)
     throw InputError(fmt::format("{}: [parallel] sequence_parallel splits the micro_batch * "
                                  "seq_len = {} tokens over tp = {} ranks; choose a micro_batch "

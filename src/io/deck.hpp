@@ -35,6 +35,10 @@ struct ParallelSection {
   int tp = 1;
   int pp = 1;
   bool sequence_parallel = false;     // shard norm/residual activations over the tensor group
+  std::string schedule = "1f1b";      // naive | gpipe | 1f1b | interleaved
+  int virtual_stages = 1;             // model chunks per pipeline rank (interleaved)
+  std::string partition = "uniform";  // uniform | parameters | profile
+  double p2p_gbps = 10.0;             // link speed the profile partitioner assumes
   std::string dp_mode = "allreduce";  // allreduce (bucketed, overlapped) | gather
   double bucket_mb = 25.0;            // gradient bucket size for allreduce mode
 };

@@ -2,6 +2,8 @@
 
 #include "model/gpt.hpp"
 #include "model/gpt_params.hpp"
+#include "parallel/pipeline/partition.hpp"
+#include "parallel/pipeline/schedule.hpp"
 #include "parallel/tensor/tensor_layout.hpp"
 #include "parallel/zero/zero_plan.hpp"
 #include "parallel/zero/zero_storage.hpp"
@@ -19,40 +21,74 @@ double MemoryEstimate::peak() const {
   return s;
 }
 
+namespace {
+
+// The blocks each virtual stage owns, as the trainer chooses them (the profile
+// partitioner needs measurements: it is predicted by parameter counts here).
+Partition predicted_partition(const Deck& deck, int virtual_stages) {
+  const auto& m = deck.model;
+  if (deck.parallel.partition == "uniform") return partition_uniform(m.layers, virtual_stages);
+  StageCosts costs;
+  costs.block.assign(m.layers, 0.0);
+  for (const TensorInfo& t : build_gpt_param_table(m).tensors()) {
+    if (t.layer >= 0) costs.block[t.layer] += double(t.numel);
+    else if (t.name == "lnf.w" || t.name == "lnf.b") costs.last += double(t.numel);
+    else costs.first += double(t.numel);
+  }
+  return partition_min_max(costs, virtual_stages);
+}
+
+}  // namespace
+
 MemoryEstimate estimate_memory(const Deck& deck, const GridShape& shape, int stage) {
   MemoryEstimate e;
   const GptConfig& m = deck.model;
   const TensorParallelLayout tp{shape.tp, 0, deck.parallel.sequence_parallel};
   const std::size_t align = stage > 0 ? std::size_t(shape.dp) * TensorTable::kAlign : 1;
-  const TensorTable table = build_gpt_param_table(m, tp, align);
-  const double f = sizeof(float), n = double(table.size());
-  auto& b = e.bytes;
-  auto at = [&](MemCategory c) -> double& { return b[int(c)]; };
-  if (stage == 0) {
-    at(MemCategory::parameters) = n * f;
-    at(MemCategory::gradients) = n * f;
-    at(MemCategory::optimizer) = 2 * n * f;  // rank 0 updates in both dp modes
-  } else {
-    const ZeroPlan plan(table, shape.dp, 0, std::size_t(deck.zero.persistence_threshold));
-    const double shard = double(plan.shard_size());
-    const double large = double(ZeroStorage::large_slot_elements(plan));
-    const double small = double(ZeroStorage::small_slot_elements(plan));
-    auto pool = [&](int slots) { return large + (slots - 1) * small; };
-    at(MemCategory::parameters) = (stage <= 2 ? n : shard + pool(ZeroStorage::kParamSlots)) * f;
-    at(MemCategory::gradients) = ((stage == 1 ? n : pool(ZeroStorage::kGradSlots)) + shard) * f;
-    at(MemCategory::optimizer) = 2 * shard * f;
-    if (stage >= 2)
-      at(MemCategory::buffers) = ZeroStorage::kRecvBuffers * double(std::size_t(large) / shape.dp) * f;
-  }
+  const int v = deck.parallel.virtual_stages, V = shape.pp * v;
   const int B = deck.train.micro_batch > 0 ? deck.train.micro_batch : deck.train.batch / shape.dp;
-  const TensorTable acts = GptModel::activation_table(m, B, tp);
-  const double tokens = double(B) * m.seq_len;
-  at(MemCategory::activations) = double(acts.size()) * f + 2 * tokens * sizeof(std::int32_t);
-  // Full recomputation keeps each block's input and one block's activations
-  // at a time (plus the head): the per-block part divided by the layers.
-  const double per_token_block = double(acts.size()) / std::max(1, m.layers);
-  e.activations_full_recompute =
-      (m.layers * tp.local_tokens(int(tokens)) * double(m.d_model) + per_token_block) * f;
+  const int micro_batches = std::max(1, deck.train.batch / (shape.dp * B));
+  const Partition part = predicted_partition(deck, V);
+  const auto actions = build_schedule(parse_schedule(deck.parallel.schedule), shape.pp, 0,
+                                      micro_batches, v);
+  const double f = sizeof(float), tokens = double(B) * m.seq_len;
+  auto at = [&](MemCategory c) -> double& { return e.bytes[int(c)]; };
+  for (int c = 0; c < v; ++c) {  // rank 0's chunks: virtual stages c * pp
+    const int vs = c * shape.pp;
+    const StageSpec spec{part[vs], part[vs + 1] - part[vs], vs == 0, vs == V - 1};
+    const TensorTable table = build_gpt_param_table(m, tp, align, spec);
+    const double n = double(table.size());
+    if (stage == 0) {
+      at(MemCategory::parameters) += n * f;
+      at(MemCategory::gradients) += n * f;
+      at(MemCategory::optimizer) += 2 * n * f;  // rank 0 updates in both dp modes
+    } else {
+      const ZeroPlan plan(table, shape.dp, 0, std::size_t(deck.zero.persistence_threshold));
+      const double shard = double(plan.shard_size());
+      const double large = double(ZeroStorage::large_slot_elements(plan));
+      const double small = double(ZeroStorage::small_slot_elements(plan));
+      auto pool = [&](int slots) { return large + (slots - 1) * small; };
+      at(MemCategory::parameters) += (stage <= 2 ? n : shard + pool(ZeroStorage::kParamSlots)) * f;
+      at(MemCategory::gradients) += ((stage == 1 ? n : pool(ZeroStorage::kGradSlots)) + shard) * f;
+      at(MemCategory::optimizer) += 2 * shard * f;
+      if (stage >= 2)
+        at(MemCategory::buffers) +=
+            ZeroStorage::kRecvBuffers * double(std::size_t(large) / shape.dp) * f;
+    }
+    TensorTable saved = GptModel::saved_activation_table(m, B, tp, spec);
+    saved.align_end(TensorTable::kAlign);
+    const int slots = max_in_flight(actions, c);
+    at(MemCategory::activations) += (double(saved.size()) * slots +
+                                     double(GptModel::scratch_table(m, B, tp).size())) * f +
+                                    2 * tokens * slots * sizeof(std::int32_t);
+    if (c == 0) {
+      // Full recomputation keeps each block's input and one block's
+      // activations at a time: per block, divided by this chunk's blocks.
+      const double per_block = double(saved.size()) / std::max(1, spec.num_blocks);
+      e.activations_full_recompute =
+          (spec.num_blocks * tp.local_tokens(int(tokens)) * double(m.d_model) + per_block) * f;
+    }
+  }
   e.parameters = double(gpt_num_parameters(m));
   return e;
 }

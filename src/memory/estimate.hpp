@@ -19,8 +19,9 @@ struct MemoryEstimate {
   double peak() const;                         // every arena is live for the whole step
 };
 
-// Rank 0's view (the largest: it holds the first vocabulary shard and, in
-// gather mode, the optimizer) for the deck's layout and the given ZeRO stage.
+// Rank 0's view (the first pipeline stage, first vocabulary shard and, in
+// gather mode, the optimizer's holder) for the deck's layout and the given
+// ZeRO stage, activations for as many micro-batches as its schedule keeps.
 MemoryEstimate estimate_memory(const Deck& deck, const GridShape& shape, int zero_stage);
 
 // The ZeRO paper's model-state bytes per rank for Ψ parameters on N data ranks:

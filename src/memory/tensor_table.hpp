@@ -23,6 +23,8 @@ struct TensorInfo {
   int split_dim = -1;                      // dim split across the tensor group; -1: whole
   int shard_rank = 0;                      // this rank's shard index along split_dim
   int layer = -1;                          // transformer block index, -1 for the rest
+  int unit = 0;  // partition unit (ZeRO slices and gathers whole units): a block, or one
+                 // of the embedding table, position table and final norm
   bool weight_decay = false;               // AdamW decays matrices, not biases or norms
   bool primary = true;  // false for a second copy of a tensor kept elsewhere too (e.g. the
                         // tied embedding on the last pipeline stage): never saved from here

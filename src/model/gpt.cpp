@@ -7,31 +7,33 @@
 namespace trident {
 
 GptModel::GptModel(const GptConfig& c, int micro_batch, ComputeBackend& backend,
-                   MemoryLedger& ledger, const TensorParallelLayout& tp, Communicator* tensor_comm,
-                   std::size_t unit_align, ModelStorage* storage)
+                   MemoryLedger& ledger, const GptModelOptions& o)
     : cfg_(c),
       B_(micro_batch),
       backend_(backend),
-      tp_(tp),
-      tcomm_(tensor_comm, tp),
-      table_(build_gpt_param_table(c, tp, unit_align)) {
-  if (!storage) own_storage_ = std::make_unique<FullStorage>(table_, backend, ledger);
-  storage_ = storage ? storage : own_storage_.get();
-
+      tp_(o.tp),
+      tcomm_(o.tensor_comm, o.tp),
+      stage_(o.stage),
+      table_(build_gpt_param_table(c, o.tp, o.unit_align, o.stage)) {
+  if (!o.storage) own_storage_ = std::make_unique<FullStorage>(table_, backend, ledger);
+  storage_ = o.storage ? o.storage : own_storage_.get();
   BT_ = B_ * c.seq_len;
   BTl_ = tp_.local_tokens(BT_);
   first_token_ = tp_.first_local_token(BT_);
-  act_table_ = activation_table(c, B_, tp_);
-  acts_ = Arena(backend, ledger, MemCategory::activations, act_table_.size());
-  io_ = Arena(backend, ledger, MemCategory::activations, 2 * std::size_t(BT_), DType::i32);
+  saved_ = saved_activation_table(c, B_, tp_, stage_);
+  saved_.align_end(TensorTable::kAlign);  // slots start vector-aligned
+  scratch_ = scratch_table(c, B_, tp_);
+  acts_ = Arena(backend, ledger, MemCategory::activations, saved_.size() * o.activation_slots);
+  scratch_arena_ = Arena(backend, ledger, MemCategory::activations, scratch_.size());
+  io_ = Arena(backend, ledger, MemCategory::activations, 2 * std::size_t(BT_) * o.activation_slots,
+              DType::i32);
   host_losses_.resize(BT_);
 }
 
-TensorTable GptModel::activation_table(const GptConfig& c, int micro_batch,
-                                       const TensorParallelLayout& tp) {
+TensorTable GptModel::saved_activation_table(const GptConfig& c, int micro_batch,
+                                             const TensorParallelLayout& tp, const StageSpec& st) {
   const std::int64_t BT = std::int64_t(micro_batch) * c.seq_len, BTl = tp.local_tokens(int(BT));
   const std::int64_t C = c.d_model, Cl = tp.local_width(c), Fl = tp.local_ff(c);
-  const std::int64_t Vl = tp.local_vocab(c);
   const std::int64_t att = std::int64_t(micro_batch) * tp.local_heads(c) * c.seq_len * c.seq_len;
   const bool sp = tp.sp();
   TensorTable t;
@@ -43,8 +45,8 @@ TensorTable GptModel::activation_table(const GptConfig& c, int micro_batch,
   };
   // Residual stream and norms: this rank's tokens. Everything between the
   // column- and row-parallel layers: all tokens, this rank's features.
-  add("encoded", BTl * C);
-  for (int l = 0; l < c.layers; ++l) {
+  add("encoded", BTl * C);  // the embeddings' output, or the previous stage's
+  for (int l = st.first_block; l < st.first_block + st.blocks(c.layers); ++l) {
     const std::string p = fmt::format("h.{}.", l);
     add(p + "ln1", BTl * C), add(p + "ln1_mean", BTl), add(p + "ln1_rstd", BTl);
     if (sp) add(p + "ln1_full", BT * C);
@@ -54,20 +56,39 @@ TensorTable GptModel::activation_table(const GptConfig& c, int micro_batch,
     if (sp) add(p + "ln2_full", BT * C);
     add(p + "fch", BT * Fl), add(p + "fch_gelu", BT * Fl), add(p + "res3", BTl * C);
   }
-  add("lnf", BTl * C), add("lnf_mean", BTl), add("lnf_rstd", BTl);
-  if (sp) add("lnf_full", BT * C);
-  add("logits", BT * Vl), add("losses", BT), add("xent_max", BT), add("xent_packed", 2 * BT);
-  // Scratch, reused layer after layer: activation gradients are never kept
-  // for the whole stack. Counted as activations (it scales with tokens).
-  add("full_c", BT * C), add("d_res", BTl * C), add("d_c", BT * C), add("d_3c", BT * 3 * Cl);
-  add("d_ff_a", BT * Fl), add("d_ff_b", BT * Fl), add("d_att", att);
-  if (sp) add("local_c", BTl * C), add("sp_pack", 4 * C);
+  if (st.head) {
+    add("lnf", BTl * C), add("lnf_mean", BTl), add("lnf_rstd", BTl);
+    if (sp) add("lnf_full", BT * C);
+    add("logits", BT * tp.local_vocab(c)), add("losses", BT);
+    add("xent_max", BT), add("xent_packed", 2 * BT);
+  }
+  if (!st.embedding) add("d_input", BTl * C);  // sent to the previous stage
   return t;
 }
 
-GptModel::Block GptModel::block(int l) {
+TensorTable GptModel::scratch_table(const GptConfig& c, int micro_batch,
+                                    const TensorParallelLayout& tp) {
+  // Reused layer after layer and micro-batch after micro-batch: activation
+  // gradients are never kept for the whole stack. Counted as activations.
+  const std::int64_t BT = std::int64_t(micro_batch) * c.seq_len, BTl = tp.local_tokens(int(BT));
+  const std::int64_t C = c.d_model, Cl = tp.local_width(c), Fl = tp.local_ff(c);
+  const std::int64_t att = std::int64_t(micro_batch) * tp.local_heads(c) * c.seq_len * c.seq_len;
+  TensorTable t;
+  auto add = [&](std::string name, std::int64_t n) {
+    TensorInfo info;
+    info.name = std::move(name);
+    info.shape = {n};
+    t.add(std::move(info));
+  };
+  add("full_c", BT * C), add("d_res", BTl * C), add("d_c", BT * C), add("d_3c", BT * 3 * Cl);
+  add("d_ff_a", BT * Fl), add("d_ff_b", BT * Fl), add("d_att", att);
+  if (tp.sp()) add("local_c", BTl * C), add("sp_pack", 4 * C);
+  return t;
+}
+
+GptModel::Block GptModel::block(int slot, int l) {
   const std::string p = fmt::format("h.{}.", l);
-  auto a = [&](const char* n) { return acts_.f32(act_table_.at(p + n)); };
+  auto a = [&](const char* n) { return act(slot, p + n); };
   const bool sp = tp_.sp();
   Block b{a("ln1"), a("ln1_mean"), a("ln1_rstd"), nullptr, a("qkv"), a("atty"), a("att"),
           a("res2"), a("ln2"), a("ln2_mean"), a("ln2_rstd"), nullptr, a("fch"), a("fch_gelu"),
@@ -75,6 +96,11 @@ GptModel::Block GptModel::block(int l) {
   b.ln1_full = sp ? a("ln1_full") : b.ln1;  // without SP the local norm output is all tokens
   b.ln2_full = sp ? a("ln2_full") : b.ln2;
   return b;
+}
+
+const float* GptModel::output(int slot) {
+  return last_block() > stage_.first_block ? block(slot, last_block() - 1).res3
+                                           : act(slot, "encoded");
 }
 
 FullStorage& GptModel::full() {
@@ -93,12 +119,10 @@ const float* GptModel::reduce_row_parallel(float* full) {
     tcomm_.all_reduce(full, std::size_t(BT_) * cfg_.d_model);
     return full;
   }
-  float* local = act("local_c");
+  float* local = scratch("local_c");
   tcomm_.reduce_scatter_tokens(full, local, std::size_t(BTl_) * cfg_.d_model);
   return local;
 }
-
-const float* GptModel::reduce_input_grad(float* full) { return reduce_row_parallel(full); }
 
 const float* GptModel::gather(const float* local, float* full) {
   if (!tp_.sp()) return local;
@@ -109,7 +133,7 @@ const float* GptModel::gather(const float* local, float* full) {
 void GptModel::sum_partial_grads(const std::vector<std::string>& names) {
   if (!tp_.sp()) return;
   // Pack the small tensors so the group does one all-reduce, not one each.
-  float* pack = act("sp_pack");
+  float* pack = scratch("sp_pack");
   std::size_t n = 0;
   for (const auto& name : names) {
     const TensorInfo& t = table_.at(name);

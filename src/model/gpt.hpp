@@ -1,6 +1,8 @@
-// The GPT decoder on one tensor rank: parameters and gradients in flat arenas
-// described by one tensor table (this rank's shards), activations of one
-// micro-batch in a third arena. With one tensor rank it is the serial model.
+// The GPT decoder, or the part of it one pipeline stage runs, on one tensor
+// rank: parameters and gradients through a storage (flat arenas described by
+// one tensor table of this rank's shards), saved activations in one slot per
+// micro-batch in flight, scratch shared. With one tensor rank and one stage it
+// is the serial model.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -23,17 +25,23 @@ namespace trident {
 // is final for this step (data parallelism starts its buckets there).
 using GradsReadyFn = std::function<void(std::size_t first_ready_offset)>;
 
+struct GptModelOptions {
+  TensorParallelLayout tp;
+  Communicator* tensor_comm = nullptr;
+  std::size_t unit_align = 1;       // see build_gpt_param_table
+  ModelStorage* storage = nullptr;  // not owned; null: full arenas
+  StageSpec stage;                  // default: the whole model
+  int activation_slots = 1;         // micro-batches whose activations are kept at once
+};
+
 class GptModel {
  public:
-  // `storage` (not owned) replaces the default full arenas, e.g. with ZeRO's;
-  // it must have been built for build_gpt_param_table(config, tp, unit_align).
   GptModel(const GptConfig& config, int micro_batch, ComputeBackend& backend,
-           MemoryLedger& ledger, const TensorParallelLayout& tp = {},
-           Communicator* tensor_comm = nullptr, std::size_t unit_align = 1,
-           ModelStorage* storage = nullptr);
+           MemoryLedger& ledger, const GptModelOptions& options = {});
 
   const GptConfig& config() const { return cfg_; }
   const TensorParallelLayout& tensor_layout() const { return tp_; }
+  const StageSpec& stage() const { return stage_; }
   int micro_batch() const { return B_; }
   const TensorTable& param_table() const { return table_; }
   // The default full arenas (throws std::logic_error under another storage).
@@ -42,57 +50,71 @@ class GptModel {
   const Arena& params() const { return const_cast<GptModel*>(this)->full().params(); }
   const Arena& grads() const { return const_cast<GptModel*>(this)->full().grads(); }
   ModelStorage& storage() { return *storage_; }
-  // Unit indices (see ModelStorage).
-  int embedding_unit() const { return 0; }
-  int block_unit(int l) const { return 1 + l; }
-  int head_unit() const { return 1 + cfg_.layers; }
-  ComputeBackend& backend() { return backend_; }
 
   void init_parameters(std::uint64_t seed);
-  // The activation arena's layout for one micro-batch (the estimator sizes it too).
-  static TensorTable activation_table(const GptConfig& c, int micro_batch,
-                                      const TensorParallelLayout& tp);
+  // The layouts of the saved activations of one micro-batch and of the shared
+  // scratch (the estimator sizes them too).
+  static TensorTable saved_activation_table(const GptConfig& c, int micro_batch,
+                                            const TensorParallelLayout& tp, const StageSpec& st);
+  static TensorTable scratch_table(const GptConfig& c, int micro_batch,
+                                   const TensorParallelLayout& tp);
 
   // Forward over one micro-batch of B x T tokens (host arrays, all tokens on
-  // every tensor rank). Returns the sum of the per-token losses. With dloss != 0
-  // it also leaves dloss * dLoss/dlogits in place of the logits for backward().
-  double forward(const std::int32_t* tokens, const std::int32_t* targets, float dloss);
-  // Adds this micro-batch's gradients into grads(). `finalize` marks the last
-  // micro-batch of a step: gradients that are partial over the tensor group
-  // (norms under sequence parallelism) are summed then, and `ready` (may be
-  // empty) is told as ranges of gradients become final.
-  void backward(const GradsReadyFn& ready, bool finalize = true);
+  // every tensor rank) into activation slot `slot`. A stage without the
+  // embeddings reads its input from input_buffer(slot). Returns the sum of
+  // the per-token losses on the stage with the head (0 elsewhere); with
+  // dloss != 0 the head also leaves dloss * dLoss/dlogits for backward().
+  double forward(int slot, const std::int32_t* tokens, const std::int32_t* targets, float dloss);
+  // Adds the slot's micro-batch gradients into the storage. A stage without
+  // the head reads dLoss/d(output) from output_grad_buffer(). `finalize` marks
+  // this stage's last micro-batch of the step: gradients partial over the
+  // tensor group are summed then, and `ready` (may be empty) is told as ranges
+  // of gradients become final.
+  void backward(int slot, const GradsReadyFn& ready, bool finalize = true);
+
+  // Pipeline boundaries: this rank's tokens x d_model floats each.
+  std::size_t boundary_elements() const { return std::size_t(BTl_) * cfg_.d_model; }
+  float* input_buffer(int slot) { return act(slot, "encoded"); }
+  const float* output(int slot);                          // after forward
+  float* output_grad_buffer() { return scratch("d_res"); }
+  const float* input_grad(int slot) { return act(slot, "d_input"); }  // after backward
 
  private:
-  struct Block {  // activation pointers of one layer
+  struct Block {  // activation pointers of one layer in one slot
     float *ln1, *ln1_mean, *ln1_rstd, *ln1_full, *qkv, *atty, *att, *res2, *ln2, *ln2_mean,
         *ln2_rstd, *ln2_full, *fch, *fch_gelu, *res3;
   };
-  Block block(int l);
-  float* act(const std::string& name) { return acts_.f32(act_table_.at(name)); }
+  Block block(int slot, int l);
+  float* act(int slot, const std::string& name) {
+    return acts_.f32() + std::size_t(slot) * saved_.size() + saved_.at(name).offset;
+  }
+  float* scratch(const std::string& name) { return scratch_arena_.f32(scratch_.at(name)); }
+  std::int32_t* tokens_of(int slot) { return static_cast<std::int32_t*>(io_.data()) + 2 * std::size_t(slot) * BT_; }
   float* P(const std::string& n) { return storage_->param(table_.at(n)); }
   float* G(const std::string& n) { return storage_->grad(table_.at(n)); }
+  int unit(const std::string& n) const { return table_.at(n).unit; }
+  int last_block() const { return stage_.first_block + stage_.blocks(cfg_.layers); }
   FullStorage& full();
   // Row-parallel output (partial sums over the group, all tokens) -> this
   // rank's tokens, summed: all-reduce, or reduce-scatter with SP.
   const float* reduce_row_parallel(float* full);
-  // Column-parallel input gradient (partial sums) -> this rank's tokens.
-  const float* reduce_input_grad(float* full);
   // This rank's tokens -> all tokens (identity without SP).
   const float* gather(const float* local, float* full);
   void sum_partial_grads(const std::vector<std::string>& names);
+  void head_backward(int slot, float* d_res, bool finalize);
 
   GptConfig cfg_;
   int B_;
   ComputeBackend& backend_;
   TensorParallelLayout tp_;
   TensorComm tcomm_;
+  StageSpec stage_;
   TensorTable table_;
   std::unique_ptr<FullStorage> own_storage_;
   ModelStorage* storage_;
-  TensorTable act_table_;
-  Arena acts_;
-  Arena io_;  // tokens and targets (int32) on the device
+  TensorTable saved_, scratch_;
+  Arena acts_, scratch_arena_;
+  Arena io_;  // tokens and targets (int32) of every slot, on the device
   std::vector<float> host_losses_;
   int BT_, BTl_, first_token_;  // all tokens, this rank's tokens, its first
 };

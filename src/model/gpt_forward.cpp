@@ -1,43 +1,48 @@
-// GPT forward on one tensor rank (Megatron's f/g operators: identity in,
-// sum out of each parallel region; with SP, all-gather in, reduce-scatter out).
+// GPT forward on one tensor rank and pipeline stage (Megatron's f/g
+// operators: identity in, sum out of each parallel region; with SP,
+// all-gather in, reduce-scatter out).
 #include <fmt/format.h>
 
 #include "model/gpt.hpp"
 
 namespace trident {
 
-double GptModel::forward(const std::int32_t* tokens, const std::int32_t* targets, float dloss) {
+double GptModel::forward(int slot, const std::int32_t* tokens, const std::int32_t* targets,
+                         float dloss) {
   const int B = B_, T = cfg_.seq_len, C = cfg_.d_model, BT = BT_, BTl = BTl_;
   const int Cl = tp_.local_width(cfg_), NHl = tp_.local_heads(cfg_), Fl = tp_.local_ff(cfg_);
-  const int Vl = tp_.local_vocab(cfg_), vlo = tp_.vocab_begin(cfg_), valid = tp_.valid_vocab(cfg_);
-  auto* tok = static_cast<std::int32_t*>(io_.data());
-  auto* tgt = tok + BT;
+  std::int32_t* tok = tokens_of(slot);
+  std::int32_t* tgt = tok + BT;
   backend_.copy_from_host(tok, tokens, BT * sizeof(std::int32_t));
   backend_.copy_from_host(tgt, targets, BT * sizeof(std::int32_t));
   ComputeBackend& be = backend_;
-  float* full = act("full_c");
+  ModelStorage& st = *storage_;
+  float* full = scratch("full_c");
   // Row-parallel biases are added once: by tensor rank 0, before the sum.
   const bool bias_here = tp_.rank == 0;
 
-  // Vocab-parallel embedding: each rank looks up its shard, the group sums.
-  ModelStorage& st = *storage_;
-  const int emb = embedding_unit(), head = head_unit();
-  st.need_params(emb, Pass::forward);
-  float* x = act("encoded");
-  if (tp_.sp()) {
-    be.embedding_forward(full, tok, P("wte"), vlo, Vl, BT, C);
-    tcomm_.reduce_scatter_tokens(full, x, std::size_t(BTl) * C);
-  } else {
-    be.embedding_forward(x, tok, P("wte"), vlo, Vl, BT, C);
-    tcomm_.all_reduce(x, std::size_t(BT) * C);
+  float* x = act(slot, "encoded");
+  if (stage_.embedding) {
+    // Vocab-parallel embedding: each rank looks up its shard, the group sums.
+    const int Vl = tp_.local_vocab(cfg_), vlo = tp_.vocab_begin(cfg_);
+    st.need_params(unit("wte"), Pass::forward);
+    st.need_params(unit("wpe"), Pass::forward);
+    if (tp_.sp()) {
+      be.embedding_forward(full, tok, P("wte"), vlo, Vl, BT, C);
+      tcomm_.reduce_scatter_tokens(full, x, std::size_t(BTl) * C);
+    } else {
+      be.embedding_forward(x, tok, P("wte"), vlo, Vl, BT, C);
+      tcomm_.all_reduce(x, std::size_t(BT) * C);
+    }
+    be.position_forward(x, P("wpe"), BTl, T, first_token_, C);
+    st.done_params(unit("wpe"));
+    st.done_params(unit("wte"));
   }
-  be.position_forward(x, P("wpe"), BTl, T, first_token_, C);
-  st.done_params(emb);
 
-  for (int l = 0; l < cfg_.layers; ++l) {
+  for (int l = stage_.first_block; l < last_block(); ++l) {
     const std::string p = fmt::format("h.{}.", l);
-    Block a = block(l);
-    st.need_params(block_unit(l), Pass::forward);
+    Block a = block(slot, l);
+    st.need_params(unit(p + "ln1.w"), Pass::forward);
     be.layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, P(p + "ln1.w"), P(p + "ln1.b"), BTl, C);
     const float* ln1 = gather(a.ln1, a.ln1_full);
     be.matmul_forward(a.qkv, ln1, P(p + "attn.qkv.w"), P(p + "attn.qkv.b"), BT, C, 3 * Cl);
@@ -54,29 +59,31 @@ double GptModel::forward(const std::int32_t* tokens, const std::int32_t* targets
     be.matmul_forward(full, a.fch_gelu, P(p + "mlp.proj.w"), bias_here ? P(p + "mlp.proj.b") : nullptr,
                       BT, Fl, C);
     be.add(a.res3, a.res2, reduce_row_parallel(full), std::size_t(BTl) * C);
-    st.done_params(block_unit(l));
+    st.done_params(unit(p + "ln1.w"));
     x = a.res3;
   }
-  // The head needs the final norm and, being tied, the token embedding again.
-  // Both stay until backward has passed the head (or until now, for eval).
-  st.need_params(head, Pass::forward);
-  st.need_params(emb, Pass::forward);
+  if (!stage_.head) return 0.0;
 
-  be.layernorm_forward(act("lnf"), act("lnf_mean"), act("lnf_rstd"), x, P("lnf.w"), P("lnf.b"),
-                       BTl, C);
-  const float* lnf = gather(act("lnf"), tp_.sp() ? act("lnf_full") : nullptr);
-  float* logits = act("logits");
+  // The head needs the final norm and, being tied, the token embedding. Both
+  // stay until backward has passed the head (or until now, for eval).
+  const int Vl = tp_.local_vocab(cfg_), vlo = tp_.vocab_begin(cfg_), valid = tp_.valid_vocab(cfg_);
+  st.need_params(unit("lnf.w"), Pass::forward);
+  st.need_params(unit("wte"), Pass::forward);
+  be.layernorm_forward(act(slot, "lnf"), act(slot, "lnf_mean"), act(slot, "lnf_rstd"), x,
+                       P("lnf.w"), P("lnf.b"), BTl, C);
+  const float* lnf = gather(act(slot, "lnf"), tp_.sp() ? act(slot, "lnf_full") : nullptr);
+  float* logits = act(slot, "logits");
   be.matmul_forward(logits, lnf, P("wte"), nullptr, BT, C, Vl);  // tied head, vocab shard
   // Vocab-parallel cross-entropy: no rank ever holds all the logits of a token.
-  float *mx = act("xent_max"), *packed = act("xent_packed");
+  float *mx = act(slot, "xent_max"), *packed = act(slot, "xent_packed");
   be.xent_max(mx, logits, BT, Vl, valid);
   tcomm_.max_over_vocab(mx, BT);
   be.xent_sums(packed, logits, mx, tgt, vlo, BT, Vl, valid);
   tcomm_.sum_over_vocab(packed, 2 * std::size_t(BT));
-  be.xent_finish(act("losses"), dloss != 0.0f ? logits : nullptr, logits, mx, packed, tgt, vlo, BT,
-                 Vl, valid, dloss);
-  if (dloss == 0.0f) st.done_params(head), st.done_params(emb);
-  be.copy_to_host(host_losses_.data(), act("losses"), BT * sizeof(float));
+  be.xent_finish(act(slot, "losses"), dloss != 0.0f ? logits : nullptr, logits, mx, packed, tgt,
+                 vlo, BT, Vl, valid, dloss);
+  if (dloss == 0.0f) st.done_params(unit("lnf.w")), st.done_params(unit("wte"));
+  be.copy_to_host(host_losses_.data(), act(slot, "losses"), BT * sizeof(float));
   double sum = 0;
   for (float v : host_losses_) sum += v;
   return sum;

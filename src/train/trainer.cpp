@@ -1,56 +1,105 @@
 #include "train/trainer.hpp"
 
-#include "core/timer.hpp"
-
 #include <cmath>
+
+#include "core/timer.hpp"
+#include "model/gpt_params.hpp"
 #include "optim/clip.hpp"
 #include "optim/schedule.hpp"
+#include "train/profile.hpp"
 
 namespace trident {
 
 Trainer::Trainer(const Deck& deck, Grid& grid, ComputeBackend& backend, MemoryLedger& ledger,
-                 const TokenDataset& train_data, const TokenDataset* val_data)
+                 const TokenDataset& train_data, const TokenDataset* val_data,
+                 TraceRecorder* trace)
     : deck_(deck),
       grid_(grid),
       backend_(backend),
       train_data_(train_data),
       val_data_(val_data),
-      gather_mode_(deck.parallel.dp_mode == "gather") {
-  const auto& t = deck.train;
-  const TensorParallelLayout tp{grid.shape().tp, grid.coord().tp, deck.parallel.sequence_parallel};
-  const AdamWConfig adam{float(t.beta1), float(t.beta2), float(t.eps), float(t.weight_decay)};
-  std::size_t unit_align = 1;
-  if (deck.zero.stage > 0) {
-    // Every unit splits into dp equal, vector-aligned slices.
-    unit_align = std::size_t(grid.shape().dp) * TensorTable::kAlign;
-    zero_table_ = build_gpt_param_table(deck.model, tp, unit_align);
-    zero_plan_ = std::make_unique<ZeroPlan>(zero_table_, grid.shape().dp, grid.coord().dp,
-                                            std::size_t(deck.zero.persistence_threshold));
-    zero_storage_ = std::make_unique<ZeroStorage>(deck.zero.stage, zero_table_, *zero_plan_,
-                                                  backend, ledger, grid.data());
+      trace_(trace),
+      gather_mode_(deck.parallel.dp_mode == "gather"),
+      schedule_(parse_schedule(deck.parallel.schedule)),
+      micro_batches_(deck.train.batch / (grid.shape().dp * deck.train.micro_batch)),
+      pcomm_(grid.pipeline(), deck.parallel.virtual_stages) {
+  const int v = deck.parallel.virtual_stages, p = grid.shape().pp, s = grid.coord().pp;
+  choose_partition(ledger);
+  actions_ = build_schedule(schedule_, p, s, micro_batches_, v);
+  chunks_.resize(v);
+  for (int c = 0; c < v; ++c) {
+    ModelChunk& ch = chunks_[c];
+    ch.virtual_stage = c * p + s;
+    const int vs = ch.virtual_stage, V = p * v;
+    ch.spec = StageSpec{partition_[vs], partition_[vs + 1] - partition_[vs], vs == 0, vs == V - 1};
+    build_chunk(ch, ledger, max_in_flight(actions_, c));
   }
-  model_ = std::make_unique<GptModel>(deck.model, t.micro_batch, backend, ledger, tp,
-                                      &grid.tensor(), unit_align, zero_storage_.get());
-  model_->init_parameters(t.seed);
-  if (zero_storage_) {
-    zero_opt_ = std::make_unique<ZeroOptimizer>(*zero_storage_, model_->param_table(), backend,
-                                                ledger, adam);
-  } else {
-    dp_comm_ = std::make_unique<DataParallelComm>(
-        grid.data(), model_->grads(),
-        plan_grad_buckets(model_->param_table(),
-                          std::size_t(deck.parallel.bucket_mb * 1024 * 1024)));
-    if (!gather_mode_ || dp_comm_->is_root())
-      optimizer_ = std::make_unique<AdamW>(model_->param_table(), backend, ledger, adam);
-  }
-  const std::size_t bt = std::size_t(t.micro_batch) * deck.model.seq_len;
+  const std::size_t bt = std::size_t(deck.train.micro_batch) * deck.model.seq_len;
   tokens_.resize(bt);
   targets_.resize(bt);
 }
 
+void Trainer::choose_partition(MemoryLedger& ledger) {
+  const auto& m = deck_.model;
+  const int V = grid_.shape().pp * deck_.parallel.virtual_stages;
+  const std::string& how = deck_.parallel.partition;
+  StageCosts costs;
+  if (how == "profile") {
+    costs = profile_stage_costs(deck_, grid_, backend_);
+  } else {  // parameter counts (uniform uses them only for the printed prediction)
+    const TensorTable whole = build_gpt_param_table(m);
+    costs.block.assign(m.layers, 0.0);
+    for (const TensorInfo& t : whole.tensors()) {
+      if (t.layer >= 0) costs.block[t.layer] += double(t.numel);
+      else if (t.name == "lnf.w" || t.name == "lnf.b") costs.last += double(t.numel);
+      else costs.first += double(t.numel);
+    }
+  }
+  partition_ = how == "uniform" ? partition_uniform(m.layers, V) : partition_min_max(costs, V);
+  predicted_costs_ = stage_costs(costs, partition_);
+  (void)ledger;
+}
+
+void Trainer::build_chunk(ModelChunk& ch, MemoryLedger& ledger, int slots) {
+  const auto& t = deck_.train;
+  const TensorParallelLayout tp{grid_.shape().tp, grid_.coord().tp, deck_.parallel.sequence_parallel};
+  const AdamWConfig adam{float(t.beta1), float(t.beta2), float(t.eps), float(t.weight_decay)};
+  GptModelOptions o;
+  o.tp = tp;
+  o.tensor_comm = &grid_.tensor();
+  o.stage = ch.spec;
+  o.activation_slots = slots;
+  if (deck_.zero.stage > 0) {
+    // Every unit splits into dp equal, vector-aligned slices.
+    o.unit_align = std::size_t(grid_.shape().dp) * TensorTable::kAlign;
+    ch.zero_table = build_gpt_param_table(deck_.model, tp, o.unit_align, ch.spec);
+    ch.zero_plan = std::make_unique<ZeroPlan>(ch.zero_table, grid_.shape().dp, grid_.coord().dp,
+                                              std::size_t(deck_.zero.persistence_threshold));
+    ch.zero_storage = std::make_unique<ZeroStorage>(deck_.zero.stage, ch.zero_table, *ch.zero_plan,
+                                                    backend_, ledger, grid_.data());
+    o.storage = ch.zero_storage.get();
+  }
+  ch.model = std::make_unique<GptModel>(deck_.model, t.micro_batch, backend_, ledger, o);
+  ch.model->init_parameters(t.seed);
+  if (ch.zero_storage) {
+    ch.zero_opt = std::make_unique<ZeroOptimizer>(*ch.zero_storage, ch.model->param_table(),
+                                                  backend_, ledger, adam);
+  } else {
+    ch.dp_comm = std::make_unique<DataParallelComm>(
+        grid_.data(), ch.model->grads(),
+        plan_grad_buckets(ch.model->param_table(),
+                          std::size_t(deck_.parallel.bucket_mb * 1024 * 1024)));
+    if (!gather_mode_ || ch.dp_comm->is_root())
+      ch.optimizer = std::make_unique<AdamW>(ch.model->param_table(), backend_, ledger, adam);
+  }
+  ch.sends.resize(slots);
+  ch.busy.assign(slots, false);
+  ch.slot_of.assign(std::max(micro_batches_, 1), -1);
+}
+
 std::uint64_t Trainer::window_of(std::uint64_t batch_index, int sequences, int k) const {
   // Global batch b holds windows [b*S, (b+1)*S); data rank r takes a contiguous
-  // S/dp of them, so any dp sees the same global batch.
+  // S/dp of them, so any layout sees the same global batch.
   const int per_rank = sequences / grid_.shape().dp;
   return batch_index * sequences + std::uint64_t(grid_.coord().dp) * per_rank + k;
 }
@@ -63,79 +112,66 @@ void Trainer::load(const TokenDataset& data, std::uint64_t first_window) {
                      targets_.data() + std::size_t(i) * T);
 }
 
-StepStats Trainer::step(int step) {
-  const double t0 = now_seconds();
-  const auto& t = deck_.train;
-  const int dp = grid_.shape().dp, mb = t.micro_batch;
-  const int accum = t.batch / (dp * mb);
-  // Each token's loss enters the global mean with weight 1/(batch * seq_len);
-  // summing over the data group then gives the mean over the global batch.
-  const float dloss = 1.0f / float(std::int64_t(t.batch) * deck_.model.seq_len);
-  StepStats s;
-  s.step = step;
-  s.lr = lr_at(step, t.steps, t.warmup, t.lr, t.min_lr);
-  if (zero_storage_) zero_storage_->begin_step();
-  else model_->grads().zero();
-  double loss_sum = 0;
-  for (int k = 0; k < accum; ++k) {
-    load(train_data_, window_of(std::uint64_t(step), t.batch, k * mb));
-    {
-      ScopedTimer timer(times_.forward);
-      loss_sum += model_->forward(tokens_.data(), targets_.data(), dloss);
-    }
-    // Gradients of earlier micro-batches only accumulate (no communication);
-    // the last one reduces each bucket as soon as backward completes it.
-    const bool last = k == accum - 1;
-    ScopedTimer timer(times_.backward);
-    if (last && dp_comm_ && !gather_mode_)
-      model_->backward([this](std::size_t off) { dp_comm_->grads_ready_from(off); }, last);
-    else
-      model_->backward(nullptr, last);
+void Trainer::sum_tied_embedding() {
+  // The first and last stages hold copies of the token embedding: their
+  // gradients (each stage's own contribution) are summed so both stay equal.
+  Communicator* group = grid_.embedding();
+  if (!group) return;
+  ModelChunk& ch = grid_.coord().pp == 0 ? chunks_.front() : chunks_.back();
+  const TensorInfo& wte = ch.model->param_table().at("wte");
+  if (ch.zero_storage) {
+    const ZeroPlan& plan = *ch.zero_plan;
+    const ZeroUnit& u = plan.units()[wte.unit];
+    group->all_reduce(ch.zero_storage->owned_grads(wte.unit), plan.slice(u), DType::f32,
+                      ReduceOp::sum);
+  } else if (ch.optimizer) {
+    group->all_reduce(ch.model->grads().f32(wte), wte.numel, DType::f32, ReduceOp::sum);
   }
-  {
-    ScopedTimer timer(times_.comm);
-    if (zero_storage_) zero_storage_->finish_backward();
-    else if (gather_mode_) dp_comm_->reduce_grads_to_root();
-    else dp_comm_->finish();
-    grid_.data().all_reduce(&loss_sum, 1, DType::f64, ReduceOp::sum);
-  }
-  s.loss = loss_sum / (double(t.batch) * deck_.model.seq_len);
-  if (zero_opt_) update_zero(float(s.lr), s);
-  else update(float(s.lr), s);
-  s.seconds = now_seconds() - t0;
-  return s;
 }
 
 void Trainer::update(float lr, StepStats& s) {
-  const auto& t = deck_.train;
-  if (optimizer_) {
-    ScopedTimer timer(times_.optimizer);
-    // Replicas hold the same reduced gradients, so the norm needs no data-group
-    // reduction; the tensor group splits the model, so its shards are summed.
-    s.grad_norm = global_grad_norm(backend_, model_->grads(), model_->param_table(),
-                                   grid_.coord().tp == 0, {&grid_.tensor()});
-    clip_gradients(backend_, model_->grads(), s.grad_norm, t.grad_clip);
-    optimizer_->step(model_->params(), model_->grads(), lr);
+  ScopedTimer timer(times_.optimizer);
+  TraceScope ts(trace_, "optimizer", "optimizer");
+  const bool tp_root = grid_.coord().tp == 0;
+  const bool zero = deck_.zero.stage > 0;
+  double ss = 0;
+  bool updates_here = false;
+  for (ModelChunk& ch : chunks_) {
+    if (ch.zero_opt) ss += ch.zero_opt->grad_sum_squares(tp_root), updates_here = true;
+    else if (ch.optimizer) {
+      updates_here = true;
+      const auto& table = ch.model->param_table();
+      for (const TensorInfo& t : table.tensors())
+        if (t.primary && (t.split_dim >= 0 || tp_root))
+          ss += backend_.sum_squares(ch.model->grads().f32(t), t.numel);
+    }
+  }
+  // Shards of the model: owned ZeRO slices over the data group, tensor shards
+  // over the tensor group, stages over the pipeline group.
+  if (updates_here) {
+    if (zero) grid_.data().all_reduce(&ss, 1, DType::f64, ReduceOp::sum);
+    if (grid_.tensor().size() > 1) grid_.tensor().all_reduce(&ss, 1, DType::f64, ReduceOp::sum);
+    if (grid_.pipeline().size() > 1)
+      grid_.pipeline().all_reduce(&ss, 1, DType::f64, ReduceOp::sum);
+    s.grad_norm = std::sqrt(ss);
+    const double clip = deck_.train.grad_clip;
+    const bool clipping = clip > 0 && clip / (s.grad_norm + 1e-6) < 1.0;
+    const float coef = float(clip / (s.grad_norm + 1e-6));
+    for (ModelChunk& ch : chunks_) {
+      if (ch.zero_opt) {
+        if (clipping) ch.zero_opt->scale_grads(coef);
+        ch.zero_opt->step(lr);
+      } else if (ch.optimizer) {
+        if (clipping) backend_.scale(ch.model->grads().f32(), coef, ch.model->grads().numel());
+        ch.optimizer->step(ch.model->params(), ch.model->grads(), lr);
+      }
+    }
   }
   if (gather_mode_) {
-    ScopedTimer timer(times_.comm);
-    dp_comm_->broadcast_params(model_->params());
+    ScopedTimer ct(times_.comm);
+    for (ModelChunk& ch : chunks_) ch.dp_comm->broadcast_params(ch.model->params());
     grid_.data().broadcast(&s.grad_norm, 1, DType::f64, 0);
   }
-}
-
-void Trainer::update_zero(float lr, StepStats& s) {
-  ScopedTimer timer(times_.optimizer);
-  // Owned slices partition the model over the data group, and tensor shards
-  // over the tensor group: the global norm sums over both.
-  double ss = zero_opt_->grad_sum_squares(grid_.coord().tp == 0);
-  grid_.data().all_reduce(&ss, 1, DType::f64, ReduceOp::sum);
-  if (grid_.tensor().size() > 1) grid_.tensor().all_reduce(&ss, 1, DType::f64, ReduceOp::sum);
-  s.grad_norm = std::sqrt(ss);
-  const double clip = deck_.train.grad_clip;
-  if (clip > 0 && clip / (s.grad_norm + 1e-6) < 1.0)
-    zero_opt_->scale_grads(float(clip / (s.grad_norm + 1e-6)));
-  zero_opt_->step(lr);
 }
 
 double Trainer::evaluate() {
@@ -144,10 +180,21 @@ double Trainer::evaluate() {
   const auto& t = deck_.train;
   const int per_rank = t.eval_sequences / grid_.shape().dp;
   double sum = 0;
+  // Forward only, one micro-batch at a time through every virtual stage.
   for (int k = 0; k < per_rank; k += t.micro_batch) {
     load(*val_data_, window_of(0, t.eval_sequences, k));
-    sum += model_->forward(tokens_.data(), targets_.data(), 0.0f);
+    for (std::size_t c = 0; c < chunks_.size(); ++c) {
+      GptModel& m = *chunks_[c].model;
+      const std::size_t n = m.boundary_elements();
+      if (!pcomm_.first_virtual(int(c))) pcomm_.recv_forward(m.input_buffer(0), n, k, int(c));
+      sum += m.forward(0, tokens_.data(), targets_.data(), 0.0f);
+      if (!pcomm_.last_virtual(int(c))) {
+        Request r = pcomm_.send_forward(m.output(0), n, k, int(c));
+        pcomm_.wait(r);
+      }
+    }
   }
+  if (grid_.pipeline().size() > 1) grid_.pipeline().all_reduce(&sum, 1, DType::f64, ReduceOp::sum);
   grid_.data().all_reduce(&sum, 1, DType::f64, ReduceOp::sum);
   return sum / (double(t.eval_sequences) * deck_.model.seq_len);
 }

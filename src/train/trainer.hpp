@@ -1,4 +1,6 @@
-// One training step and evaluation over a data-parallel replica group.
+// One training step and evaluation over this rank's part of the model: its
+// model chunks (one per virtual pipeline stage it runs; one without
+// interleaving), each with its storage, optimizer and data-parallel reduction.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -11,15 +13,20 @@
 #include "model/gpt.hpp"
 #include "optim/adamw.hpp"
 #include "parallel/data/data_comm.hpp"
+#include "parallel/pipeline/partition.hpp"
+#include "parallel/pipeline/pipeline_comm.hpp"
+#include "parallel/pipeline/schedule.hpp"
 #include "parallel/zero/zero_optimizer.hpp"
 #include "parallel/zero/zero_plan.hpp"
 #include "parallel/zero/zero_storage.hpp"
+#include "train/trace.hpp"
 
 namespace trident {
 
 // Seconds spent per phase on this rank (cumulative).
 struct PhaseTimes {
   double data = 0, forward = 0, backward = 0, comm = 0, optimizer = 0, eval = 0;
+  double pipeline = 0;  // wall time of the schedules (compute + waiting): bubble = 1 - (F+B)/this
 };
 
 struct StepStats {
@@ -30,18 +37,41 @@ struct StepStats {
   double seconds = 0;
 };
 
+// One model chunk: a virtual pipeline stage's blocks on this rank.
+struct ModelChunk {
+  int virtual_stage = 0;
+  StageSpec spec;
+  TensorTable zero_table;
+  std::unique_ptr<ZeroPlan> zero_plan;
+  std::unique_ptr<ZeroStorage> zero_storage;  // ZeRO stage > 0
+  std::unique_ptr<GptModel> model;
+  std::unique_ptr<ZeroOptimizer> zero_opt;
+  std::unique_ptr<DataParallelComm> dp_comm;  // stage 0
+  std::unique_ptr<AdamW> optimizer;           // stage 0 (absent off the root in gather mode)
+  std::vector<int> slot_of;                   // micro-batch -> activation slot
+  std::vector<std::vector<Request>> sends;    // per slot: sends still reading it
+  std::vector<bool> busy;                     // per slot
+  int backwards_left = 0;                     // in this step's schedule
+};
+
 class Trainer {
  public:
   Trainer(const Deck& deck, Grid& grid, ComputeBackend& backend, MemoryLedger& ledger,
-          const TokenDataset& train_data, const TokenDataset* val_data);
+          const TokenDataset& train_data, const TokenDataset* val_data,
+          TraceRecorder* trace = nullptr);
 
   StepStats step(int step);
   double evaluate();  // mean validation loss over train.eval_sequences (collective)
 
-  GptModel& model() { return *model_; }
-  // ZeRO's storage and optimizer (null at stage 0).
-  ZeroStorage* zero_storage() { return zero_storage_.get(); }
-  ZeroOptimizer* zero_optimizer() { return zero_opt_.get(); }
+  // The first (usually only) chunk's model and ZeRO parts.
+  GptModel& model() { return *chunks_.front().model; }
+  ZeroStorage* zero_storage() { return chunks_.front().zero_storage.get(); }
+  ZeroOptimizer* zero_optimizer() { return chunks_.front().zero_opt.get(); }
+  std::vector<ModelChunk>& chunks() { return chunks_; }
+  const Partition& partition() const { return partition_; }
+  const std::vector<double>& predicted_stage_costs() const { return predicted_costs_; }
+  ScheduleKind schedule() const { return schedule_; }
+  int micro_batches() const { return micro_batches_; }
   const PhaseTimes& times() const { return times_; }
   std::int64_t tokens_per_step() const {
     return std::int64_t(deck_.train.batch) * deck_.model.seq_len;
@@ -50,26 +80,29 @@ class Trainer {
   std::uint64_t window_of(std::uint64_t batch_index, int sequences, int k) const;
 
  private:
+  void build_chunk(ModelChunk& c, MemoryLedger& ledger, int slots);
+  void choose_partition(MemoryLedger& ledger);
   void load(const TokenDataset& data, std::uint64_t first_window);
+  double run_schedule(int step, float dloss);  // returns this rank's loss sum
+  int acquire_slot(ModelChunk& c, int mb);
+  void release_slot(ModelChunk& c, int mb);
+  void sum_tied_embedding();
   void update(float lr, StepStats& s);
-  void update_zero(float lr, StepStats& s);
 
   const Deck& deck_;
   Grid& grid_;
   ComputeBackend& backend_;
   const TokenDataset& train_data_;
   const TokenDataset* val_data_;
+  TraceRecorder* trace_;
   bool gather_mode_;
-  // ZeRO (stage > 0): the partition plan, the sharded storage the model runs
-  // on, and the sharded optimizer. Declared before the model, which uses them.
-  TensorTable zero_table_;
-  std::unique_ptr<ZeroPlan> zero_plan_;
-  std::unique_ptr<ZeroStorage> zero_storage_;
-  std::unique_ptr<GptModel> model_;
-  std::unique_ptr<ZeroOptimizer> zero_opt_;
-  // Stage 0: bucketed all-reduce (or gather mode) and a whole optimizer.
-  std::unique_ptr<DataParallelComm> dp_comm_;
-  std::unique_ptr<AdamW> optimizer_;  // absent on non-root ranks in gather mode
+  ScheduleKind schedule_;
+  int micro_batches_;
+  Partition partition_;  // over virtual stages
+  std::vector<double> predicted_costs_;
+  std::vector<PipelineAction> actions_;
+  PipelineComm pcomm_;
+  std::vector<ModelChunk> chunks_;
   std::vector<std::int32_t> tokens_, targets_;
   PhaseTimes times_;
 };

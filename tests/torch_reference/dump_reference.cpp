@@ -96,8 +96,8 @@ void dump(const std::string& out, const std::string& dir) {
     probe.params().zero();
     be->copy_from_host(probe.params().data(), model.params().data(), model.params().bytes());
     probe.grads().zero();
-    const float loss = float(probe.forward(tokens.data(), targets.data(), 1.0f / (B * T)) / (B * T));
-    probe.backward(nullptr);
+    const float loss = float(probe.forward(0, tokens.data(), targets.data(), 1.0f / (B * T)) / (B * T));
+    probe.backward(0, nullptr);
     dataset(f, "step0/loss", {}, &loss);
     tensors(f, "step0/grad", table, probe.grads().f32());
   }

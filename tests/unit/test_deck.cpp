@@ -109,7 +109,18 @@ TEST(Deck, LayoutIsResolvedAgainstTheWorld) {
             std::string::npos);
   EXPECT_NE(error_of(kBase, {"parallel.sequence_parallel=1"}).find("must be true or false"),
             std::string::npos);
-  EXPECT_NE(layout_error({"parallel.pp=2"}, 2).find("not supported yet"), std::string::npos);
+  EXPECT_EQ(layout_error({"parallel.pp=2"}, 2), "");
+  EXPECT_NE(layout_error({"parallel.pp=4"}, 4).find("model.layers = 2 is not divisible by pp * "
+                                                   "virtual_stages = 4 * 1"),
+            std::string::npos);
+  EXPECT_NE(layout_error({"parallel.pp=4", "parallel.partition=\"parameters\""}, 4)
+                .find("model.layers = 2 is fewer than the 4 pipeline"),
+            std::string::npos);
+  EXPECT_NE(layout_error({"parallel.pp=2", "parallel.schedule=\"interleaved\"",
+                          "parallel.virtual_stages=2", "model.layers=4", "train.batch=3",
+                          "train.micro_batch=1"}, 2)
+                .find("needs the 3 micro-batches per step"),
+            std::string::npos);
   EXPECT_NE(layout_error({"train.batch=6", "train.micro_batch=2"}, 2)
                 .find("batch = 6 is not a multiple of dp * micro_batch = 2 * 2"),
             std::string::npos);

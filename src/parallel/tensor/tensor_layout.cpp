@@ -11,13 +11,14 @@ int TensorParallelLayout::valid_vocab(const GptConfig& c) const {
 }
 
 TensorTable build_gpt_param_table(const GptConfig& c, const TensorParallelLayout& tp,
-                                  std::size_t unit_align) {
+                                  std::size_t unit_align, const StageSpec& stage) {
   const std::int64_t C = c.d_model, F = c.d_ff(), T = c.seq_len, V = c.vocab, n = tp.size;
   const std::int64_t Vl = tp.local_vocab(c);
   TensorTable t;
+  int unit = 0;
   // local shape, global shape, split dim (-1: replicated)
   auto add = [&](std::string name, std::vector<std::int64_t> global, int split, int layer,
-                 bool decay) {
+                 bool decay, bool primary = true) {
     TensorInfo info;
     info.name = std::move(name);
     info.global_shape = global;
@@ -32,12 +33,23 @@ TensorTable build_gpt_param_table(const GptConfig& c, const TensorParallelLayout
     }
     info.layer = layer;
     info.weight_decay = decay;
+    info.primary = primary;
+    info.unit = unit;
     t.add(std::move(info));
   };
-  add("wte", {V, C}, 0, -1, true);
-  add("wpe", {T, C}, -1, -1, true);
-  t.align_end(unit_align);
-  for (int l = 0; l < c.layers; ++l) {
+  auto end_unit = [&] {
+    t.align_end(unit_align);
+    ++unit;
+  };
+  // The embedding table is a unit of its own wherever it appears (the first
+  // stage, and the last as the tied head), so ZeRO slices it the same way on
+  // both and the two copies' gradients can be summed slice by slice.
+  if (stage.embedding) {
+    add("wte", {V, C}, 0, -1, true), end_unit();
+    add("wpe", {T, C}, -1, -1, true), end_unit();
+  }
+  const int last = stage.num_blocks < 0 ? c.layers : stage.first_block + stage.num_blocks;
+  for (int l = stage.first_block; l < last; ++l) {
     const std::string p = fmt::format("h.{}.", l);
     add(p + "ln1.w", {C}, -1, l, false);
     add(p + "ln1.b", {C}, -1, l, false);
@@ -53,11 +65,16 @@ TensorTable build_gpt_param_table(const GptConfig& c, const TensorParallelLayout
     add(p + "mlp.fc.b", {F}, 0, l, false);
     add(p + "mlp.proj.w", {C, F}, 1, l, true);
     add(p + "mlp.proj.b", {C}, -1, l, false);
-    t.align_end(unit_align);
+    end_unit();
   }
-  add("lnf.w", {C}, -1, -1, false);
-  add("lnf.b", {C}, -1, -1, false);
-  t.align_end(unit_align);
+  if (stage.head) {
+    add("lnf.w", {C}, -1, -1, false);
+    add("lnf.b", {C}, -1, -1, false);
+    end_unit();
+    // The last stage's copy of the tied embedding: last in the arena, since the
+    // head's backward finishes it first; the first stage's copy is the one saved.
+    if (!stage.embedding) add("wte", {V, C}, 0, -1, true, false), end_unit();
+  }
   return t;
 }
 

@@ -40,6 +40,16 @@ struct TensorParallelLayout {
   int first_local_token(int tokens) const { return sp() ? rank * (tokens / size) : 0; }
 };
 
+// The part of the model one pipeline stage runs: a range of blocks, plus the
+// embeddings on the first stage and the final norm and tied head on the last.
+struct StageSpec {
+  int first_block = 0;
+  int num_blocks = -1;  // -1: all blocks from first_block on
+  bool embedding = true;
+  bool head = true;
+  int blocks(int layers) const { return num_blocks < 0 ? layers - first_block : num_blocks; }
+};
+
 // The GPT parameter table for one tensor rank (size 1: the serial model).
 // Arena order: wte, wpe, block 0 .. block L-1, final norm. Backward finishes
 // gradients from the end of this order to its start, so data-parallel buckets
@@ -47,6 +57,6 @@ struct TensorParallelLayout {
 // unit_align > 1 pads each unit (embeddings, each block, final norm) to a
 // multiple of it, so ZeRO can split every unit evenly over the data group.
 TensorTable build_gpt_param_table(const GptConfig& c, const TensorParallelLayout& tp = {},
-                                  std::size_t unit_align = 1);
+                                  std::size_t unit_align = 1, const StageSpec& stage = {});
 
 }  // namespace trident

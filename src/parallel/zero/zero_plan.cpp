@@ -6,26 +6,22 @@ namespace trident {
 
 ZeroPlan::ZeroPlan(const TensorTable& table, int dp, int dp_rank, std::size_t threshold)
     : dp_(dp), rank_(dp_rank) {
-  // Group consecutive tensors by unit key: embeddings (-1 before any block),
-  // blocks, final norm (-1 after). A unit ends where the next one starts.
-  std::vector<std::size_t> starts;
-  int prev_key = -2;
-  bool seen_block = false;
   for (const TensorInfo& t : table.tensors()) {
-    if (t.layer >= 0) seen_block = true;
-    const int key = t.layer >= 0 ? t.layer : (seen_block ? 1 << 30 : -1);
-    if (key != prev_key) starts.push_back(t.offset), prev_key = key;
+    if (t.unit >= int(units_.size())) {
+      ZeroUnit u;
+      u.begin = units_.empty() ? 0 : t.offset;
+      if (!units_.empty()) units_.back().end = t.offset;
+      units_.push_back(u);
+    }
+    units_.back().block = t.layer >= 0;
+    units_.back().embedding_table = units_.back().embedding_table || t.name == "wte";
   }
-  starts.push_back(table.size());
-  for (std::size_t i = 0; i + 1 < starts.size(); ++i) {
-    ZeroUnit u;
-    u.begin = i == 0 ? 0 : starts[i];
-    u.end = starts[i + 1];
+  if (!units_.empty()) units_.back().end = table.size();
+  for (auto& u : units_) {
     if (u.size() % dp != 0) throw std::logic_error("ZeRO unit not padded to a multiple of dp");
     u.persistent = u.size() < threshold;
     u.shard_offset = shard_size_;
     shard_size_ += slice(u);
-    units_.push_back(u);
   }
 }
 

@@ -18,14 +18,15 @@ struct ZeroUnit {
   std::size_t begin = 0, end = 0;  // arena range, end padded to a multiple of dp
   std::size_t shard_offset = 0;    // where this rank's slice sits in its shard arena
   bool persistent = false;         // small: kept whole on every rank, all-reduced
+  bool block = false;              // a transformer block (prefetched in order)
+  bool embedding_table = false;    // the (tied) token embedding: the largest unit
   std::size_t size() const { return end - begin; }
 };
 
 class ZeroPlan {
  public:
   ZeroPlan() = default;
-  // Units follow TensorInfo::layer: -1 before the blocks (embeddings), each
-  // block, -1 after (final norm). The table must be built with unit_align = dp.
+  // Units follow TensorInfo::unit; the table must be built with unit_align = dp.
   ZeroPlan(const TensorTable& table, int dp, int dp_rank, std::size_t persistence_threshold);
 
   int dp() const { return dp_; }
@@ -39,10 +40,6 @@ class ZeroPlan {
   std::size_t shard_size() const { return shard_size_; }  // elements this rank owns
   std::size_t largest_unit() const;                       // elements, partitioned units
   int unit_of_offset(std::size_t arena_offset) const;
-  // Units of the embeddings, block l, and the final norm.
-  int embedding_unit() const { return 0; }
-  int block_unit(int l) const { return 1 + l; }
-  int head_unit() const { return int(units_.size()) - 1; }
 
  private:
   int dp_ = 1, rank_ = 0;

@@ -36,7 +36,8 @@ std::size_t ZeroStorage::large_slot_elements(const ZeroPlan& plan) {
 
 std::size_t ZeroStorage::small_slot_elements(const ZeroPlan& plan) {
   std::size_t n = 0;
-  for (std::size_t i = 1; i < plan.units().size(); ++i) n = std::max(n, plan.units()[i].size());
+  for (const auto& u : plan.units())
+    if (!u.embedding_table) n = std::max(n, u.size());
   return n;
 }
 
@@ -106,11 +107,10 @@ void ZeroStorage::need_params(int u, Pass pass) {
   // While a block computes, prefetch the next block of this pass (only from
   // blocks: the embeddings are also gathered for the tied head, where a
   // prefetch of block 0 would sit unused until the next step).
-  const int blocks = int(plan_.units().size()) - 2;
   const int next = pass == Pass::forward ? u + 1 : u - 1;
-  const bool is_block = u >= 1 && u <= blocks;
-  if (is_block && next >= 1 && next <= blocks && !plan_.units()[next].persistent &&
-      !find(p_slots_, next))
+  const auto& units = plan_.units();
+  if (units[u].block && next >= 0 && next < int(units.size()) && units[next].block &&
+      !units[next].persistent && !find(p_slots_, next))
     start_gather(next, true);
 }
 

@@ -23,14 +23,15 @@ class ZeroStorage final : public ModelStorage {
  public:
   // Fixed pools, allocated up front so memory is known before the run (the
   // estimator counts exactly these). One slot of each pool is large enough for
-  // the embeddings (the biggest unit: wte is vocab x d_model), the rest fit a
-  // block. Parameters: 2 slots (the unit in use and the prefetched one; at the
-  // tied head, the embeddings and the final norm). Gradients: 3 slots (the
-  // embeddings', collecting at both ends of backward, and two that alternate
-  // between being written and being reduced). Two receive buffers.
+  // the token embedding (the biggest unit: vocab x d_model), the rest fit any
+  // other unit. Parameters: 2 slots (the unit in use and the prefetched one; at
+  // the embeddings or the tied head, the table and its small partner).
+  // Gradients: 3 slots (the token embedding's, collecting at both ends of
+  // backward, and two that alternate between being written and being
+  // reduced). Two receive buffers.
   static constexpr int kParamSlots = 2, kGradSlots = 3, kRecvBuffers = 2;
   static std::size_t large_slot_elements(const ZeroPlan& plan);  // any unit
-  static std::size_t small_slot_elements(const ZeroPlan& plan);  // any unit but the embeddings
+  static std::size_t small_slot_elements(const ZeroPlan& plan);  // any unit but the token embedding
 
   ZeroStorage(int stage, const TensorTable& table, const ZeroPlan& plan, ComputeBackend& backend,
               MemoryLedger& ledger, Communicator& data);

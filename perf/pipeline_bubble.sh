@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Pipeline bubble: measured idle fraction (1 - (forward + backward) / schedule
+# wall time, every rank) against theory, (p-1)/(m+p-1) for gpipe and 1f1b and
+# (p-1)/(v*m+p-1) for interleaved, for a few (p, m).
+#   usage: perf/pipeline_bubble.sh [DECK] [P...]
+# Give each rank its own core (p <= cores): with shared cores a waiting rank
+# also waits for CPU and the measurement is meaningless.
+set -euo pipefail
+deck=${1:-input/default.toml}
+shift || true
+pps=${*:-2}
+bin=${TRIDENT_BIN:-build/src/trident}
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+echo "machine: $(nproc) cores; deck $deck (d_model 256, 8 layers, micro_batch 1)"
+printf '%-3s %-12s %-3s %-3s %10s %10s %8s\n' p schedule m v measured theory ratio
+for p in $pps; do
+  for m in $p $((2 * p)) $((4 * p)); do
+    for sched in gpipe 1f1b interleaved; do
+      v=1; [ "$sched" = interleaved ] && v=2
+      out=$(mpirun -np "$p" --bind-to core "$bin" train "$deck" --set parallel.pp="$p" \
+        --set parallel.schedule="$sched" --set parallel.virtual_stages="$v" --set model.layers=8 \
+        --set model.d_model=256 --set model.heads=8 --set train.micro_batch=1 \
+        --set train.batch="$m" --set train.steps=8 --set data.val='[]' --set output.metrics='""' \
+        --set output.log_every=1000 --set system.threads=1 2>&1)
+      line=$(grep '^pipeline bubble' <<<"$out")
+      meas=$(sed -E 's/.*measured ([0-9.]+)%.*/\1/' <<<"$line")
+      theo=$(sed -E 's/.*theory ([0-9.]+)%.*/\1/' <<<"$line")
+      ratio=$(python3 -c "print(f'{float($meas)/max(float($theo),1e-9):.2f}')")
+      printf '%-3s %-12s %-3s %-3s %9s%% %9s%% %8s\n' "$p" "$sched" "$m" "$v" "$meas" "$theo" "$ratio"
+    done
+  done
+done

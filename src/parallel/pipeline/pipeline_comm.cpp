@@ -1,0 +1,33 @@
+#include "parallel/pipeline/pipeline_comm.hpp"
+
+namespace trident {
+
+PipelineComm::PipelineComm(Communicator& pipeline, int chunks) : pipe_(pipeline), chunks_(chunks) {}
+
+int PipelineComm::tag(int mb, int receiver, bool forward) const {
+  return ((mb * chunks_ * stages() + receiver) * 2 + (forward ? 0 : 1)) & 0x3fffffff;
+}
+
+// The previous virtual stage of (chunk, s) is (chunk, s-1), or the last stage
+// of the previous chunk; the next is (chunk, s+1), or stage 0 of the next chunk.
+void PipelineComm::recv_forward(float* buf, std::size_t n, int mb, int chunk) {
+  const int prev = (stage() + stages() - 1) % stages();
+  pipe_.recv(buf, n, DType::f32, prev, tag(mb, virtual_stage(chunk), true));
+}
+
+Request PipelineComm::send_forward(const float* buf, std::size_t n, int mb, int chunk) {
+  const int next = (stage() + 1) % stages();
+  return pipe_.isend(buf, n, DType::f32, next, tag(mb, virtual_stage(chunk) + 1, true));
+}
+
+void PipelineComm::recv_backward(float* buf, std::size_t n, int mb, int chunk) {
+  const int next = (stage() + 1) % stages();
+  pipe_.recv(buf, n, DType::f32, next, tag(mb, virtual_stage(chunk), false));
+}
+
+Request PipelineComm::send_backward(const float* buf, std::size_t n, int mb, int chunk) {
+  const int prev = (stage() + stages() - 1) % stages();
+  return pipe_.isend(buf, n, DType::f32, prev, tag(mb, virtual_stage(chunk) - 1, false));
+}
+
+}  // namespace trident

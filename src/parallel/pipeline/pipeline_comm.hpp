@@ -1,0 +1,37 @@
+// The only place pipeline parallelism talks to the network: activations to
+// the next virtual stage, their gradients back to the previous one. Sends are
+// non-blocking (their buffers stay untouched until the slot is reused, which
+// waits for them); receives block. With every send posted before any wait, a
+// stage can only wait for something its peer has already sent or will send
+// without waiting on this stage, so no schedule here can deadlock. Tags name
+// the micro-batch, the receiving virtual stage and the direction, so a
+// message is never taken for another.
+#pragma once
+#include <vector>
+
+#include "comm/communicator.hpp"
+
+namespace trident {
+
+class PipelineComm {
+ public:
+  PipelineComm(Communicator& pipeline, int chunks);
+  int stage() const { return pipe_.rank(); }
+  int stages() const { return pipe_.size(); }
+  bool first_virtual(int chunk) const { return chunk == 0 && stage() == 0; }
+  bool last_virtual(int chunk) const { return chunk == chunks_ - 1 && stage() == stages() - 1; }
+
+  void recv_forward(float* buf, std::size_t n, int mb, int chunk);
+  Request send_forward(const float* buf, std::size_t n, int mb, int chunk);
+  void recv_backward(float* buf, std::size_t n, int mb, int chunk);
+  Request send_backward(const float* buf, std::size_t n, int mb, int chunk);
+  void wait(Request& r) { pipe_.wait(r); }
+
+ private:
+  int virtual_stage(int chunk) const { return chunk * stages() + stage(); }
+  int tag(int mb, int receiver_virtual_stage, bool forward) const;
+  Communicator& pipe_;
+  int chunks_;
+};
+
+}  // namespace trident

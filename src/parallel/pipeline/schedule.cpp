@@ -1,0 +1,81 @@
+#include "parallel/pipeline/schedule.hpp"
+
+#include <algorithm>
+#include <stdexcept>
+
+namespace trident {
+
+ScheduleKind parse_schedule(const std::string& n) {
+  if (n == "naive") return ScheduleKind::naive;
+  if (n == "gpipe") return ScheduleKind::gpipe;
+  if (n == "1f1b") return ScheduleKind::one_f_one_b;
+  if (n == "interleaved") return ScheduleKind::interleaved;
+  throw std::invalid_argument(n);
+}
+
+const char* schedule_name(ScheduleKind k) {
+  switch (k) {
+    case ScheduleKind::naive: return "naive";
+    case ScheduleKind::gpipe: return "gpipe";
+    case ScheduleKind::one_f_one_b: return "1f1b";
+    case ScheduleKind::interleaved: return "interleaved";
+  }
+  return "?";
+}
+
+std::vector<PipelineAction> build_schedule(ScheduleKind kind, int p, int s, int m, int v) {
+  std::vector<PipelineAction> a;
+  auto F = [&](int mb, int c) { a.push_back({true, mb, c}); };
+  auto B = [&](int mb, int c) { a.push_back({false, mb, c}); };
+  switch (kind) {
+    case ScheduleKind::naive:
+      for (int i = 0; i < m; ++i) F(i, 0), B(i, 0);
+      break;
+    case ScheduleKind::gpipe:
+      for (int i = 0; i < m; ++i) F(i, 0);
+      for (int i = 0; i < m; ++i) B(i, 0);
+      break;
+    case ScheduleKind::one_f_one_b: {
+      const int warm = std::min(p - s - 1, m);
+      for (int i = 0; i < warm; ++i) F(i, 0);
+      for (int i = 0; i < m - warm; ++i) F(warm + i, 0), B(i, 0);
+      for (int i = m - warm; i < m; ++i) B(i, 0);
+      break;
+    }
+    case ScheduleKind::interleaved: {
+      // k-th forward of this rank: groups of p micro-batches walk the chunks
+      // in order; backwards walk them in reverse. Needs m % p == 0.
+      const int total = m * v;
+      auto mb_of = [&](int k) { return (k / (p * v)) * p + k % p; };
+      auto fchunk = [&](int k) { return (k / p) % v; };
+      auto bchunk = [&](int k) { return v - 1 - (k / p) % v; };
+      const int warm = std::min((p - s - 1) * 2 + (v - 1) * p, total);
+      for (int k = 0; k < warm; ++k) F(mb_of(k), fchunk(k));
+      for (int k = 0; k < total - warm; ++k)
+        F(mb_of(warm + k), fchunk(warm + k)), B(mb_of(k), bchunk(k));
+      for (int k = total - warm; k < total; ++k) B(mb_of(k), bchunk(k));
+      break;
+    }
+  }
+  return a;
+}
+
+int max_in_flight(const std::vector<PipelineAction>& actions, int chunk) {
+  int live = 0, peak = 0;
+  for (const auto& x : actions) {
+    if (x.chunk != chunk) continue;
+    live += x.forward ? 1 : -1;
+    peak = std::max(peak, live);
+  }
+  return std::max(peak, 1);
+}
+
+double theoretical_bubble(ScheduleKind kind, int p, int m, int v) {
+  switch (kind) {
+    case ScheduleKind::naive: return double(p - 1) / p;  // one stage busy at a time
+    case ScheduleKind::interleaved: return double(p - 1) / (double(v) * m + p - 1);
+    default: return double(p - 1) / (m + p - 1);
+  }
+}
+
+}  // namespace trident

@@ -1,0 +1,122 @@
+// One training step: run this stage's schedule of forward and backward passes
+// (receiving inputs and gradients from the neighbouring virtual stages,
+// sending its own), then reduce gradients and update.
+#include <fmt/format.h>
+
+#include "core/timer.hpp"
+#include "optim/schedule.hpp"
+#include "train/trainer.hpp"
+
+namespace trident {
+
+int Trainer::acquire_slot(ModelChunk& c, int mb) {
+  for (std::size_t s = 0; s < c.busy.size(); ++s) {
+    if (c.busy[s]) continue;
+    for (Request& r : c.sends[s]) pcomm_.wait(r);  // a send may still read the slot
+    c.sends[s].clear();
+    c.busy[s] = true;
+    c.slot_of[mb] = int(s);
+    return int(s);
+  }
+  throw std::logic_error("pipeline: more micro-batches in flight than activation slots");
+}
+
+void Trainer::release_slot(ModelChunk& c, int mb) {
+  c.busy[c.slot_of[mb]] = false;
+  c.slot_of[mb] = -1;
+}
+
+double Trainer::run_schedule(int step, float dloss) {
+  const double t0 = now_seconds();
+  const int mb_size = deck_.train.micro_batch;
+  for (ModelChunk& c : chunks_) {
+    c.backwards_left = 0;
+    for (const auto& a : actions_) c.backwards_left += !a.forward && &chunks_[a.chunk] == &c;
+  }
+  double loss_sum = 0;
+  for (const PipelineAction& a : actions_) {
+    ModelChunk& c = chunks_[a.chunk];
+    GptModel& m = *c.model;
+    const std::size_t n = m.boundary_elements();
+    if (a.forward) {
+      const int slot = acquire_slot(c, a.micro_batch);
+      load(train_data_, window_of(std::uint64_t(step), deck_.train.batch, a.micro_batch * mb_size));
+      if (!pcomm_.first_virtual(a.chunk)) {
+        ScopedTimer timer(times_.comm);
+        TraceScope ts(trace_, fmt::format("recv F{}", a.micro_batch), "recv");
+        pcomm_.recv_forward(m.input_buffer(slot), n, a.micro_batch, a.chunk);
+      }
+      {
+        ScopedTimer timer(times_.forward);
+        TraceScope ts(trace_, fmt::format("F{}", a.micro_batch), "forward");
+        loss_sum += m.forward(slot, tokens_.data(), targets_.data(), dloss);
+      }
+      if (!pcomm_.last_virtual(a.chunk))
+        c.sends[slot].push_back(pcomm_.send_forward(m.output(slot), n, a.micro_batch, a.chunk));
+      continue;
+    }
+    const int slot = c.slot_of[a.micro_batch];
+    if (!pcomm_.last_virtual(a.chunk)) {
+      ScopedTimer timer(times_.comm);
+      TraceScope ts(trace_, fmt::format("recv B{}", a.micro_batch), "recv");
+      pcomm_.recv_backward(m.output_grad_buffer(), n, a.micro_batch, a.chunk);
+    }
+    // The chunk's last backward of the step reduces its gradients: bucket by
+    // bucket over the data group as they become final (plain data parallel).
+    const bool last = --c.backwards_left == 0;
+    {
+      ScopedTimer timer(times_.backward);
+      TraceScope ts(trace_, fmt::format("B{}", a.micro_batch), "backward");
+      if (last && c.dp_comm && !gather_mode_)
+        m.backward(slot, [&c](std::size_t off) { c.dp_comm->grads_ready_from(off); }, true);
+      else
+        m.backward(slot, nullptr, last);
+    }
+    if (!pcomm_.first_virtual(a.chunk))
+      c.sends[slot].push_back(pcomm_.send_backward(m.input_grad(slot), n, a.micro_batch, a.chunk));
+    release_slot(c, a.micro_batch);
+  }
+  for (ModelChunk& c : chunks_)
+    for (auto& slot_sends : c.sends) {
+      for (Request& r : slot_sends) pcomm_.wait(r);
+      slot_sends.clear();
+    }
+  times_.pipeline += now_seconds() - t0;
+  return loss_sum;
+}
+
+StepStats Trainer::step(int step) {
+  const double t0 = now_seconds();
+  const auto& t = deck_.train;
+  // Each token's loss enters the global mean with weight 1/(batch * seq_len);
+  // summing over the data group then gives the mean over the global batch.
+  const float dloss = 1.0f / float(std::int64_t(t.batch) * deck_.model.seq_len);
+  StepStats s;
+  s.step = step;
+  s.lr = lr_at(step, t.steps, t.warmup, t.lr, t.min_lr);
+  for (ModelChunk& c : chunks_) {
+    if (c.zero_storage) c.zero_storage->begin_step();
+    else c.model->grads().zero();
+  }
+  double loss_sum = run_schedule(step, dloss);
+  {
+    ScopedTimer timer(times_.comm);
+    TraceScope ts(trace_, "all-reduce", "allreduce");
+    for (ModelChunk& c : chunks_) {
+      if (c.zero_storage) c.zero_storage->finish_backward();
+      else if (gather_mode_) c.dp_comm->reduce_grads_to_root();
+      else c.dp_comm->finish();
+    }
+    sum_tied_embedding();
+    // Only the last stage computed the loss: sum over the pipeline, then data.
+    if (grid_.pipeline().size() > 1)
+      grid_.pipeline().all_reduce(&loss_sum, 1, DType::f64, ReduceOp::sum);
+    grid_.data().all_reduce(&loss_sum, 1, DType::f64, ReduceOp::sum);
+  }
+  s.loss = loss_sum / (double(t.batch) * deck_.model.seq_len);
+  update(float(s.lr), s);
+  s.seconds = now_seconds() - t0;
+  return s;
+}
+
+}  // namespace trident
