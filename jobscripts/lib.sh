@@ -132,3 +132,96 @@ trident_check_one_rank_per_gpu() {
     echo "warning: $tpn ranks per node but $gpn GPUs per node; trident wants one rank per GPU" >&2
   fi
 }
+
+# submit_study strong|weak DECK [trident train options]: submits one job per (tp, ranks)
+# of a scaling study, then a job that collects the table and plot once they are all
+# over. Knobs are documented in strong_scaling.sh and weak_scaling.sh.
+submit_study() {
+  local mode=$1 deck=${2:-}
+  [ -n "$deck" ] || { echo "usage: ${0##*/} DECK.toml [trident train options]" >&2; return 2; }
+  shift 2
+  [ -f "$deck" ] || { echo "error: deck '$deck' not found" >&2; return 2; }
+  local root=${TRIDENT_ROOT:-$PWD}
+  local jobscript=${JOBSCRIPT:-$root/jobscripts/train_cpu.sbatch}
+  local ranks_list=${RANKS:-1 2 4 8} tp_list=${TP:-1} rpn=${RANKS_PER_NODE:-4}
+  local gpr=${GPUS_PER_RANK:-0} steps=${STEPS:-50}
+  local study=${STUDY_DIR:-$root/runs/study.$mode.$(basename "$deck" .toml).$(date +%Y%m%d-%H%M%S)}
+  local name=${JOB_NAME:-trident-$mode}
+  [ -f "$jobscript" ] || { echo "error: JOBSCRIPT=$jobscript not found" >&2; return 2; }
+  mkdir -p "$study"
+  study=$(cd "$study" && pwd)
+
+  # Batch sizes. strong: the global batch is fixed (BATCH, default the deck's) and so is
+  # the micro-batch (MICRO, default BATCH / the largest dp), so every run does the same
+  # work per forward pass. weak: each data-parallel rank keeps BATCH_PER_DP sequences per
+  # step (default the deck's micro_batch, else 4), so the global batch grows with dp.
+  local tp ranks dp max_dp=1 batch micro per_dp
+  for tp in $tp_list; do for ranks in $ranks_list; do
+    [ $((ranks % tp)) -eq 0 ] && [ $((ranks / tp)) -gt "$max_dp" ] && max_dp=$((ranks / tp))
+  done; done
+  if [ "$mode" = strong ]; then
+    batch=${BATCH:-$(trident_value train.batch "$deck" "$@")}
+    batch=${batch:-8}
+    micro=${MICRO:-$((batch / max_dp))}
+    [ "$micro" -ge 1 ] || { echo "error: BATCH=$batch is smaller than the largest dp ($max_dp); raise BATCH" >&2; return 2; }
+  else
+    per_dp=${BATCH_PER_DP:-$(trident_value train.micro_batch "$deck" "$@")}
+    per_dp=${per_dp:-4}
+    micro=${MICRO:-$per_dp}
+  fi
+
+  {
+    echo "scaling=$mode"; echo "deck=$deck"; echo "jobscript=$jobscript"
+    echo "ranks=$ranks_list"; echo "tp=$tp_list"; echo "ranks_per_node=$rpn"; echo "steps=$steps"
+    echo "batch=${batch:-}"; echo "batch_per_dp=${per_dp:-}"; echo "micro_batch=$micro"
+    printf 'args='; printf '%q ' "$@"; echo
+    echo "submitted=$(date -Iseconds)"
+  } > "$study/study.env"
+
+  local ids=() nodes tpn id opts
+  for tp in $tp_list; do
+    for ranks in $ranks_list; do
+      if [ "$tp" -gt "$ranks" ] || [ $((ranks % tp)) -ne 0 ]; then
+        echo "skip: tp=$tp does not divide $ranks ranks"; continue
+      fi
+      dp=$((ranks / tp))
+      [ "$mode" = strong ] || batch=$((per_dp * dp))
+      if [ $((batch % (dp * micro))) -ne 0 ]; then
+        echo "skip: batch $batch is not a multiple of dp*micro_batch = $dp*$micro at $ranks ranks (tp=$tp)"; continue
+      fi
+      if [ "$ranks" -gt "$rpn" ] && [ $((ranks % rpn)) -ne 0 ]; then
+        echo "skip: $ranks ranks do not fill nodes of RANKS_PER_NODE=$rpn"; continue
+      fi
+      nodes=$(( (ranks + rpn - 1) / rpn ))
+      tpn=$(( ranks < rpn ? ranks : rpn ))
+      opts=(--parsable --job-name="$name" --nodes="$nodes" --ntasks="$ranks" --ntasks-per-node="$tpn"
+            --export="ALL,RUNS_DIR=$study,TRIDENT_SCALING=$mode,TRIDENT_ROOT=$root")
+      [ "$gpr" -eq 0 ] || opts+=(--gpus-per-node=$((tpn * gpr)))
+      [ "${EXCLUSIVE:-1}" = 0 ] || opts+=(--exclusive)
+      # shellcheck disable=SC2206  # SBATCH_ARGS is a list of options, split on purpose
+      opts+=(${SBATCH_ARGS:-})
+      id=$(sbatch "${opts[@]}" "$jobscript" "$deck" "$@" --set parallel.tp="$tp" \
+             --set train.steps="$steps" --set train.batch="$batch" --set train.micro_batch="$micro")
+      id=${id%%;*}
+      ids+=("$id")
+      echo "submitted job $id: $ranks ranks on $nodes node(s), tp$tp-pp1-dp$dp, batch $batch, micro_batch $micro"
+    done
+  done
+  [ ${#ids[@]} -gt 0 ] || { echo "error: nothing to submit" >&2; return 2; }
+  echo "jobs=${ids[*]}" >> "$study/study.env"
+
+  local collect="${PYTHON:-python3} $root/perf/collect_runs.py --mode $mode $study"
+  if [ "${COLLECT:-1}" != 0 ]; then
+    local deps
+    deps=$(IFS=:; echo "${ids[*]}")
+    # shellcheck disable=SC2206
+    id=$(sbatch --parsable --job-name="$name-collect" --dependency="afterany:$deps" --ntasks=1 \
+           --output="$study/collect-%j.out" ${SBATCH_ARGS:-} --wrap="$collect")
+    id=${id%%;*}
+    echo "collect_job=$id" >> "$study/study.env"
+    echo "submitted job $id: collects the table and plot when the runs are over ($study/collect-$id.out)"
+  fi
+  echo "study: $study"
+  echo "table: $study/scaling.csv, $study/scaling.yaml; plot: $study/scaling.png"
+  echo "collect again any time: $collect"
+}
