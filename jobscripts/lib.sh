@@ -214,7 +214,7 @@ submit_study() {
   if [ "${COLLECT:-1}" != 0 ]; then
     local deps
     deps=$(IFS=:; echo "${ids[*]}")
-    # shellcheck disable=SC2206
+    # shellcheck disable=SC2086  # SBATCH_ARGS is a list of options, split on purpose
     id=$(sbatch --parsable --job-name="$name-collect" --dependency="afterany:$deps" --ntasks=1 \
            --output="$study/collect-%j.out" ${SBATCH_ARGS:-} --wrap="$collect")
     id=${id%%;*}

@@ -68,7 +68,7 @@ up() {
   done
   [ "$(id -u)" = 0 ] || die "must run as root (slurmd runs jobs as their owner)"
   down >/dev/null 2>&1 || true  # a previous run that was not cleaned up
-  rm -rf "$dir" "$rt" && mkdir -p "$dir"/{etc,state,run,log} && mkdir -m 700 -p "$rt/spool"
+  rm -rf "$dir" "$rt" && mkdir -p "$dir"/{etc,state,run,log} && mkdir -p "$rt/spool" && chmod 700 "$rt"
 
   # munge: a fresh key (the packaged one may be absent) and a private socket.
   dd if=/dev/urandom of="$rt/munge.key" bs=1024 count=1 status=none

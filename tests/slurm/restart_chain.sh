@@ -17,7 +17,7 @@ source "$root/tests/slurm/common.sh"
 rm -rf "$work" && mkdir -p "$work" && cd "$work"
 export TRIDENT_ROOT=$root TRIDENT_BIN=$bin RUNS_DIR=$work/runs
 steps=60
-args=(--set train.steps=$steps --set model.d_model=128 --set model.seq_len=64 --set train.eval_every=20
+args=(--set train.steps="$steps" --set model.d_model=128 --set model.seq_len=64 --set train.eval_every=20
       --set output.log_every=10 --set system.threads=1)
 
 # The uninterrupted reference, launched the same way (4 ranks, srun --mpi=pmix).
