@@ -21,10 +21,10 @@ args=(--set train.steps="$steps" --set model.d_model=128 --set model.seq_len=64 
       --set output.log_every=10 --set system.threads=1)
 
 # The uninterrupted reference, launched the same way (4 ranks, srun --mpi=pmix).
-timeout 300 srun --ntasks=4 --mpi=pmix --kill-on-bad-exit=1 "$bin" train "$fixtures/tiny.toml" "${args[@]}" \
+timeout 300 srun --nodes=1 --ntasks=4 --mpi=pmix --kill-on-bad-exit=1 "$bin" train "$fixtures/tiny.toml" "${args[@]}" \
   --metrics "$work/reference.jsonl" > "$work/reference.out" 2>&1 || { cat "$work/reference.out"; fail "reference run failed"; }
 
-first=$(sbatch --parsable --ntasks=4 --ntasks-per-node=4 "$root/jobscripts/train_chain.sbatch" \
+first=$(sbatch --parsable --nodes=1 --ntasks=4 --ntasks-per-node=4 "$root/jobscripts/train_chain.sbatch" \
           "$fixtures/tiny.toml" "${args[@]}") || fail "sbatch refused the chain"
 echo "chain: first link is job $first"
 # Signal the first link a few steps in, as Slurm would shortly before its time limit.
