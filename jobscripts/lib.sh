@@ -29,7 +29,7 @@ deck_get() {
 
 # set_value KEY ARGS...: the value of the last `--set KEY=value` (or --set=KEY=value) in ARGS.
 set_value() {
-  local key=$1 val="" prev=""
+  local key=$1 val="" prev="" a
   shift
   for a in "$@"; do
     if [ "$prev" = --set ] && [ "${a%%=*}" = "$key" ]; then val=${a#*=}; fi
