@@ -5,6 +5,14 @@
 #include "model/gpt_params.hpp"
 
 namespace trident {
+namespace {
+void add_flat(TensorTable& t, std::string name, std::int64_t n) {
+  TensorInfo info;
+  info.name = std::move(name);
+  info.shape = {n};
+  t.add(std::move(info));
+}
+}  // namespace
 
 GptModel::GptModel(const GptConfig& c, int micro_batch, ComputeBackend& backend,
                    MemoryLedger& ledger, const GptModelOptions& o)
@@ -37,12 +45,7 @@ TensorTable GptModel::saved_activation_table(const GptConfig& c, int micro_batch
   const std::int64_t att = std::int64_t(micro_batch) * tp.local_heads(c) * c.seq_len * c.seq_len;
   const bool sp = tp.sp();
   TensorTable t;
-  auto add = [&](std::string name, std::int64_t n) {
-    TensorInfo info;
-    info.name = std::move(name);
-    info.shape = {n};
-    t.add(std::move(info));
-  };
+  auto add = [&t](std::string name, std::int64_t n) { add_flat(t, std::move(name), n); };
   // Residual stream and norms: this rank's tokens. Everything between the
   // column- and row-parallel layers: all tokens, this rank's features.
   add("encoded", BTl * C);  // the embeddings' output, or the previous stage's
@@ -74,12 +77,7 @@ TensorTable GptModel::scratch_table(const GptConfig& c, int micro_batch,
   const std::int64_t C = c.d_model, Cl = tp.local_width(c), Fl = tp.local_ff(c);
   const std::int64_t att = std::int64_t(micro_batch) * tp.local_heads(c) * c.seq_len * c.seq_len;
   TensorTable t;
-  auto add = [&](std::string name, std::int64_t n) {
-    TensorInfo info;
-    info.name = std::move(name);
-    info.shape = {n};
-    t.add(std::move(info));
-  };
+  auto add = [&t](std::string name, std::int64_t n) { add_flat(t, std::move(name), n); };
   add("full_c", BT * C), add("d_res", BTl * C), add("d_c", BT * C), add("d_3c", BT * 3 * Cl);
   add("d_ff_a", BT * Fl), add("d_ff_b", BT * Fl), add("d_att", att);
   if (tp.sp()) add("local_c", BTl * C), add("sp_pack", 4 * C);

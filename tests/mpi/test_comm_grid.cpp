@@ -11,16 +11,11 @@
 #include "comm/mpi_communicator.hpp"
 #include "core/error.hpp"
 #include "grid/grid.hpp"
+#include "support/test_support.hpp"
 
 using namespace trident;
+using trident::testing::world_size;
 
-namespace {
-int world_size() {
-  int n = 0;
-  MPI_Comm_size(MPI_COMM_WORLD, &n);
-  return n;
-}
-}  // namespace
 
 TEST(Collectives, EveryOperationComputesItsDefinition) {
   auto c = make_communicator(MPI_COMM_WORLD, "world");

@@ -13,6 +13,7 @@
 #include "train/trainer.hpp"
 
 using namespace trident;
+using trident::testing::first_ranks;
 using trident::testing::rel_diff;
 
 namespace {
@@ -82,14 +83,6 @@ void expect_same_model(const TrainedRun& a, const TrainedRun& ref, double tol, c
     EXPECT_NEAR(a.losses[i], ref.losses[i], tol * std::abs(ref.losses[i])) << what << " step " << i;
 }
 
-// The first n ranks of the world as a communicator (others get MPI_COMM_NULL).
-MPI_Comm first_ranks(int n) {
-  int r = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &r);
-  MPI_Comm c;
-  MPI_Comm_split(MPI_COMM_WORLD, r < n ? 0 : MPI_UNDEFINED, r, &c);
-  return c;
-}
 
 }  // namespace
 

@@ -18,6 +18,8 @@
 #include "train/trainer.hpp"
 
 using namespace trident;
+using trident::testing::first_ranks;
+using trident::testing::world_size;
 
 namespace {
 
@@ -33,13 +35,7 @@ struct PipeRun {
 };
 
 const std::string& shard_dir() {
-  static std::string dir;
-  if (dir.empty()) {
-    int r = 0;
-    MPI_Comm_rank(MPI_COMM_WORLD, &r);
-    dir = trident::testing::scratch_dir("pp_r" + std::to_string(r));
-    trident::testing::make_text_shard(dir, "train.bin", 40000);
-  }
+  static const std::string dir = trident::testing::rank_shard_dir("pp", 40000);
   return dir;
 }
 
@@ -87,19 +83,7 @@ PipeRun train(MPI_Comm comm, const std::vector<std::string>& sets) {
   return run;
 }
 
-MPI_Comm first_ranks(int n) {
-  int r = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &r);
-  MPI_Comm c;
-  MPI_Comm_split(MPI_COMM_WORLD, r < n ? 0 : MPI_UNDEFINED, r, &c);
-  return c;
-}
 
-int world_size() {
-  int n = 0;
-  MPI_Comm_size(MPI_COMM_WORLD, &n);
-  return n;
-}
 
 void expect_serial(const PipeRun& run, const PipeRun& serial, const std::string& what,
                    double& worst) {

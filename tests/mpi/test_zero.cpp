@@ -11,6 +11,8 @@
 #include "train/trainer.hpp"
 
 using namespace trident;
+using trident::testing::first_ranks;
+using trident::testing::world_size;
 
 namespace {
 
@@ -18,13 +20,7 @@ constexpr int kSteps = 20;
 constexpr double kTol = 1e-5;
 
 const std::string& shard_dir() {
-  static std::string dir;
-  if (dir.empty()) {
-    int r = 0;
-    MPI_Comm_rank(MPI_COMM_WORLD, &r);
-    dir = trident::testing::scratch_dir("zero_r" + std::to_string(r));
-    trident::testing::make_text_shard(dir, "train.bin", 40000);
-  }
+  static const std::string dir = trident::testing::rank_shard_dir("zero", 40000);
   return dir;
 }
 
@@ -65,19 +61,7 @@ void run(MPI_Comm comm, const std::vector<std::string>& sets, ZeroRun& out, int 
   }
 }
 
-MPI_Comm first_ranks(int n) {
-  int r = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &r);
-  MPI_Comm c;
-  MPI_Comm_split(MPI_COMM_WORLD, r < n ? 0 : MPI_UNDEFINED, r, &c);
-  return c;
-}
 
-int world_size() {
-  int n = 0;
-  MPI_Comm_size(MPI_COMM_WORLD, &n);
-  return n;
-}
 
 }  // namespace
 

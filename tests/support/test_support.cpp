@@ -50,6 +50,31 @@ seed = 7
 {})", train, val, extra);
 }
 
+int world_size() {
+  int n = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &n);
+  return n;
+}
+
+int world_rank() {
+  int r = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &r);
+  return r;
+}
+
+MPI_Comm first_ranks(int n) {
+  const int r = world_rank();
+  MPI_Comm c;
+  MPI_Comm_split(MPI_COMM_WORLD, r < n ? 0 : MPI_UNDEFINED, r, &c);
+  return c;
+}
+
+std::string rank_shard_dir(const std::string& prefix, std::size_t bytes) {
+  const std::string dir = scratch_dir(prefix + "_r" + std::to_string(world_rank()));
+  make_text_shard(dir, "train.bin", bytes);
+  return dir;
+}
+
 double rel_diff(const float* a, const float* b, std::size_t n) {
   double num = 0, den = 0;
   for (std::size_t i = 0; i < n; ++i) {

@@ -1,6 +1,8 @@
 // Helpers shared by the tests: a scratch directory, a token shard made from
 // text, and a small deck as TOML text.
 #pragma once
+#include <mpi.h>
+
 #include <string>
 #include <vector>
 
@@ -15,6 +17,15 @@ std::string make_text_shard(const std::string& dir, const std::string& name, std
 // A tiny model deck reading `train` and `val` shards; extra TOML appended.
 std::string tiny_deck(const std::string& train, const std::string& val,
                       const std::string& extra = "");
+
+// Helpers for tests under mpirun.
+int world_size();
+int world_rank();
+// The first n ranks of MPI_COMM_WORLD as a communicator (MPI_COMM_NULL on the
+// others); collective over the world.
+MPI_Comm first_ranks(int n);
+// A per-rank scratch directory holding a text shard `train.bin` of `bytes` bytes.
+std::string rank_shard_dir(const std::string& prefix, std::size_t bytes);
 
 // Norm-wise relative difference ||a - b|| / ||b||.
 double rel_diff(const float* a, const float* b, std::size_t n);
