@@ -195,6 +195,9 @@ GridShape resolve_layout(Deck& d, int world) {
     if (chunks < 2)
       throw InputError(fmt::format("{}: [parallel] schedule = \"interleaved\" needs "
                                    "virtual_stages >= 2 (with 1 it is plain 1f1b)", f));
+    if (p.pp < 2)
+      throw InputError(fmt::format("{}: [parallel] schedule = \"interleaved\" needs pp >= 2 "
+                                   "(with one stage there is nothing to interleave)", f));
     if (p.partition != "uniform")
       throw InputError(fmt::format("{}: [parallel] schedule = \"interleaved\" uses the uniform "
                                    "partition; set partition = \"uniform\"", f));

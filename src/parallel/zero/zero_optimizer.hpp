@@ -18,6 +18,7 @@ class ZeroOptimizer {
   void scale_grads(float coef);
   void step(float lr);  // AdamW on the shard, then publish (stages 1-2)
   std::int64_t steps_taken() const { return t_; }
+  void set_steps_taken(std::int64_t t) { t_ = t; }  // on resume
   Arena& first_moment() { return m_; }
   Arena& second_moment() { return v_; }
 

@@ -53,6 +53,8 @@ class ZeroStorage final : public ModelStorage {
   float* owned_params(int u);
   float* owned_grads(int u) { return g_shard_.f32() + plan_.units()[u].shard_offset; }
   float* owned_grads_all() { return g_shard_.f32(); }
+  // Stages 1-2: every parameter, in the table's layout (null at stage 3).
+  float* full_params() { return stage_ <= 2 ? p_full_.f32() : nullptr; }
   void publish_params();  // stages 1-2: all-gather the updated slices
 
  private:
