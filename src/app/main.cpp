@@ -1,6 +1,8 @@
 // trident: one SPMD binary, launched by srun or mpirun on every rank.
 //   trident train DECK.toml [--set section.key=value]... [--metrics FILE.jsonl]
+//                 [--resume PATH|latest]
 //   trident tokenize IN.txt OUT.bin
+//   trident inspect CHECKPOINT.h5
 #include <mpi.h>
 
 #include <CLI/CLI.hpp>
@@ -23,12 +25,19 @@ int run(int argc, char** argv, int rank) {
   train_cmd->add_option("--set", train.overrides,
                         "Override a deck key: section.key=value (repeatable)");
   train_cmd->add_option("--metrics", train.metrics, "Write per-step metrics as JSON Lines here");
+  train_cmd->add_option("--resume", train.resume,
+                        "Continue from a checkpoint file, or 'latest' in checkpoint.dir");
 
   TokenizeOptions tok;
   CLI::App* tok_cmd =
       app.add_subcommand("tokenize", "Turn a text file into a token shard (byte-level, vocab 257)");
   tok_cmd->add_option("input", tok.input, "Text file, or - for standard input")->required();
   tok_cmd->add_option("output", tok.output, "Token shard to write (.bin)")->required();
+
+  InspectOptions inspect;
+  CLI::App* inspect_cmd =
+      app.add_subcommand("inspect", "Print a checkpoint's step, layout, deck and datasets");
+  inspect_cmd->add_option("checkpoint", inspect.checkpoint, "Checkpoint file (.h5)")->required();
 
   try {
     app.parse(argc, argv);
@@ -43,6 +52,7 @@ int run(int argc, char** argv, int rank) {
   }
   if (*train_cmd) return train_command(train);
   if (*tok_cmd) return rank == 0 ? tokenize_command(tok) : kExitOk;
+  if (*inspect_cmd) return rank == 0 ? inspect_command(inspect) : kExitOk;
   return kExitBadInput;
 }
 

@@ -36,6 +36,7 @@ class Trainer {
   double evaluate();  // mean validation loss over train.eval_sequences (collective)
 
   GptModel& model() { return model_; }
+  AdamW* optimizer() { return optimizer_.get(); }  // null where this rank holds no optimizer
   const PhaseTimes& times() const { return times_; }
   std::int64_t tokens_per_step() const {
     return std::int64_t(deck_.train.batch) * deck_.model.seq_len;
