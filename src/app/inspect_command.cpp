@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <mpi.h>
 
+#include <cstdio>
 #include <sstream>
 
 #include "app/commands.hpp"
@@ -73,11 +74,14 @@ int inspect_command(const InspectOptions& o) {
   try {
     CheckpointReader r(*self, o.checkpoint);
     print_meta(r);
-    if (print_datasets(r) == 0) return kExitOk;
+    const int bad = print_datasets(r);
+    std::fflush(stdout);  // the table first, then the verdict on its own line
+    if (bad == 0) return kExitOk;
     fmt::print(stderr, "error: {}: the checkpoint is corrupt (see the datasets marked BAD)\n",
                o.checkpoint);
     return kExitBadInput;
   } catch (const AgreedError& e) {
+    std::fflush(stdout);
     fmt::print(stderr, "error: {}\n", e.what());
     return e.exit_code;
   }
