@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <filesystem>
+#include <future>
 
 #include "comm/agree.hpp"
 #include "core/error.hpp"
@@ -65,7 +66,12 @@ CheckpointReader::CheckpointReader(Communicator& comm, std::string path)
 
 CheckpointReader::~CheckpointReader() { file_.reset(); }
 
+void CheckpointReader::join_checksum() {
+  if (pending_.valid()) sums_[pending_at_] = pending_.get();
+}
+
 void CheckpointReader::read(const DatasetSpec& spec, const TensorSlice& slice) {
+  join_checksum();
   run_agreed(comm_, [&] {
     try {
       if (H5Lexists(file_.get(), spec.path.c_str(), H5P_DEFAULT) <= 0)
@@ -96,10 +102,19 @@ void CheckpointReader::read(const DatasetSpec& spec, const TensorSlice& slice) {
       h5_check(H5Dread(d.get(), memory_type(spec.dtype), mem_space.get(), file_space.get(),
                        transfer_.get(), buf),
                "read");
-      const bool counted = slice.counted && n > 0;
-      sums_.push_back(counted ? checksum_packed(*slice.shard, boxes, buf, esz) : 0);
-      sums_.push_back(counted ? n : 0);
       if (!slice.empty() && buf != slice.data) unpack_slice(slice, boxes, esz, buf);
+      const bool counted = slice.counted && n > 0;
+      sums_.push_back(0);
+      sums_.push_back(counted ? n : 0);
+      if (counted) {  // summed on another thread while the next dataset is read
+        pending_at_ = sums_.size() - 2;
+        TensorSlice mine = slice;
+        pending_ = std::async(std::launch::async, [shard = *slice.shard, mine,
+                                                   boxes = std::move(boxes), esz]() mutable {
+          mine.shard = &shard;  // a copy: the caller's may move; its memory may not
+          return checksum_slice(mine, boxes, esz);
+        });
+      }
       std::uint64_t numel = 1;
       for (hsize_t x : h5_dims(spec.shape)) numel *= x;
       bytes_ += numel * esz;
@@ -111,6 +126,7 @@ void CheckpointReader::read(const DatasetSpec& spec, const TensorSlice& slice) {
 }
 
 std::vector<ChecksumResult> CheckpointReader::checksums() {
+  join_checksum();
   if (!sums_.empty()) comm_.all_reduce(sums_.data(), sums_.size(), DType::u64, ReduceOp::sum);
   std::vector<ChecksumResult> out;
   for (std::size_t i = 0; i < read_.size(); ++i) {

@@ -1,8 +1,11 @@
 #include "io/checkpoint_writer.hpp"
 
+#include <fcntl.h>
 #include <fmt/format.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <future>
 
 #include "comm/agree.hpp"
 #include "core/error.hpp"
@@ -11,12 +14,13 @@
 
 namespace trident {
 
-CheckpointWriter::CheckpointWriter(Communicator& comm, std::string path)
-    : comm_(comm), path_(std::move(path)) {
+CheckpointWriter::CheckpointWriter(Communicator& comm, std::string path, std::size_t piece_bytes)
+    : comm_(comm), path_(std::move(path)), piece_bytes_(piece_bytes) {
   run_agreed(comm_, [&] {
     try {
       file_ = create_checkpoint_file(comm_, path_);
       transfer_ = collective_transfer();
+      sync_fd_ = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
     } catch (const RuntimeFailure& e) {
       throw RuntimeFailure(fmt::format("checkpoint {}: {}", path_, e.what()));
     }
@@ -24,6 +28,7 @@ CheckpointWriter::CheckpointWriter(Communicator& comm, std::string path)
 }
 
 CheckpointWriter::~CheckpointWriter() {
+  if (sync_fd_ >= 0) ::close(sync_fd_);
   datasets_.clear();
   groups_.clear();
   file_.reset();
@@ -39,10 +44,9 @@ void CheckpointWriter::write_meta(const CheckpointMeta& meta) {
   });
 }
 
-hid_t CheckpointWriter::group_for(const std::string& dataset_path) {
+void CheckpointWriter::create_groups_for(const std::string& dataset_path) {
   // Creates each missing group on the way ("/optim", then "/optim/exp_avg"),
   // tracking creation order so datasets list in the order they were written.
-  hid_t parent = file_.get();
   std::size_t from = 1;
   for (std::size_t slash; (slash = dataset_path.find('/', from)) != std::string::npos;
        from = slash + 1) {
@@ -57,17 +61,22 @@ hid_t CheckpointWriter::group_for(const std::string& dataset_path) {
                           "create group " + name),
                  H5Gclose);
       groups_.emplace_back(name, std::move(g));
-      it = groups_.end() - 1;
     }
-    parent = it->second.get();
   }
-  return parent;
 }
 
 void CheckpointWriter::write(const DatasetSpec& spec, const TensorSlice& slice) {
+  const std::size_t esz = dtype_size(spec.dtype);
+  const bool mine = slice.counted && !slice.empty();
+  std::vector<SliceBox> boxes;
+  std::future<std::uint64_t> sum;
+  H5Handle d;
+  auto context = [&](const RuntimeFailure& e) {
+    return RuntimeFailure(fmt::format("checkpoint {}: dataset {}: {}", path_, spec.path, e.what()));
+  };
   run_agreed(comm_, [&] {
     try {
-      group_for(spec.path);
+      create_groups_for(spec.path);
       const auto dims = h5_dims(spec.shape);
       H5Handle space(h5_check(H5Screate_simple(int(dims.size()), dims.data(), nullptr),
                               "H5Screate_simple"),
@@ -76,45 +85,82 @@ void CheckpointWriter::write(const DatasetSpec& spec, const TensorSlice& slice) 
       // Every element is written by some rank: no fill pass over the file.
       H5Pset_fill_time(dcpl.get(), H5D_FILL_TIME_NEVER);
       H5Pset_alloc_time(dcpl.get(), H5D_ALLOC_TIME_EARLY);
-      H5Handle d(h5_check(H5Dcreate2(file_.get(), spec.path.c_str(), file_type(spec.dtype),
-                                     space.get(), H5P_DEFAULT, dcpl.get(), H5P_DEFAULT),
-                          "create dataset"),
-                 H5Dclose);
+      d = H5Handle(h5_check(H5Dcreate2(file_.get(), spec.path.c_str(), file_type(spec.dtype),
+                                       space.get(), H5P_DEFAULT, dcpl.get(), H5P_DEFAULT),
+                            "create dataset"),
+                   H5Dclose);
       h5_write_attr(d.get(), "dtype", std::string(dtype_name(spec.dtype)));
-
-      const std::size_t esz = dtype_size(spec.dtype);
-      std::vector<SliceBox> boxes;
-      const void* buf = &esz;  // any non-null address for an empty part
-      std::uint64_t sum = 0;
-      std::size_t n = 0;
-      if (slice.counted && !slice.empty()) {
-        boxes = slice_boxes(*slice.shard, slice.lo, slice.hi);
-        n = boxes_numel(boxes);
-        buf = slice.data;
-        if (n != slice.hi - slice.lo) {  // padding inside the range: pack the rest
-          staging_.resize(n * esz);
-          pack_slice(slice, boxes, esz, staging_.data());
-          buf = staging_.data();
-        }
-        sum = checksum_packed(*slice.shard, boxes, buf, esz);
-      }
-      H5Handle file_space = select_file_boxes(d.get(), boxes);
-      H5Handle mem_space = packed_memory_space(n);
-      h5_check(H5Dwrite(d.get(), memory_type(spec.dtype), mem_space.get(), file_space.get(),
-                        transfer_.get(), buf),
-               "write");
       std::uint64_t numel = 1;
       for (hsize_t x : dims) numel *= x;
       bytes_ += numel * esz;
-      names_.push_back(spec.path);
-      sums_.push_back(sum);
-      sums_.push_back(n);
       numel_.push_back(numel);
-      datasets_.push_back(std::move(d));
     } catch (const RuntimeFailure& e) {
-      throw RuntimeFailure(fmt::format("checkpoint {}: dataset {}: {}", path_, spec.path, e.what()));
+      throw context(e);
     }
   });
+  if (mine) {
+    boxes = slice_boxes(*slice.shard, slice.lo, slice.hi);
+    // The checksum runs on another thread while this one writes.
+    sum = std::async(std::launch::async, [&] { return checksum_slice(slice, boxes, esz); });
+  }
+  // Every rank issues as many collective writes as the rank with the most pieces.
+  const std::size_t per_piece = std::max<std::size_t>(1, piece_bytes_ / esz);
+  std::int64_t pieces = mine ? std::int64_t((slice.hi - slice.lo + per_piece - 1) / per_piece) : 0;
+  comm_.all_reduce(&pieces, 1, DType::i64, ReduceOp::max);
+  run_agreed(comm_, [&] {
+    try {
+      for (std::int64_t k = 0; k < pieces; ++k) {
+        const std::size_t lo = mine ? std::min(slice.hi, slice.lo + k * per_piece) : 0;
+        write_piece(d.get(), spec.dtype, slice, lo, mine ? std::min(slice.hi, lo + per_piece) : lo);
+      }
+      start_writeback(d.get(), slice, boxes, esz);
+      names_.push_back(spec.path);
+      sums_.push_back(mine ? sum.get() : 0);
+      sums_.push_back(boxes_numel(boxes));
+      datasets_.push_back(std::move(d));
+    } catch (const RuntimeFailure& e) {
+      throw context(e);
+    }
+  });
+}
+
+void CheckpointWriter::start_writeback(hid_t dataset, const TensorSlice& slice,
+                                       const std::vector<SliceBox>& boxes, std::size_t esz) {
+  const haddr_t at = H5Dget_offset(dataset);
+  if (sync_fd_ < 0 || boxes.empty() || at == HADDR_UNDEF) return;
+  std::uint64_t first = ~std::uint64_t(0), end = 0;
+  for (const SliceBox& b : boxes)
+    for_each_run(*slice.shard, b, [&](std::size_t, std::uint64_t g, std::size_t len) {
+      first = std::min(first, g), end = std::max(end, g + len);
+    });
+  // Best effort: file systems without it (network ones) just flush at the end.
+  sync_file_range(sync_fd_, off_t(at + first * esz), off_t((end - first) * esz),
+                  SYNC_FILE_RANGE_WRITE);
+}
+
+void CheckpointWriter::write_piece(hid_t dataset, DType dtype, const TensorSlice& slice,
+                                   std::size_t lo, std::size_t hi) {
+  const std::size_t esz = dtype_size(dtype);
+  std::vector<SliceBox> boxes;
+  std::size_t n = 0;
+  const void* buf = &esz;  // any non-null address for an empty part
+  if (lo < hi) {
+    boxes = slice_boxes(*slice.shard, lo, hi);
+    n = boxes_numel(boxes);
+    buf = static_cast<const char*>(slice.data) + (lo - slice.lo) * esz;
+    if (n != hi - lo) {  // padding inside the piece: pack the rest
+      TensorSlice piece = slice;
+      piece.lo = lo, piece.hi = hi, piece.data = const_cast<void*>(buf);
+      staging_.resize(n * esz);
+      pack_slice(piece, boxes, esz, staging_.data());
+      buf = staging_.data();
+    }
+  }
+  H5Handle file_space = select_file_boxes(dataset, boxes);
+  H5Handle mem_space = packed_memory_space(n);
+  h5_check(H5Dwrite(dataset, memory_type(dtype), mem_space.get(), file_space.get(),
+                    transfer_.get(), buf),
+           "write");
 }
 
 void CheckpointWriter::finish() {

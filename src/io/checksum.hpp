@@ -31,9 +31,9 @@ constexpr std::uint64_t checksum_element(std::uint64_t global_index, std::uint64
 std::uint64_t checksum_run(const void* data, std::size_t elem_bytes, std::uint64_t first_index,
                            std::size_t n);
 
-// Sum over a packed buffer holding the elements of `boxes` in order (see
-// tensor_slice.hpp), `shard` giving the index mapping.
-std::uint64_t checksum_packed(const TensorInfo& shard, const std::vector<SliceBox>& boxes,
-                              const void* packed, std::size_t elem_bytes);
+// Sum over the elements of a slice that `boxes` (slice_boxes of its range)
+// cover, read in place: padding is not part of any tensor and never counts.
+std::uint64_t checksum_slice(const TensorSlice& slice, const std::vector<SliceBox>& boxes,
+                             std::size_t elem_bytes);
 
 }  // namespace trident
