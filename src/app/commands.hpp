@@ -10,6 +10,7 @@ struct TrainOptions {
   std::vector<std::string> overrides;  // --set section.key=value
   std::string metrics;                 // --metrics FILE.jsonl (overrides output.metrics)
   std::string trace;                   // --trace FILE.json: Chrome trace of every rank
+  std::string resume;                  // --resume PATH|latest; empty: start from scratch
 };
 int train_command(const TrainOptions& options);
 
@@ -26,5 +27,10 @@ struct TokenizeOptions {
   std::string output;  // .bin shard
 };
 int tokenize_command(const TokenizeOptions& options);
+
+struct InspectOptions {
+  std::string checkpoint;  // .h5 file
+};
+int inspect_command(const InspectOptions& options);
 
 }  // namespace trident

@@ -1,6 +1,8 @@
 // trident: one SPMD binary, launched by srun or mpirun on every rank.
 //   trident train DECK.toml [--set section.key=value]... [--metrics FILE.jsonl]
+//                 [--resume PATH|latest]
 //   trident tokenize IN.txt OUT.bin
+//   trident inspect CHECKPOINT.h5
 #include <mpi.h>
 
 #include <CLI/CLI.hpp>
@@ -33,12 +35,19 @@ int run(int argc, char** argv, int rank) {
   est_cmd->add_option("--world", est.world, "Ranks of the planned job")->required();
   est_cmd->add_option("--set", est.overrides, "Override a deck key: section.key=value");
   est_cmd->add_option("--memory", est.memory, "Memory per rank, e.g. 80GiB: does the peak fit?");
+  train_cmd->add_option("--resume", train.resume,
+                        "Continue from a checkpoint file, or 'latest' in checkpoint.dir");
 
   TokenizeOptions tok;
   CLI::App* tok_cmd =
       app.add_subcommand("tokenize", "Turn a text file into a token shard (byte-level, vocab 257)");
   tok_cmd->add_option("input", tok.input, "Text file, or - for standard input")->required();
   tok_cmd->add_option("output", tok.output, "Token shard to write (.bin)")->required();
+
+  InspectOptions inspect;
+  CLI::App* inspect_cmd =
+      app.add_subcommand("inspect", "Print a checkpoint's step, layout, deck and datasets");
+  inspect_cmd->add_option("checkpoint", inspect.checkpoint, "Checkpoint file (.h5)")->required();
 
   try {
     app.parse(argc, argv);
@@ -54,6 +63,7 @@ int run(int argc, char** argv, int rank) {
   if (*train_cmd) return train_command(train);
   if (*tok_cmd) return rank == 0 ? tokenize_command(tok) : kExitOk;
   if (*est_cmd) return rank == 0 ? estimate_command(est) : kExitOk;
+  if (*inspect_cmd) return rank == 0 ? inspect_command(inspect) : kExitOk;
   return kExitBadInput;
 }
 

@@ -15,6 +15,7 @@
 #include "io/metrics.hpp"
 #include "io/token_shard.hpp"
 #include "model/gpt_config.hpp"
+#include "train/checkpointer.hpp"
 #include "train/report.hpp"
 #include "train/trainer.hpp"
 
@@ -111,7 +112,7 @@ int train(const TrainOptions& o, Communicator& boot) {
   MetricsWriter metrics;
   run_agreed(grid.world(), [&] {
     if (grid.is_root() && !deck.output.metrics.empty())
-      metrics = MetricsWriter(deck.output.metrics);
+      metrics = MetricsWriter(deck.output.metrics, /*append=*/!o.resume.empty());
   });
   print_banner(deck, grid, *backend, *train_data, val_data.get(), threads);
 
@@ -120,6 +121,8 @@ int train(const TrainOptions& o, Communicator& boot) {
   Trainer trainer(deck, grid, *backend, ledger, *train_data, val_data.get(),
                   o.trace.empty() ? nullptr : &trace);
   print_pipeline(deck, grid, trainer);
+  Checkpointer checkpoints(deck, grid, trainer);
+  const int first = o.resume.empty() ? 0 : checkpoints.resume(o.resume);
   const int steps = deck.train.steps;
   const double tokens_per_step = double(trainer.tokens_per_step());
   double train_seconds = 0, steady_seconds = 0;
@@ -128,42 +131,48 @@ int train(const TrainOptions& o, Communicator& boot) {
   // Count communication from the first step on (set-up checks are not per step).
   for (Communicator* c : {&grid.world(), &grid.data(), &grid.tensor(), &grid.pipeline(), &grid.model()})
     c->reset_stats();
-  for (int step = 0; step < steps; ++step) {
+  for (int step = first; step < steps; ++step) {
     StepStats s = trainer.step(step);
     train_seconds += s.seconds;
-    if (step > 0) steady_seconds += s.seconds;  // step 0 pays one-time warm-up costs
+    if (step > first) steady_seconds += s.seconds;  // the first step pays one-time warm-up costs
     const bool last = step + 1 == steps;
     const int every = deck.train.eval_every;
     const bool eval = val_data && ((every > 0 && (step + 1) % every == 0) || last);
     if (eval) val_loss = trainer.evaluate();
-    if (!grid.is_root()) continue;
-    const Throughput tp = throughput(deck, grid.size(), tokens_per_step, s.seconds);
-    const double avg = step > 0 ? steady_seconds / step : s.seconds;
-    if ((step + 1) % deck.output.log_every == 0 || last || step == 0) {
-      fmt::print("{}{}\n", format_step_line(s, steps, tp, ledger.peak_total(), avg * (steps - step - 1)),
-                 eval ? fmt::format(" | val {:.4f}", val_loss) : "");
-      std::fflush(stdout);
+    if (grid.is_root()) {
+      const Throughput tp = throughput(deck, grid.size(), tokens_per_step, s.seconds);
+      const double avg = step > first ? steady_seconds / (step - first) : s.seconds;
+      if ((step + 1) % deck.output.log_every == 0 || last || step == first) {
+        fmt::print("{}{}\n", format_step_line(s, steps, tp, ledger.peak_total(), avg * (steps - step - 1)),
+                   eval ? fmt::format(" | val {:.4f}", val_loss) : "");
+        std::fflush(stdout);
+      }
+      nlohmann::json rec = {{"step", step + 1},          {"loss", s.loss},
+                            {"lr", s.lr},                {"grad_norm", s.grad_norm},
+                            {"tokens_per_s", tp.tokens_per_s}, {"step_ms", 1e3 * s.seconds},
+                            {"peak_mem_bytes", ledger.peak_total()}};
+      if (tp.mfu >= 0) rec["mfu"] = tp.mfu;
+      if (eval) rec["val_loss"] = val_loss;
+      metrics.write(rec);
     }
-    nlohmann::json rec = {{"step", step + 1},          {"loss", s.loss},
-                          {"lr", s.lr},                {"grad_norm", s.grad_norm},
-                          {"tokens_per_s", tp.tokens_per_s}, {"step_ms", 1e3 * s.seconds},
-                          {"peak_mem_bytes", ledger.peak_total()}};
-    if (tp.mfu >= 0) rec["mfu"] = tp.mfu;
-    if (eval) rec["val_loss"] = val_loss;
-    metrics.write(rec);
+    if (checkpoints.after_step(step + 1)) {  // a stop signal: saved, now exit cleanly
+      if (grid.is_root()) fmt::print("{}\n", checkpoints.stop_message());
+      return kExitOk;
+    }
   }
   const double wall = now_seconds() - wall0;
   report_phase_timers(grid, trainer.times(), wall);
   report_memory(grid, ledger);
-  report_communication(grid, steps);
+  report_communication(grid, std::max(1, steps - first));
   report_bubble(grid, trainer);
   if (!o.trace.empty()) {
     trace.write(grid.world(), o.trace);
     if (grid.is_root()) fmt::print("trace: {} (open in Perfetto or chrome://tracing)\n", o.trace);
   }
   if (grid.is_root()) {
-    const double secs = steps > 1 ? steady_seconds : train_seconds;
-    const double toks = tokens_per_step * (steps > 1 ? steps - 1 : 1);
+    const int ran = steps - first;
+    const double secs = ran > 1 ? steady_seconds : train_seconds;
+    const double toks = tokens_per_step * (ran > 1 ? ran - 1 : 1);
     const Throughput tp = throughput(deck, grid.size(), toks, secs);
     fmt::print("FOM: {:.1f} tokens/s | {:.1f} tokens/s/rank | MFU {} | {} ranks {} | deck {}\n",
                tp.tokens_per_s, tp.tokens_per_s / grid.size(),

@@ -18,6 +18,7 @@ MPI_Datatype to_mpi(DType t) {
     case DType::i64: return MPI_INT64_T;
     case DType::u8: return MPI_UINT8_T;
     case DType::u16: case DType::bf16: case DType::f16: return MPI_UINT16_T;
+    case DType::u64: return MPI_UINT64_T;  // sums wrap modulo 2^64 (checksums)
   }
   return MPI_BYTE;
 }

@@ -131,6 +131,16 @@ void read_rest(DeckReader& r, Deck& d) {
   r.get("output", "metrics", d.output.metrics);
   r.get("output", "log_every", d.output.log_every);
   r.require(d.output.log_every >= 1, "output", "log_every", "must be at least 1");
+  auto& c = d.checkpoint;
+  r.get("checkpoint", "dir", c.dir);
+  r.get("checkpoint", "every", c.every);
+  r.get("checkpoint", "minutes", c.minutes);
+  r.get("checkpoint", "keep", c.keep);
+  r.require(c.every >= 0, "checkpoint", "every", "must be >= 0 (0: not by step count)");
+  r.require(c.minutes >= 0, "checkpoint", "minutes", "must be >= 0 (0: not by time)");
+  r.require(c.keep >= 0, "checkpoint", "keep", "must be >= 0 (0: keep every checkpoint)");
+  r.require(!c.dir.empty() || (c.every == 0 && c.minutes == 0), "checkpoint", "dir",
+            "is required when checkpoint.every or checkpoint.minutes is set");
   r.get("system", "threads", d.system.threads);
   r.get("system", "peak_tflops", d.system.peak_tflops);
   r.get("system", "comm_timeout_s", d.system.comm_timeout_s);

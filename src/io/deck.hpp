@@ -53,6 +53,14 @@ struct OutputSection {
   int log_every = 1;
 };
 
+// Periodic, signal-triggered and final checkpoints (README "Checkpoints").
+struct CheckpointSection {
+  std::string dir;       // where checkpoints go; empty: no checkpoints
+  int every = 0;         // steps between checkpoints; 0: none by step count
+  double minutes = 0.0;  // wall-clock minutes between checkpoints; 0: none by time
+  int keep = 2;          // complete checkpoints kept (older ones are deleted); 0: keep all
+};
+
 struct SystemSection {
   int threads = 0;            // OpenMP/BLAS threads per rank; 0: cores / ranks on the node
   double peak_tflops = 0.0;   // per-rank peak for MFU; 0: MFU not reported
@@ -68,6 +76,7 @@ struct Deck {
   ParallelSection parallel;
   ZeroSection zero;
   OutputSection output;
+  CheckpointSection checkpoint;
   SystemSection system;
 };
 

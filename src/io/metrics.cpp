@@ -6,7 +6,8 @@
 
 namespace trident {
 
-MetricsWriter::MetricsWriter(const std::string& path) : out_(path, std::ios::trunc) {
+MetricsWriter::MetricsWriter(const std::string& path, bool append)
+    : out_(path, append ? std::ios::app : std::ios::trunc) {
   if (!out_)
     throw InputError(fmt::format("output.metrics = \"{}\": cannot create the file (does its "
                                  "directory exist and is it writable?)", path));

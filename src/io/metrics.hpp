@@ -9,8 +9,8 @@ namespace trident {
 class MetricsWriter {
  public:
   MetricsWriter() = default;
-  // Throws InputError if the file cannot be created.
-  explicit MetricsWriter(const std::string& path);
+  // Throws InputError if the file cannot be created. A resumed run appends.
+  explicit MetricsWriter(const std::string& path, bool append = false);
   bool enabled() const { return out_.is_open(); }
   void write(const nlohmann::json& record);
 

@@ -20,6 +20,7 @@ class AdamW {
   // One update of every tensor in the table; the step count advances by one.
   void step(Arena& params, const Arena& grads, float lr);
   std::int64_t steps_taken() const { return t_; }
+  void set_steps_taken(std::int64_t t) { t_ = t; }  // restoring a checkpoint
   Arena& first_moment() { return m_; }
   Arena& second_moment() { return v_; }
 

@@ -174,6 +174,21 @@ void Trainer::update(float lr, StepStats& s) {
   }
 }
 
+std::int64_t Trainer::optimizer_steps() const {
+  for (const ModelChunk& ch : chunks_) {
+    if (ch.zero_opt) return ch.zero_opt->steps_taken();
+    if (ch.optimizer) return ch.optimizer->steps_taken();
+  }
+  return 0;
+}
+
+void Trainer::set_optimizer_steps(std::int64_t t) {
+  for (ModelChunk& ch : chunks_) {
+    if (ch.zero_opt) ch.zero_opt->set_steps_taken(t);
+    if (ch.optimizer) ch.optimizer->set_steps_taken(t);
+  }
+}
+
 double Trainer::evaluate() {
   if (!val_data_) return 0.0;
   ScopedTimer timer(times_.eval);

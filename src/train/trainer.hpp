@@ -72,6 +72,10 @@ class Trainer {
   const std::vector<double>& predicted_stage_costs() const { return predicted_costs_; }
   ScheduleKind schedule() const { return schedule_; }
   int micro_batches() const { return micro_batches_; }
+  // Optimizer steps taken (the same on every rank that updates; 0 where none
+  // does, as off the root in gather mode), and setting it on resume.
+  std::int64_t optimizer_steps() const;
+  void set_optimizer_steps(std::int64_t t);
   const PhaseTimes& times() const { return times_; }
   std::int64_t tokens_per_step() const {
     return std::int64_t(deck_.train.batch) * deck_.model.seq_len;

@@ -53,6 +53,11 @@ TEST(Collectives, EveryOperationComputesItsDefinition) {
   c->wait(sr);
   c->wait(rr);
   EXPECT_EQ(in, float(prev));
+
+  // Checksums are sums modulo 2^64: u64 all-reduces wrap.
+  std::uint64_t wrap = ~std::uint64_t(0);
+  c->all_reduce(&wrap, 1, DType::u64, ReduceOp::sum);
+  EXPECT_EQ(wrap, std::uint64_t(0) - std::uint64_t(n));
 }
 
 TEST(Collectives, CountCallsBytesAndSequence) {

@@ -7,6 +7,7 @@
 
 #include "io/token_shard.hpp"
 #include "io/tokenizer.hpp"
+#include "train/trainer.hpp"
 
 namespace trident::testing {
 
@@ -73,6 +74,25 @@ std::string rank_shard_dir(const std::string& prefix, std::size_t bytes) {
   const std::string dir = scratch_dir(prefix + "_r" + std::to_string(world_rank()));
   make_text_shard(dir, "train.bin", bytes);
   return dir;
+}
+
+std::vector<float> gather_global_params(Trainer& trainer, Grid& grid, const GptConfig& config,
+                                        TensorTable& serial) {
+  serial = build_gpt_param_table(config);
+  std::vector<float> out(serial.size(), 0.0f);
+  for (ModelChunk& ch : trainer.chunks()) {
+    std::vector<float> host;
+    ch.model->storage().gather_params_to_host(host);  // collective over the data group
+    for (const TensorInfo& t : ch.model->param_table().tensors()) {
+      // One copy of each element: data rank 0, tensor rank 0 for whole tensors.
+      if (!t.primary || grid.coord().dp != 0 || (t.split_dim < 0 && grid.coord().tp != 0)) continue;
+      const TensorInfo& g = serial.at(t.name);
+      for (std::size_t i = 0; i < t.numel; ++i)
+        if (auto gi = t.global_index(i); gi >= 0) out[g.offset + std::size_t(gi)] = host[t.offset + i];
+    }
+  }
+  grid.world().all_reduce(out.data(), out.size(), DType::f32, ReduceOp::sum);
+  return out;
 }
 
 double rel_diff(const float* a, const float* b, std::size_t n) {

@@ -27,6 +27,23 @@ MPI_Comm first_ranks(int n);
 // A per-rank scratch directory holding a text shard `train.bin` of `bytes` bytes.
 std::string rank_shard_dir(const std::string& prefix, std::size_t bytes);
 
+}  // namespace trident::testing
+
+namespace trident {
+class Trainer;
+class Grid;
+class TensorTable;
+struct GptConfig;
+}  // namespace trident
+
+namespace trident::testing {
+
+// Every parameter of the global model, gathered from whatever layout trained
+// it (pipeline chunks, tensor shards, ZeRO slices), in the serial model's
+// layout `serial` (build_gpt_param_table(config)). Collective over the grid.
+std::vector<float> gather_global_params(Trainer& trainer, Grid& grid, const GptConfig& config,
+                                        TensorTable& serial);
+
 // Norm-wise relative difference ||a - b|| / ||b||.
 double rel_diff(const float* a, const float* b, std::size_t n);
 double rel_diff(const std::vector<double>& a, const std::vector<double>& b);

@@ -80,6 +80,23 @@ TEST(Deck, ImpossibleValuesNameKeyAndFix) {
   EXPECT_NE(error_of(kBase + "[model\n").find("TOML syntax error"), std::string::npos);
 }
 
+TEST(Deck, CheckpointKeys) {
+  Deck d = parse_deck(kBase, "t.toml", {});
+  EXPECT_TRUE(d.checkpoint.dir.empty());  // off unless asked for
+  EXPECT_EQ(d.checkpoint.keep, 2);
+  d = parse_deck(kBase + "[checkpoint]\ndir = \"ck\"\nevery = 50\nminutes = 30\nkeep = 3\n",
+                 "t.toml", {});
+  EXPECT_EQ(d.checkpoint.dir, "ck");
+  EXPECT_EQ(d.checkpoint.every, 50);
+  EXPECT_DOUBLE_EQ(d.checkpoint.minutes, 30.0);
+  EXPECT_EQ(d.checkpoint.keep, 3);
+  EXPECT_NE(error_of(kBase, {"checkpoint.every=5"}).find("[checkpoint] dir is required"),
+            std::string::npos);
+  EXPECT_NE(error_of(kBase, {"checkpoint.dir=ck", "checkpoint.keep=-1"})
+                .find("[checkpoint] keep = -1 must be >= 0"),
+            std::string::npos);
+}
+
 TEST(Deck, LayoutIsResolvedAgainstTheWorld) {
   Deck d = parse_deck(kBase + "[train]\nbatch = 8\n", "t.toml", {});
   GridShape s = resolve_layout(d, 4);

@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# Checkpoint write and read bandwidth against fio's sequential write and read of
+# the same number of bytes on the same disk, in the same run; prints both and
+# the ratio (target >= 0.8).
+#   usage: perf/checkpoint_io.sh [RANKS] [DIR] [REPEATS] [OWNER]
+# Trident side: build/perf/bench_checkpoint saves and loads the training state of
+# GPT-2 124M (parameters and both Adam moments: 1.49 GB) through the trainer's
+# own save_checkpoint / load_checkpoint: temporary file, parallel HDF5, checksums,
+# flush, rename, `latest`. OWNER root: data rank 0 writes everything (data
+# parallelism today); spread: every rank writes 1/RANKS of each tensor (ZeRO).
+# fio side: one job, 1 MiB blocks, write ended by fsync (as a checkpoint is).
+# The page cache is dropped before every write and read when this runs as root,
+# so reads come from the disk; each figure is the median of REPEATS.
+set -euo pipefail
+ranks=${1:-1} dir=${2:-/tmp/trident_ckpt_bench} repeats=${3:-3} owner=${4:-root}
+bench=${TRIDENT_BUILD:-build}/perf/bench_checkpoint
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+[ -x "$bench" ] || { echo "error: $bench not found; build first (cmake --build build)"; exit 2; }
+command -v fio > /dev/null || { echo "error: fio not found (Debian: apt-get install fio)"; exit 2; }
+mkdir -p "$dir"
+
+drop_caches() {  # and give the device time to finish the last writes (VM disks lag)
+  sync
+  if [ -w /proc/sys/vm/drop_caches ]; then echo 3 > /proc/sys/vm/drop_caches; fi
+  sleep "${SETTLE_S:-3}"
+}
+fio_gbps() {  # fio JSON -> GB/s of the one job's write or read
+  python3 -c 'import json,sys; j=json.load(sys.stdin)["jobs"][0][sys.argv[1]]; print(j["bw_bytes"]/1e9)' "$1"
+}
+median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+
+echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(free -g | awk '/Mem:/ {print $2}') GiB"
+echo "disk: $(df -hT "$dir" | awk 'NR==2 {print $1, $2, $3}') at $dir"
+echo "versions: $(mpirun --version | head -1), HDF5 $(h5dump --version 2>/dev/null | awk '{print $NF}'), $(fio --version), kernel $(uname -r)"
+[ -w /proc/sys/vm/drop_caches ] || echo "note: not root, page cache not dropped: reads may come from memory"
+echo "command: mpirun -np $ranks $bench write|read $dir/ck --owner $owner; fio --rw=write|read --bs=1M --end_fsync=1"
+
+tw=() tr=() fw=() fr=()
+trident_pass() {
+  rm -rf "$dir/ck"
+  drop_caches
+  line=$(mpirun -np "$ranks" --oversubscribe "$bench" write "$dir/ck" --owner "$owner")
+  bytes=$(awk '{print $2}' <<<"$line")
+  tw+=("$(awk '{print $6}' <<<"$line")")
+  drop_caches
+  tr+=("$(mpirun -np "$ranks" --oversubscribe "$bench" read "$dir/ck" --owner "$owner" | awk '{print $6}')")
+  rm -rf "$dir/ck"
+}
+fio_pass() {
+  rm -f "$dir/fio.dat"
+  drop_caches
+  fw+=("$(fio --name=write --filename="$dir/fio.dat" --rw=write --bs=1M --size="$bytes" \
+          --ioengine=psync --end_fsync=1 --output-format=json | fio_gbps write)")
+  drop_caches
+  fr+=("$(fio --name=read --filename="$dir/fio.dat" --rw=read --bs=1M --size="$bytes" \
+          --ioengine=psync --output-format=json | fio_gbps read)")
+  rm -f "$dir/fio.dat"
+}
+trident_pass  # the first pass also learns the checkpoint's size for fio
+tw=() tr=()
+for r in $(seq 1 "$repeats"); do
+  # Alternate which goes first, so neither always follows the other's writes.
+  if [ $((r % 2)) = 1 ]; then trident_pass; fio_pass; else fio_pass; trident_pass; fi
+  printf 'repeat %d: trident write %.2f read %.2f GB/s | fio write %.2f read %.2f GB/s\n' \
+    "$r" "${tw[-1]}" "${tr[-1]}" "${fw[-1]}" "${fr[-1]}"
+done
+rmdir "$dir" 2>/dev/null || true
+python3 - "$bytes" "$ranks" "$owner" "$(median "${tw[@]}")" "$(median "${tr[@]}")" \
+  "$(median "${fw[@]}")" "$(median "${fr[@]}")" <<'PY'
+import sys
+b, ranks, owner = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+tw, tr, fw, fr = map(float, sys.argv[4:8])
+print(f"\ncheckpoint of {b / 1e9:.2f} GB, {ranks} rank(s), owner {owner} (medians)")
+print(f"{'':8}{'trident GB/s':>14}{'fio GB/s':>10}{'ratio':>8}")
+print(f"{'write':8}{tw:>14.2f}{fw:>10.2f}{tw / fw:>8.2f}")
+print(f"{'read':8}{tr:>14.2f}{fr:>10.2f}{tr / fr:>8.2f}")
+PY

@@ -1,0 +1,13 @@
+// Fault injection for tests of crash safety. TRIDENT_FAULT_INJECT=<site>:<phase>
+// or <site>:<phase>@<step> makes every rank that reaches that named phase kill
+// itself with SIGKILL (as a node failure or `scancel -s KILL` would), for any
+// step or only at the given one. Sites and phases (README "Checkpoints"):
+//   ckpt: after_create, mid_datasets, before_rename, before_latest
+#pragma once
+
+namespace trident {
+
+// Kills the process if TRIDENT_FAULT_INJECT names this site, phase and step.
+void fault_point(const char* site, const char* phase, long step);
+
+}  // namespace trident

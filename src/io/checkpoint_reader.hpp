@@ -1,0 +1,74 @@
+// Reads a checkpoint file with parallel HDF5, collectively over every rank of
+// the job; each rank reads only its own slice of each dataset, whatever layout
+// wrote the file. Checksums are verified from the counted slices (exactly one
+// copy of each element over all ranks), summed with one all-reduce. Anything
+// wrong with the file is an InputError naming the file (and the dataset),
+// agreed across ranks: every rank throws AgreedError with exit code 2.
+#pragma once
+#include <cstdint>
+#include <future>
+#include <string>
+#include <vector>
+
+#include "comm/communicator.hpp"
+#include "io/checkpoint_schema.hpp"
+#include "io/h5.hpp"
+#include "io/tensor_slice.hpp"
+
+namespace trident {
+
+// What the file says about one dataset.
+struct StoredDataset {
+  DatasetSpec spec;
+  std::uint64_t checksum = 0;
+  bool has_checksum = false;
+};
+
+// A dataset's stored checksum against the one its data gives.
+struct ChecksumResult {
+  StoredDataset stored;
+  std::uint64_t computed = 0;
+  bool ok() const { return stored.has_checksum && stored.checksum == computed; }
+};
+
+class CheckpointReader {
+ public:
+  // Opens `path` and reads its meta. Refuses missing, truncated, incomplete or
+  // other-version files.
+  CheckpointReader(Communicator& comm, std::string path);
+  ~CheckpointReader();
+  CheckpointReader(const CheckpointReader&) = delete;
+  CheckpointReader& operator=(const CheckpointReader&) = delete;
+
+  const CheckpointMeta& meta() const { return meta_; }
+  const std::string& path() const { return path_; }
+
+  // Reads this rank's slice of `spec` into slice.data (padding zeroed). Fails
+  // when the dataset is missing or its shape or dtype differs from `spec`. The
+  // slice's memory must stay unchanged until the next read or check.
+  void read(const DatasetSpec& spec, const TensorSlice& slice);
+  // Checks every dataset read since the last check against its stored
+  // checksum (one all-reduce); verify() throws for the first bad one.
+  std::vector<ChecksumResult> checksums();
+  void verify();
+
+  // Every dataset in the file, in the order written (collective).
+  std::vector<StoredDataset> datasets();
+  std::uint64_t bytes() const { return bytes_; }  // dataset bytes read (global view)
+
+ private:
+  void join_checksum();
+
+  Communicator& comm_;
+  std::string path_;
+  H5Handle file_, transfer_;
+  CheckpointMeta meta_;
+  std::vector<StoredDataset> read_;
+  std::vector<std::uint64_t> sums_;  // per dataset read: partial checksum, elements counted
+  std::vector<char> staging_;
+  std::future<std::uint64_t> pending_;  // the last dataset's checksum, still running
+  std::size_t pending_at_ = 0;          // where in sums_ it goes
+  std::uint64_t bytes_ = 0;
+};
+
+}  // namespace trident

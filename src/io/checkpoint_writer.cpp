@@ -1,0 +1,190 @@
+#include "io/checkpoint_writer.hpp"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <future>
+
+#include "comm/agree.hpp"
+#include "core/error.hpp"
+#include "io/checkpoint_file.hpp"
+#include "io/checksum.hpp"
+
+namespace trident {
+
+CheckpointWriter::CheckpointWriter(Communicator& comm, std::string path, std::size_t piece_bytes)
+    : comm_(comm), path_(std::move(path)), piece_bytes_(piece_bytes) {
+  run_agreed(comm_, [&] {
+    try {
+      file_ = create_checkpoint_file(comm_, path_);
+      transfer_ = collective_transfer();
+      sync_fd_ = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
+    } catch (const RuntimeFailure& e) {
+      throw RuntimeFailure(fmt::format("checkpoint {}: {}", path_, e.what()));
+    }
+  });
+}
+
+CheckpointWriter::~CheckpointWriter() {
+  if (sync_fd_ >= 0) ::close(sync_fd_);
+  datasets_.clear();
+  groups_.clear();
+  file_.reset();
+}
+
+void CheckpointWriter::write_meta(const CheckpointMeta& meta) {
+  run_agreed(comm_, [&] {
+    try {
+      write_checkpoint_meta(file_.get(), meta);
+    } catch (const RuntimeFailure& e) {
+      throw RuntimeFailure(fmt::format("checkpoint {}: {}", path_, e.what()));
+    }
+  });
+}
+
+void CheckpointWriter::create_groups_for(const std::string& dataset_path) {
+  // Creates each missing group on the way ("/optim", then "/optim/exp_avg"),
+  // tracking creation order so datasets list in the order they were written.
+  std::size_t from = 1;
+  for (std::size_t slash; (slash = dataset_path.find('/', from)) != std::string::npos;
+       from = slash + 1) {
+    const std::string name = dataset_path.substr(0, slash);
+    auto it = std::find_if(groups_.begin(), groups_.end(),
+                           [&](const auto& g) { return g.first == name; });
+    if (it == groups_.end()) {
+      H5Handle gcpl(H5Pcreate(H5P_GROUP_CREATE), H5Pclose);
+      H5Pset_link_creation_order(gcpl.get(), H5P_CRT_ORDER_TRACKED | H5P_CRT_ORDER_INDEXED);
+      H5Handle g(h5_check(H5Gcreate2(file_.get(), name.c_str(), H5P_DEFAULT, gcpl.get(),
+                                     H5P_DEFAULT),
+                          "create group " + name),
+                 H5Gclose);
+      groups_.emplace_back(name, std::move(g));
+    }
+  }
+}
+
+void CheckpointWriter::write(const DatasetSpec& spec, const TensorSlice& slice) {
+  const std::size_t esz = dtype_size(spec.dtype);
+  const bool mine = slice.counted && !slice.empty();
+  std::vector<SliceBox> boxes;
+  std::future<std::uint64_t> sum;
+  H5Handle d;
+  auto context = [&](const RuntimeFailure& e) {
+    return RuntimeFailure(fmt::format("checkpoint {}: dataset {}: {}", path_, spec.path, e.what()));
+  };
+  run_agreed(comm_, [&] {
+    try {
+      create_groups_for(spec.path);
+      const auto dims = h5_dims(spec.shape);
+      H5Handle space(h5_check(H5Screate_simple(int(dims.size()), dims.data(), nullptr),
+                              "H5Screate_simple"),
+                     H5Sclose);
+      H5Handle dcpl(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
+      // Every element is written by some rank: no fill pass over the file.
+      H5Pset_fill_time(dcpl.get(), H5D_FILL_TIME_NEVER);
+      H5Pset_alloc_time(dcpl.get(), H5D_ALLOC_TIME_EARLY);
+      d = H5Handle(h5_check(H5Dcreate2(file_.get(), spec.path.c_str(), file_type(spec.dtype),
+                                       space.get(), H5P_DEFAULT, dcpl.get(), H5P_DEFAULT),
+                            "create dataset"),
+                   H5Dclose);
+      h5_write_attr(d.get(), "dtype", std::string(dtype_name(spec.dtype)));
+      std::uint64_t numel = 1;
+      for (hsize_t x : dims) numel *= x;
+      bytes_ += numel * esz;
+      numel_.push_back(numel);
+    } catch (const RuntimeFailure& e) {
+      throw context(e);
+    }
+  });
+  if (mine) {
+    boxes = slice_boxes(*slice.shard, slice.lo, slice.hi);
+    // The checksum runs on another thread while this one writes.
+    sum = std::async(std::launch::async, [&] { return checksum_slice(slice, boxes, esz); });
+  }
+  // Every rank issues as many collective writes as the rank with the most pieces.
+  const std::size_t per_piece = std::max<std::size_t>(1, piece_bytes_ / esz);
+  std::int64_t pieces = mine ? std::int64_t((slice.hi - slice.lo + per_piece - 1) / per_piece) : 0;
+  comm_.all_reduce(&pieces, 1, DType::i64, ReduceOp::max);
+  run_agreed(comm_, [&] {
+    try {
+      for (std::int64_t k = 0; k < pieces; ++k) {
+        const std::size_t lo = mine ? std::min(slice.hi, slice.lo + k * per_piece) : 0;
+        write_piece(d.get(), spec.dtype, slice, lo, mine ? std::min(slice.hi, lo + per_piece) : lo);
+      }
+      start_writeback(d.get(), slice, boxes, esz);
+      names_.push_back(spec.path);
+      sums_.push_back(mine ? sum.get() : 0);
+      sums_.push_back(boxes_numel(boxes));
+      datasets_.push_back(std::move(d));
+    } catch (const RuntimeFailure& e) {
+      throw context(e);
+    }
+  });
+}
+
+void CheckpointWriter::start_writeback(hid_t dataset, const TensorSlice& slice,
+                                       const std::vector<SliceBox>& boxes, std::size_t esz) {
+  const haddr_t at = H5Dget_offset(dataset);
+  if (sync_fd_ < 0 || boxes.empty() || at == HADDR_UNDEF) return;
+  std::uint64_t first = ~std::uint64_t(0), end = 0;
+  for (const SliceBox& b : boxes)
+    for_each_run(*slice.shard, b, [&](std::size_t, std::uint64_t g, std::size_t len) {
+      first = std::min(first, g), end = std::max(end, g + len);
+    });
+  // Best effort: file systems without it (network ones) just flush at the end.
+  sync_file_range(sync_fd_, off_t(at + first * esz), off_t((end - first) * esz),
+                  SYNC_FILE_RANGE_WRITE);
+}
+
+void CheckpointWriter::write_piece(hid_t dataset, DType dtype, const TensorSlice& slice,
+                                   std::size_t lo, std::size_t hi) {
+  const std::size_t esz = dtype_size(dtype);
+  std::vector<SliceBox> boxes;
+  std::size_t n = 0;
+  const void* buf = &esz;  // any non-null address for an empty part
+  if (lo < hi) {
+    boxes = slice_boxes(*slice.shard, lo, hi);
+    n = boxes_numel(boxes);
+    buf = static_cast<const char*>(slice.data) + (lo - slice.lo) * esz;
+    if (n != hi - lo) {  // padding inside the piece: pack the rest
+      TensorSlice piece = slice;
+      piece.lo = lo, piece.hi = hi, piece.data = const_cast<void*>(buf);
+      staging_.resize(n * esz);
+      pack_slice(piece, boxes, esz, staging_.data());
+      buf = staging_.data();
+    }
+  }
+  H5Handle file_space = select_file_boxes(dataset, boxes);
+  H5Handle mem_space = packed_memory_space(n);
+  h5_check(H5Dwrite(dataset, memory_type(dtype), mem_space.get(), file_space.get(),
+                    transfer_.get(), buf),
+           "write");
+}
+
+void CheckpointWriter::finish() {
+  if (!sums_.empty()) comm_.all_reduce(sums_.data(), sums_.size(), DType::u64, ReduceOp::sum);
+  run_agreed(comm_, [&] {
+    for (std::size_t i = 0; i < names_.size(); ++i) {
+      if (sums_[2 * i + 1] != numel_[i])  // a layout bug, never the user's input
+        throw RuntimeFailure(fmt::format(
+            "checkpoint {}: dataset {}: the ranks wrote {} of its {} elements (each element "
+            "must have exactly one counted copy)", path_, names_[i], sums_[2 * i + 1], numel_[i]));
+    }
+    try {
+      for (std::size_t i = 0; i < names_.size(); ++i)
+        h5_write_attr(datasets_[i].get(), "checksum", sums_[2 * i]);
+      datasets_.clear();
+      groups_.clear();
+      // Last: the marker that the file is whole. Readers refuse files without it.
+      h5_write_attr(file_.get(), "complete", std::int64_t(1));
+      h5_check(H5Fflush(file_.get(), H5F_SCOPE_GLOBAL), "flush");  // MPI_File_sync
+      h5_check(H5Fclose(file_.release()), "close");
+    } catch (const RuntimeFailure& e) {
+      throw RuntimeFailure(fmt::format("checkpoint {}: {}", path_, e.what()));
+    }
+  });
+}
+
+}  // namespace trident

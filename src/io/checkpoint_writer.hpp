@@ -1,0 +1,69 @@
+// Writes one checkpoint file with parallel HDF5, collectively over every rank
+// of the job. Each rank contributes its TensorSlice of each global tensor;
+// only counted slices are written (exactly one copy of each element), the
+// others take part with an empty selection, as parallel HDF5 requires every
+// rank in every dataset create and collective write. Every rank calls every
+// method in the same order with the same specs and meta. Each step is agreed
+// across ranks (run_agreed): a failure anywhere throws AgreedError everywhere.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "comm/communicator.hpp"
+#include "io/checkpoint_schema.hpp"
+#include "io/h5.hpp"
+#include "io/tensor_slice.hpp"
+
+namespace trident {
+
+class CheckpointWriter {
+ public:
+  // Slices are written in collective pieces of about this many bytes: file
+  // systems take writes of a stripe (typically 1 MiB) best, and on Linux a
+  // page-cache write of 1 MiB runs at memory speed where one of 100 MB crawls.
+  static constexpr std::size_t kPieceBytes = std::size_t(1) << 20;
+
+  // Creates (truncates) `path`.
+  CheckpointWriter(Communicator& comm, std::string path, std::size_t piece_bytes = kPieceBytes);
+  ~CheckpointWriter();  // an unfinished file is closed incomplete
+  CheckpointWriter(const CheckpointWriter&) = delete;
+  CheckpointWriter& operator=(const CheckpointWriter&) = delete;
+
+  void write_meta(const CheckpointMeta& meta);
+  // Creates the dataset `spec` and writes this rank's slice of it (if counted).
+  // The slice's memory must stay unchanged until the call returns.
+  void write(const DatasetSpec& spec, const TensorSlice& slice);
+  // Stores each dataset's checksum (one all-reduce for all of them), checks
+  // that the counted slices covered every element exactly once, writes
+  // complete = 1, flushes (MPI_File_sync on every rank) and closes.
+  void finish();
+
+  std::uint64_t bytes() const { return bytes_; }  // dataset bytes in the file
+  const std::string& path() const { return path_; }
+
+ private:
+  void create_groups_for(const std::string& dataset_path);
+  // Starts the kernel writing this rank's part of a dataset to disk while the
+  // next ones are written, so the final flush has little left to do.
+  void start_writeback(hid_t dataset, const TensorSlice& slice,
+                       const std::vector<SliceBox>& boxes, std::size_t elem_bytes);
+  // One collective write of elements [lo, hi) of the slice (empty: lo == hi).
+  void write_piece(hid_t dataset, DType dtype, const TensorSlice& slice, std::size_t lo,
+                   std::size_t hi);
+
+  Communicator& comm_;
+  std::string path_;
+  std::size_t piece_bytes_;
+  int sync_fd_ = -1;  // a plain descriptor of the file, for early writeback
+  H5Handle file_, transfer_;
+  std::vector<std::pair<std::string, H5Handle>> groups_;
+  std::vector<H5Handle> datasets_;
+  std::vector<std::string> names_;
+  std::vector<std::uint64_t> sums_;   // per dataset: partial checksum, then elements written
+  std::vector<std::uint64_t> numel_;  // per dataset: elements in the global tensor
+  std::vector<char> staging_;         // packed copy of a slice that has padding
+  std::uint64_t bytes_ = 0;
+};
+
+}  // namespace trident

@@ -1,0 +1,39 @@
+// Layout-independent checksums of global tensors. Each element contributes a
+// 64-bit mix of (its global row-major flat index, its raw bits); the checksum
+// is the sum of the contributions modulo 2^64. A sum does not depend on which
+// rank holds which elements or in what order they are added, so any layout
+// can compute its slices' partial sums and add them over ranks (one u64
+// all-reduce), and a file written by one layout verifies under another.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "io/tensor_slice.hpp"
+
+namespace trident {
+
+// The contribution of one element: bits are the element's bytes as an unsigned
+// little-endian integer (32-bit for f32, 16-bit for 16-bit types). The index is
+// spread by a golden-ratio multiply, then the murmur3 64-bit finalizer mixes.
+constexpr std::uint64_t checksum_element(std::uint64_t global_index, std::uint64_t bits) {
+  std::uint64_t x = global_index * 0x9E3779B97F4A7C15ull ^ bits;
+  x ^= x >> 33;
+  x *= 0xFF51AFD7ED558CCDull;
+  x ^= x >> 33;
+  x *= 0xC4CEB9FE1A85EC53ull;
+  x ^= x >> 33;
+  return x;
+}
+
+// Sum over `n` consecutive elements of `elem_bytes` (2 or 4) bytes whose global
+// flat indices start at `first_index`.
+std::uint64_t checksum_run(const void* data, std::size_t elem_bytes, std::uint64_t first_index,
+                           std::size_t n);
+
+// Sum over the elements of a slice that `boxes` (slice_boxes of its range)
+// cover, read in place: padding is not part of any tensor and never counts.
+std::uint64_t checksum_slice(const TensorSlice& slice, const std::vector<SliceBox>& boxes,
+                             std::size_t elem_bytes);
+
+}  // namespace trident

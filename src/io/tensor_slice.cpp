@@ -1,0 +1,146 @@
+#include "io/tensor_slice.hpp"
+
+#include <cstring>
+
+namespace trident {
+namespace {
+
+// Shapes as used here: a 0-d tensor is one element.
+std::vector<std::int64_t> dims_of(const std::vector<std::int64_t>& shape) {
+  return shape.empty() ? std::vector<std::int64_t>{1} : shape;
+}
+
+// Appends the boxes of flat range [lo, hi) of the sub-array at `prefix` (whose
+// dimensions before d are fixed) of an array of shape `s`, in flat order.
+void decompose(const std::vector<std::int64_t>& s, std::size_t d,
+               std::vector<std::int64_t>& prefix, std::int64_t lo, std::int64_t hi,
+               std::vector<SliceBox>& out) {
+  if (lo >= hi) return;
+  const std::size_t n = s.size();
+  auto box = [&](std::int64_t first, std::int64_t rows) {
+    SliceBox b;
+    b.local_start = prefix;
+    b.local_start.push_back(first);
+    b.count.assign(d, 1);
+    b.count.push_back(rows);
+    for (std::size_t j = d + 1; j < n; ++j) b.local_start.push_back(0), b.count.push_back(s[j]);
+    out.push_back(std::move(b));
+  };
+  if (d + 1 == n) return box(lo, hi - lo);
+  std::int64_t row = 1;  // elements per index of dimension d
+  for (std::size_t j = d + 1; j < n; ++j) row *= s[j];
+  auto within_row = [&](std::int64_t r, std::int64_t a, std::int64_t b) {
+    prefix.push_back(r);
+    decompose(s, d + 1, prefix, a, b, out);
+    prefix.pop_back();
+  };
+  std::int64_t first = lo / row;
+  const std::int64_t last = (hi - 1) / row;
+  if (first == last) return within_row(first, lo - first * row, hi - first * row);
+  if (lo % row != 0) within_row(first, lo % row, row), ++first;  // partial first row
+  const std::int64_t end = hi / row;                              // rows [first, end) are whole
+  if (end > first) box(first, end - first);
+  if (hi % row != 0) within_row(end, 0, hi % row);  // partial last row
+}
+
+}  // namespace
+
+TensorSlice whole_shard(const TensorInfo& t, void* data, bool counted) {
+  TensorSlice s;
+  s.shard = &t;
+  s.lo = 0;
+  s.hi = t.numel;
+  s.data = data;
+  s.counted = counted;
+  return s;
+}
+
+std::int64_t SliceBox::numel() const {
+  std::int64_t n = 1;
+  for (auto c : count) n *= c;
+  return n;
+}
+
+std::size_t boxes_numel(const std::vector<SliceBox>& boxes) {
+  std::size_t n = 0;
+  for (const auto& b : boxes) n += std::size_t(b.numel());
+  return n;
+}
+
+std::vector<SliceBox> slice_boxes(const TensorInfo& t, std::size_t lo, std::size_t hi) {
+  std::vector<SliceBox> boxes, out;
+  if (lo >= hi) return out;
+  const auto shape = dims_of(t.shape);
+  const auto global = dims_of(t.global_shape);
+  std::vector<std::int64_t> prefix;
+  decompose(shape, 0, prefix, std::int64_t(lo), std::int64_t(hi), boxes);
+  const int split = t.split_dim;
+  for (SliceBox& b : boxes) {
+    b.global_start = b.local_start;
+    if (split >= 0) {
+      // Shift to the shard's place along split_dim and clip the padding off.
+      const std::int64_t g0 = b.local_start[split] + std::int64_t(t.shard_rank) * shape[split];
+      const std::int64_t g1 = std::min(g0 + b.count[split], global[split]);
+      if (g1 <= g0) continue;
+      b.global_start[split] = g0;
+      b.count[split] = g1 - g0;
+    }
+    out.push_back(std::move(b));
+  }
+  return out;
+}
+
+void for_each_run(const TensorInfo& t, const SliceBox& b, const RunFn& fn) {
+  const auto shape = dims_of(t.shape);
+  const auto global = dims_of(t.global_shape);
+  const std::size_t n = shape.size();
+  // Trailing dimensions the box spans whole in both the shard and the global
+  // tensor are contiguous in both: a run covers them and the next one in.
+  std::size_t k = n - 1;
+  while (k > 0 && b.count[k] == shape[k] && b.count[k] == global[k]) --k;
+  std::size_t len = 1;
+  for (std::size_t j = k; j < n; ++j) len *= std::size_t(b.count[j]);
+  std::vector<std::int64_t> lstride(n, 1), gstride(n, 1);
+  for (std::size_t j = n - 1; j > 0; --j) {
+    lstride[j - 1] = lstride[j] * shape[j];
+    gstride[j - 1] = gstride[j] * global[j];
+  }
+  std::vector<std::int64_t> idx(k, 0);  // position among the runs (dimensions before k)
+  while (true) {
+    std::int64_t l = 0, g = 0;
+    for (std::size_t j = 0; j < n; ++j) {
+      const std::int64_t off = j < k ? idx[j] : 0;
+      l += (b.local_start[j] + off) * lstride[j];
+      g += (b.global_start[j] + off) * gstride[j];
+    }
+    fn(std::size_t(l), std::uint64_t(g), len);
+    std::size_t j = k;
+    while (j > 0 && ++idx[j - 1] == b.count[j - 1]) idx[--j] = 0;
+    if (j == 0) break;
+  }
+}
+
+void pack_slice(const TensorSlice& s, const std::vector<SliceBox>& boxes, std::size_t esz,
+                void* packed) {
+  auto* dst = static_cast<char*>(packed);
+  const auto* src = static_cast<const char*>(s.data);
+  for (const SliceBox& b : boxes)
+    for_each_run(*s.shard, b, [&](std::size_t l, std::uint64_t, std::size_t len) {
+      std::memcpy(dst, src + (l - s.lo) * esz, len * esz);
+      dst += len * esz;
+    });
+}
+
+void unpack_slice(const TensorSlice& s, const std::vector<SliceBox>& boxes, std::size_t esz,
+                  const void* packed) {
+  auto* dst = static_cast<char*>(s.data);
+  std::memset(dst, 0, (s.hi - s.lo) * esz);  // padding reads back as zero
+  const auto* src = static_cast<const char*>(packed);
+  for (const SliceBox& b : boxes)
+    for_each_run(*s.shard, b, [&](std::size_t l, std::uint64_t, std::size_t len) {
+      std::memcpy(dst + (l - s.lo) * esz, src, len * esz);
+      src += len * esz;
+    });
+}
+
+}  // namespace trident

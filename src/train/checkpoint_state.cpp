@@ -1,0 +1,203 @@
+#include "train/checkpoint_state.hpp"
+
+#include <fmt/format.h>
+
+#include <filesystem>
+
+#include "comm/agree.hpp"
+#include "core/error.hpp"
+#include "core/fault_inject.hpp"
+#include "core/timer.hpp"
+#include "io/checkpoint_dir.hpp"
+#include "io/checkpoint_reader.hpp"
+#include "io/checkpoint_writer.hpp"
+
+namespace trident {
+
+bool counts_copy(const TensorInfo& t, const GridCoord& c, bool replicated_over_data) {
+  return t.primary && (t.split_dim >= 0 || c.tp == 0) && (!replicated_over_data || c.dp == 0);
+}
+
+TensorSet dense_set(std::string group, const TensorTable& table, Arena* arena,
+                    const GridCoord& coord, bool replicated_over_data) {
+  TensorSet set;
+  set.group = std::move(group);
+  set.dtype = arena ? arena->dtype() : DType::f32;
+  set.slice_of = [&table, arena, coord, replicated_over_data](const TensorInfo& global) {
+    const TensorInfo* t = table.find(global.name);
+    if (!arena || !t) return TensorSlice{};
+    auto* data = static_cast<char*>(arena->data()) + t->offset * dtype_size(arena->dtype());
+    return whole_shard(*t, data, counts_copy(*t, coord, replicated_over_data));
+  };
+  return set;
+}
+
+namespace {
+
+// This rank's part of tensor `t` (held by chunk `ch`) in one of the training
+// sets: 0 parameters, 1 and 2 the Adam moments. Without ZeRO a rank holds
+// whole shards (replicated over the data group); with ZeRO it holds its
+// unit slices (a persistent unit whole, replicated), and at stages 1-2 whole
+// parameters. The last stage's copy of the tied embedding is read, never saved.
+TensorSlice chunk_slice(ModelChunk& ch, const TensorInfo& t, const GridCoord& c, int which) {
+  if (!ch.zero_storage) {
+    Arena* arena = which == 0 ? &ch.model->params()
+                   : !ch.optimizer ? nullptr
+                   : which == 1 ? &ch.optimizer->first_moment() : &ch.optimizer->second_moment();
+    if (!arena) return {};
+    return whole_shard(t, arena->f32(t), counts_copy(t, c, true));
+  }
+  ZeroStorage& zs = *ch.zero_storage;
+  if (which == 0 && zs.full_params())
+    return whole_shard(t, zs.full_params() + t.offset, counts_copy(t, c, true));
+  const ZeroPlan& plan = zs.plan();
+  const ZeroUnit& u = plan.units()[t.unit];
+  const std::size_t lo = plan.slice_begin(u), hi = lo + plan.slice(u);
+  const std::size_t a = std::max(lo, t.offset), b = std::min(hi, t.offset + t.numel);
+  if (a >= b) return {};
+  float* base = which == 0 ? zs.owned_params(t.unit)
+                : (which == 1 ? ch.zero_opt->first_moment() : ch.zero_opt->second_moment()).f32() +
+                      u.shard_offset;
+  TensorSlice s;
+  s.shard = &t;
+  s.lo = a - t.offset;
+  s.hi = b - t.offset;
+  s.data = base + (a - lo);
+  s.counted = counts_copy(t, c, u.persistent);
+  return s;
+}
+
+TensorSet chunked_set(std::string group, Trainer& trainer, const GridCoord& coord, int which) {
+  TensorSet set;
+  set.group = std::move(group);
+  set.slice_of = [&trainer, coord, which](const TensorInfo& global) -> TensorSlice {
+    for (ModelChunk& ch : trainer.chunks())
+      if (const TensorInfo* t = ch.model->param_table().find(global.name))
+        return chunk_slice(ch, *t, coord, which);
+    return {};
+  };
+  return set;
+}
+
+}  // namespace
+
+std::vector<TensorSet> training_sets(Trainer& trainer, const GridCoord& coord) {
+  return {chunked_set(kParamsGroup, trainer, coord, 0), chunked_set(kExpAvgGroup, trainer, coord, 1),
+          chunked_set(kExpAvgSqGroup, trainer, coord, 2)};
+}
+
+CheckpointMeta training_meta(const Deck& deck, Grid& grid, Trainer& trainer, int step,
+                             std::int64_t tokens_seen) {
+  CheckpointMeta m;
+  m.step = step;
+  m.tokens_seen = tokens_seen;
+  // Ranks without an optimizer (gather mode) learn its step count from the others.
+  const std::int64_t own = trainer.optimizer_steps();
+  m.optimizer_steps = grid.world().all_reduce_value(own, ReduceOp::max);
+  m.train_window = std::int64_t(step) * deck.train.batch;
+  m.val_window = 0;  // every evaluation reads the first eval_sequences windows
+  m.deck_path = deck.path;
+  m.deck_text = deck.text;
+  m.layout = grid.shape();
+  m.dp_mode = deck.parallel.dp_mode;
+  m.model = deck.model;
+  m.train = deck.train;
+  return m;
+}
+
+CheckpointIo save_checkpoint(Grid& grid, const std::string& dir, int keep,
+                             const CheckpointMeta& meta, const TensorTable& global,
+                             const std::vector<TensorSet>& sets) {
+  Communicator& world = grid.world();
+  const double t0 = now_seconds();
+  const long step = meta.step;
+  run_agreed(world, [&] {
+    std::error_code ec;
+    if (grid.is_root()) std::filesystem::create_directories(dir, ec);
+    if (ec)
+      throw InputError(fmt::format("checkpoint.dir = \"{}\": cannot create the directory: {}",
+                                   dir, ec.message()));
+  });
+  const std::string name = checkpoint_name(step), temp = checkpoint_temp_name(step);
+  CheckpointIo io;
+  io.path = (std::filesystem::path(dir) / name).string();
+  {
+    CheckpointWriter w(world, (std::filesystem::path(dir) / temp).string());
+    fault_point("ckpt", "after_create", step);
+    w.write_meta(meta);
+    const std::size_t total = sets.size() * global.tensors().size();
+    std::size_t done = 0;
+    for (const TensorSet& set : sets)
+      for (const TensorInfo& g : global.tensors()) {
+        w.write({dataset_path(set.group, g.name), g.global_shape, set.dtype}, set.slice_of(g));
+        if (++done == total / 2) fault_point("ckpt", "mid_datasets", step);
+      }
+    w.finish();
+    io.bytes = w.bytes();
+  }
+  fault_point("ckpt", "before_rename", step);
+  // Every rank has closed (and synced) the file: only now may it get its name.
+  run_agreed(world, [&] {
+    if (!grid.is_root()) return;
+    fsync_path((std::filesystem::path(dir) / temp).string());
+    durable_rename(dir, temp, name);
+  });
+  fault_point("ckpt", "before_latest", step);
+  run_agreed(world, [&] {
+    if (!grid.is_root()) return;
+    write_latest(dir, name);
+    prune_checkpoints(dir, keep);
+  });
+  io.seconds = now_seconds() - t0;
+  return io;
+}
+
+CheckpointIo load_checkpoint(Grid& grid, const std::string& path, const GptConfig& model,
+                             const TensorTable& global, const std::vector<TensorSet>& sets,
+                             CheckpointMeta& meta) {
+  Communicator& world = grid.world();
+  const double t0 = now_seconds();
+  CheckpointReader r(world, path);
+  meta = r.meta();
+  run_agreed(world, [&] {
+    const GptConfig& m = meta.model;
+    const std::pair<const char*, std::pair<int, int>> keys[] = {
+        {"layers", {m.layers, model.layers}},    {"d_model", {m.d_model, model.d_model}},
+        {"heads", {m.heads, model.heads}},       {"seq_len", {m.seq_len, model.seq_len}},
+        {"vocab", {m.vocab, model.vocab}}};
+    for (const auto& [key, v] : keys)
+      if (v.first != v.second)
+        throw InputError(fmt::format("{}: model.{} = {} in the checkpoint but {} in the deck; the "
+                                     "model must match the checkpoint to resume (train keys may "
+                                     "change)", path, key, v.first, v.second));
+  });
+  for (const TensorSet& set : sets)
+    for (const TensorInfo& g : global.tensors())
+      r.read({dataset_path(set.group, g.name), g.global_shape, set.dtype}, set.slice_of(g));
+  r.verify();
+  return {path, r.bytes(), now_seconds() - t0};
+}
+
+std::vector<std::string> changed_hyperparameters(const CheckpointMeta& meta, const Deck& deck) {
+  std::vector<std::string> out;
+  const TrainSection &was = meta.train, &now = deck.train;
+  auto check = [&](const char* key, auto before, auto after) {
+    if (before != after)
+      out.push_back(fmt::format("train.{} = {} in the deck, {} in the checkpoint", key, after,
+                                before));
+  };
+  check("steps", was.steps, now.steps);
+  check("batch", was.batch, now.batch);
+  check("warmup", was.warmup, now.warmup);
+  check("lr", was.lr, now.lr);
+  check("min_lr", was.min_lr, now.min_lr);
+  check("weight_decay", was.weight_decay, now.weight_decay);
+  check("grad_clip", was.grad_clip, now.grad_clip);
+  check("beta1", was.beta1, now.beta1);
+  check("beta2", was.beta2, now.beta2);
+  check("eps", was.eps, now.eps);
+  check("seed", was.seed, now.seed);
+  return out;
+}
+
+}  // namespace trident

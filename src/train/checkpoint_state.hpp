@@ -1,0 +1,72 @@
+// What a checkpoint holds of training, and saving and loading it. The state is
+// a list of tensor sets (parameters, each Adam moment; fp32 masters with mixed
+// precision), each a dataset group of global tensors. A set says, for each
+// global tensor, which slice this rank holds (TensorSlice): today whole shards
+// of a dense arena, replicated over the data group; a ZeRO optimizer gives
+// each data rank a flat range of its shard instead; pipeline stages give empty
+// slices for tensors they do not hold. The file does not depend on the layout.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "grid/grid.hpp"
+#include "io/checkpoint_schema.hpp"
+#include "io/deck.hpp"
+#include "io/tensor_slice.hpp"
+#include "memory/arena.hpp"
+#include "train/trainer.hpp"
+
+namespace trident {
+
+struct TensorSet {
+  std::string group;          // dataset group: "params", "optim/exp_avg"
+  DType dtype = DType::f32;   // element type in memory and in the file
+  // This rank's slice of a global tensor (empty when it holds none of it).
+  std::function<TensorSlice(const TensorInfo& global)> slice_of;
+};
+
+// Whether this rank's copy of `t` is the one saved and checksummed: exactly
+// one copy of each element over the job. Replicated sets are saved by data
+// rank 0; tensors not split over the tensor group by tensor rank 0; secondary
+// copies (primary == false) never.
+bool counts_copy(const TensorInfo& t, const GridCoord& c, bool replicated_over_data);
+
+// Whole shards of an arena laid out by `table` (arena null: this rank holds
+// none of the set, e.g. Adam moments off data rank 0 in gather mode).
+TensorSet dense_set(std::string group, const TensorTable& table, Arena* arena,
+                    const GridCoord& coord, bool replicated_over_data);
+
+// The sets training saves: parameters and both Adam moments.
+std::vector<TensorSet> training_sets(Trainer& trainer, const GridCoord& coord);
+
+struct CheckpointIo {
+  std::string path;
+  std::uint64_t bytes = 0;
+  double seconds = 0;
+};
+
+// Writes `meta` and the sets as the checkpoint of meta.step into `dir`:
+// temporary name, complete marker, flush, rename, `latest`, pruning to `keep`
+// (README "Checkpoints"). Collective over the world; failures are agreed.
+// `global` lists every global tensor (on every rank, whatever it holds).
+CheckpointIo save_checkpoint(Grid& grid, const std::string& dir, int keep,
+                             const CheckpointMeta& meta, const TensorTable& global,
+                             const std::vector<TensorSet>& sets);
+
+// Reads `path` into the sets and verifies every checksum. Checks the model
+// dimensions against `model` first. Collective; a bad file is an agreed
+// InputError (exit 2) naming the file, and the key or dataset.
+CheckpointIo load_checkpoint(Grid& grid, const std::string& path, const GptConfig& model,
+                             const TensorTable& global, const std::vector<TensorSet>& sets,
+                             CheckpointMeta& meta);
+
+// The meta of a checkpoint written after `step` steps of this run.
+CheckpointMeta training_meta(const Deck& deck, Grid& grid, Trainer& trainer, int step,
+                             std::int64_t tokens_seen);
+
+// "train.lr = 0.001 in the deck, 0.01 in the checkpoint", one per changed key.
+std::vector<std::string> changed_hyperparameters(const CheckpointMeta& meta, const Deck& deck);
+
+}  // namespace trident

@@ -1,0 +1,109 @@
+#include "train/checkpointer.hpp"
+
+#include <fmt/format.h>
+
+#include <cstdio>
+
+#include "comm/agree.hpp"
+#include "core/error.hpp"
+#include "core/timer.hpp"
+#include "io/checkpoint_dir.hpp"
+#include "memory/ledger.hpp"
+#include "model/gpt_params.hpp"
+#include "train/checkpoint_state.hpp"
+
+namespace trident {
+namespace {
+
+std::string rate(std::uint64_t bytes, double seconds) {
+  return fmt::format("{} in {:.2f} s, {:.2f} GB/s", format_bytes(double(bytes)), seconds,
+                     seconds > 0 ? double(bytes) / seconds / 1e9 : 0.0);
+}
+
+}  // namespace
+
+Checkpointer::Checkpointer(const Deck& deck, Grid& grid, Trainer& trainer)
+    : deck_(deck), grid_(grid), trainer_(trainer), last_save_s_(now_seconds()) {
+  if (enabled()) signals_ = std::make_unique<StopSignalGuard>();
+}
+
+int Checkpointer::resume(const std::string& what) {
+  std::string path = what;
+  run_agreed(grid_.world(), [&] {
+    if (what != "latest") return;
+    const std::string& dir = deck_.checkpoint.dir;
+    if (dir.empty())
+      throw InputError(fmt::format("--resume latest: {} sets no checkpoint.dir to look in; set "
+                                   "[checkpoint] dir or give the checkpoint file", deck_.path));
+    const auto latest = read_latest(dir);
+    if (!latest)
+      throw InputError(fmt::format("--resume latest: no checkpoint in {} ({}/latest does not "
+                                   "exist); run without --resume to start from scratch",
+                                   dir, dir));
+    path = *latest;
+  });
+  CheckpointMeta meta;
+  const CheckpointIo io =
+      load_checkpoint(grid_, path, deck_.model, build_gpt_param_table(deck_.model),
+                      training_sets(trainer_, grid_.coord()), meta);
+  run_agreed(grid_.world(), [&] {
+    if (meta.step > deck_.train.steps)
+      throw InputError(fmt::format("{}: the checkpoint is at step {}, past train.steps = {} of "
+                                   "{}; raise train.steps to continue", path, meta.step,
+                                   deck_.train.steps, deck_.path));
+  });
+  trainer_.set_optimizer_steps(meta.optimizer_steps);
+  resumed_step_ = int(meta.step);
+  resumed_tokens_ = meta.tokens_seen;
+  last_path_ = path;
+  if (grid_.is_root()) {
+    fmt::print("resumed from {}: step {}, {} tokens seen, written by {} ranks TP({})-PP({})-DP({}) "
+               "(dp mode {}); read {}\n", path, meta.step, meta.tokens_seen,
+               meta.layout.size(), meta.layout.tp, meta.layout.pp, meta.layout.dp, meta.dp_mode,
+               rate(io.bytes, io.seconds));
+    for (const std::string& change : changed_hyperparameters(meta, deck_))
+      fmt::print("warning: {}; continuing with the deck's value\n", change);
+    std::fflush(stdout);
+  }
+  return resumed_step_;
+}
+
+bool Checkpointer::after_step(int done) {
+  if (!enabled()) return false;
+  // One all-reduce per step: any rank's stop signal, rank 0's clock.
+  std::int32_t flags[2] = {StopSignalGuard::received(), 0};
+  const double minutes = deck_.checkpoint.minutes;
+  if (grid_.is_root() && minutes > 0 && now_seconds() - last_save_s_ >= 60 * minutes) flags[1] = 1;
+  grid_.world().all_reduce(flags, 2, DType::i32, ReduceOp::max);
+  const int every = deck_.checkpoint.every;
+  const bool last = done == deck_.train.steps;
+  if (last || flags[0] || flags[1] || (every > 0 && done % every == 0)) save(done);
+  if (!flags[0] || last) return false;
+  stop_signal_ = flags[0];
+  stopped_at_ = done;
+  return true;
+}
+
+void Checkpointer::save(int done) {
+  const std::int64_t tokens =
+      resumed_tokens_ + std::int64_t(done - resumed_step_) * trainer_.tokens_per_step();
+  const CheckpointMeta meta = training_meta(deck_, grid_, trainer_, done, tokens);
+  const CheckpointIo io =
+      save_checkpoint(grid_, deck_.checkpoint.dir, deck_.checkpoint.keep, meta,
+                      build_gpt_param_table(deck_.model), training_sets(trainer_, grid_.coord()));
+  last_save_s_ = now_seconds();
+  last_path_ = io.path;
+  if (grid_.is_root()) {
+    fmt::print("checkpoint: step {} -> {} ({})\n", done, io.path, rate(io.bytes, io.seconds));
+    std::fflush(stdout);
+  }
+}
+
+std::string Checkpointer::stop_message() const {
+  return fmt::format("stopped by {} after step {} of {}; checkpoint {} written. Continue with: "
+                     "trident train {} --resume latest (and the same --set options)",
+                     signal_name(stop_signal_), stopped_at_, deck_.train.steps, last_path_,
+                     deck_.path);
+}
+
+}  // namespace trident

@@ -1,0 +1,52 @@
+// When training checkpoints, and resuming. Saves every checkpoint.every steps,
+// every checkpoint.minutes (rank 0's clock decides), on SIGUSR1 or SIGTERM,
+// and after the last step, whenever checkpoint.dir is set. The stop signal
+// and the clock are agreed with one small all-reduce per step, so every rank
+// saves (and stops) at the same step boundary.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "grid/grid.hpp"
+#include "io/deck.hpp"
+#include "train/stop_signal.hpp"
+#include "train/trainer.hpp"
+
+namespace trident {
+
+class Checkpointer {
+ public:
+  Checkpointer(const Deck& deck, Grid& grid, Trainer& trainer);
+
+  bool enabled() const { return !deck_.checkpoint.dir.empty(); }
+
+  // Loads `what` (a checkpoint file, or "latest": the one checkpoint.dir/latest
+  // names) into the trainer. Returns the step to continue from. Collective;
+  // errors are agreed (exit 2 for a missing or bad checkpoint).
+  int resume(const std::string& what);
+
+  // Call after every step with the number of steps done. Saves when one is
+  // due. Returns true when training must stop here (a stop signal arrived; a
+  // checkpoint has been written). Collective.
+  bool after_step(int steps_done);
+
+  // Rank 0's closing message after a stop: why, and how to continue.
+  std::string stop_message() const;
+
+ private:
+  void save(int steps_done);
+
+  const Deck& deck_;
+  Grid& grid_;
+  Trainer& trainer_;
+  std::unique_ptr<StopSignalGuard> signals_;  // only while checkpointing is on
+  double last_save_s_;
+  int resumed_step_ = 0;
+  std::int64_t resumed_tokens_ = 0;
+  int stop_signal_ = 0;
+  int stopped_at_ = 0;
+  std::string last_path_;
+};
+
+}  // namespace trident
