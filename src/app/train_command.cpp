@@ -6,6 +6,7 @@
 #include <memory>
 #include <thread>
 
+#include "app/backends.hpp"
 #include "app/commands.hpp"
 #include "comm/agree.hpp"
 #include "comm/mpi_communicator.hpp"
@@ -34,7 +35,8 @@ int pick_threads(const Deck& deck, const Grid& grid) {
 }
 
 void print_banner(const Deck& deck, Grid& grid, const ComputeBackend& backend,
-                  const TokenDataset& train, const TokenDataset* val, int threads) {
+                  const std::string& comm, const TokenDataset& train, const TokenDataset* val,
+                  int threads) {
   if (!grid.is_root()) return;
   const auto& m = deck.model;
   const auto& t = deck.train;
@@ -50,7 +52,8 @@ void print_banner(const Deck& deck, Grid& grid, const ComputeBackend& backend,
              t.batch / (grid.shape().dp * t.micro_batch), t.lr, t.warmup, t.min_lr);
   fmt::print("data: train {} tokens in {} shard(s){}\n", train.num_tokens(), train.files().size(),
              val ? fmt::format(", val {} tokens", val->num_tokens()) : "");
-  fmt::print("compute: {} (threads/rank {})\n", backend.describe(), threads);
+  fmt::print("compute: {}{} | collectives: {}\n", backend.describe(),
+             backend.name() == "cpu" ? fmt::format(" (threads/rank {})", threads) : "", comm);
 }
 
 int train(const TrainOptions& o, Communicator& boot) {
@@ -61,10 +64,12 @@ int train(const TrainOptions& o, Communicator& boot) {
     if (!o.metrics.empty()) deck.output.metrics = o.metrics;
     shape = resolve_layout(deck, boot.size());
   });
+  std::unique_ptr<ComputeBackend> backend;  // outlives the grid's communicators (its stream)
   Grid grid(MPI_COMM_WORLD, shape);
   grid.set_timeout_seconds(deck.system.comm_timeout_s);
   const int threads = pick_threads(deck, grid);
-  auto backend = make_cpu_backend(threads);
+  backend = make_compute_backend(deck, grid, threads);
+  const std::string comm = connect_communicators(deck, grid, *backend);
 
   std::unique_ptr<TokenDataset> train_data, val_data;
   run_agreed(grid.world(), [&] {
@@ -81,7 +86,7 @@ int train(const TrainOptions& o, Communicator& boot) {
     if (grid.is_root() && !deck.output.metrics.empty())
       metrics = MetricsWriter(deck.output.metrics);
   });
-  print_banner(deck, grid, *backend, *train_data, val_data.get(), threads);
+  print_banner(deck, grid, *backend, comm, *train_data, val_data.get(), threads);
 
   MemoryLedger ledger;
   Trainer trainer(deck, grid, *backend, ledger, *train_data, val_data.get());
@@ -121,6 +126,7 @@ int train(const TrainOptions& o, Communicator& boot) {
   report_phase_timers(grid, trainer.times(), wall);
   report_memory(grid, ledger);
   report_communication(grid, steps);
+  if (grid.is_root()) fmt::print("{}", backend->kernel_report());  // empty unless timing kernels
   if (grid.is_root()) {
     const double secs = steps > 1 ? steady_seconds : train_seconds;
     const double toks = tokens_per_step * (steps > 1 ? steps - 1 : 1);
