@@ -68,5 +68,8 @@ inline unsigned elementwise_blocks(std::size_t n, unsigned threads) {
 }  // namespace trident::gpu
 
 // The storage types every kernel is instantiated for. Mixed precision adds
-// X(__nv_bfloat16) and X(__half) here.
+// X(__nv_bfloat16) and X(__half) here (defining it on the command line to
+// include them checks that every kernel compiles for 16-bit storage).
+#ifndef TRIDENT_GPU_STORAGE_TYPES
 #define TRIDENT_GPU_STORAGE_TYPES(X) X(float)
+#endif
