@@ -22,6 +22,7 @@
 namespace trident {
 namespace {
 
+#if TRIDENT_HAVE_CUDA
 std::string host_name() {
   std::array<char, 256> b{};
   gethostname(b.data(), b.size() - 1);
@@ -39,7 +40,6 @@ std::vector<std::string> gather_lines(Communicator& world, const std::string& mi
   return out;
 }
 
-#if TRIDENT_HAVE_CUDA
 std::unique_ptr<ComputeBackend> make_cuda(const Deck& deck, Grid& grid) {
   CudaBackendOptions o;
   o.device = pick_cuda_device(grid.local_rank(), grid.rank(), host_name());
