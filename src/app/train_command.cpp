@@ -6,6 +6,7 @@
 #include <memory>
 #include <thread>
 
+#include "app/backends.hpp"
 #include "app/commands.hpp"
 #include "comm/agree.hpp"
 #include "comm/mpi_communicator.hpp"
@@ -35,7 +36,8 @@ int pick_threads(const Deck& deck, const Grid& grid) {
 }
 
 void print_banner(const Deck& deck, Grid& grid, const ComputeBackend& backend,
-                  const TokenDataset& train, const TokenDataset* val, int threads) {
+                  const std::string& comm, const TokenDataset& train, const TokenDataset* val,
+                  int threads) {
   if (!grid.is_root()) return;
   const auto& m = deck.model;
   const auto& t = deck.train;
@@ -51,7 +53,8 @@ void print_banner(const Deck& deck, Grid& grid, const ComputeBackend& backend,
              t.batch / (grid.shape().dp * t.micro_batch), t.lr, t.warmup, t.min_lr);
   fmt::print("data: train {} tokens in {} shard(s){}\n", train.num_tokens(), train.files().size(),
              val ? fmt::format(", val {} tokens", val->num_tokens()) : "");
-  fmt::print("compute: {} (threads/rank {})\n", backend.describe(), threads);
+  fmt::print("compute: {}{} | collectives: {}\n", backend.describe(),
+             backend.name() == "cpu" ? fmt::format(" (threads/rank {})", threads) : "", comm);
 }
 
 void print_pipeline(const Deck& deck, Grid& grid, const Trainer& t) {
@@ -94,10 +97,12 @@ int train(const TrainOptions& o, Communicator& boot) {
     if (!o.metrics.empty()) deck.output.metrics = o.metrics;
     shape = resolve_layout(deck, boot.size());
   });
+  std::unique_ptr<ComputeBackend> backend;  // outlives the grid's communicators (its stream)
   Grid grid(MPI_COMM_WORLD, shape);
   grid.set_timeout_seconds(deck.system.comm_timeout_s);
   const int threads = pick_threads(deck, grid);
-  auto backend = make_cpu_backend(threads);
+  backend = make_compute_backend(deck, grid, threads);
+  const std::string comm = connect_communicators(deck, grid, *backend);
 
   std::unique_ptr<TokenDataset> train_data, val_data;
   run_agreed(grid.world(), [&] {
@@ -114,7 +119,7 @@ int train(const TrainOptions& o, Communicator& boot) {
     if (grid.is_root() && !deck.output.metrics.empty())
       metrics = MetricsWriter(deck.output.metrics, /*append=*/!o.resume.empty());
   });
-  print_banner(deck, grid, *backend, *train_data, val_data.get(), threads);
+  print_banner(deck, grid, *backend, comm, *train_data, val_data.get(), threads);
 
   MemoryLedger ledger;
   TraceRecorder trace;
@@ -169,6 +174,7 @@ int train(const TrainOptions& o, Communicator& boot) {
     trace.write(grid.world(), o.trace);
     if (grid.is_root()) fmt::print("trace: {} (open in Perfetto or chrome://tracing)\n", o.trace);
   }
+  if (grid.is_root()) fmt::print("{}", backend->kernel_report());  // empty unless timing kernels
   if (grid.is_root()) {
     const int ran = steps - first;
     const double secs = ran > 1 ? steady_seconds : train_seconds;

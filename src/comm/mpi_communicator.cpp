@@ -1,85 +1,8 @@
 #include "comm/mpi_communicator.hpp"
 
-#include <fmt/format.h>
-
-#include <climits>
-#include <vector>
-
-#include "core/error.hpp"
+#include "comm/mpi_ops.hpp"
 
 namespace trident {
-namespace {
-
-MPI_Datatype to_mpi(DType t) {
-  switch (t) {
-    case DType::f32: return MPI_FLOAT;
-    case DType::f64: return MPI_DOUBLE;
-    case DType::i32: return MPI_INT32_T;
-    case DType::i64: return MPI_INT64_T;
-    case DType::u8: return MPI_UINT8_T;
-    case DType::u16: case DType::bf16: case DType::f16: return MPI_UINT16_T;
-    case DType::u64: return MPI_UINT64_T;  // sums wrap modulo 2^64 (checksums)
-  }
-  return MPI_BYTE;
-}
-
-MPI_Op to_mpi(ReduceOp op, DType t) {
-  if (t == DType::bf16 || t == DType::f16)
-    throw RuntimeFailure("MPI backend: 16-bit float reductions need a reduce_dtype of f32");
-  switch (op) {
-    case ReduceOp::sum: return MPI_SUM;
-    case ReduceOp::max: return MPI_MAX;
-    case ReduceOp::min: return MPI_MIN;
-  }
-  return MPI_SUM;
-}
-
-void check(int rc, const std::string& what) {
-  if (rc != MPI_SUCCESS) {
-    char msg[MPI_MAX_ERROR_STRING];
-    int len = 0;
-    MPI_Error_string(rc, msg, &len);
-    throw RuntimeFailure(fmt::format("{} failed: {}", what, std::string(msg, len)));
-  }
-}
-
-// Element-wise operations larger than an int count are issued in chunks.
-constexpr std::size_t kChunk = std::size_t{1} << 30;
-
-class MpiPending final : public PendingOp {
- public:
-  std::vector<MPI_Request> reqs;
-  bool test() override {
-    int done = 0;
-    check(MPI_Testall(static_cast<int>(reqs.size()), reqs.data(), &done, MPI_STATUSES_IGNORE),
-          what);
-    return done != 0;
-  }
-};
-
-template <class Issue>
-Request chunked(std::string what, std::size_t count, DType t, Issue issue) {
-  auto p = std::make_unique<MpiPending>();
-  p->what = std::move(what);
-  const std::size_t esz = dtype_size(t);
-  std::size_t off = 0;
-  do {
-    const std::size_t n = std::min(kChunk, count - off);
-    MPI_Request r;
-    check(issue(off * esz, static_cast<int>(n), &r), p->what);
-    p->reqs.push_back(r);
-    off += n;
-  } while (off < count);
-  return Request(std::move(p));
-}
-
-int as_int_count(std::size_t count, const std::string& what) {
-  if (count > static_cast<std::size_t>(INT_MAX))
-    throw RuntimeFailure(fmt::format("{}: count exceeds the MPI int limit", what));
-  return static_cast<int>(count);
-}
-
-}  // namespace
 
 MpiCommunicator::MpiCommunicator(MPI_Comm comm, std::string name)
     : Communicator(std::move(name)), comm_(comm) {
@@ -88,80 +11,38 @@ MpiCommunicator::MpiCommunicator(MPI_Comm comm, std::string name)
 }
 
 Request MpiCommunicator::iall_reduce(void* buf, std::size_t count, DType t, ReduceOp op) {
-  auto* base = static_cast<char*>(buf);
-  return chunked(begin_op(CommOp::all_reduce, count, t), count, t,
-                 [&](std::size_t off, int n, MPI_Request* r) {
-                   return MPI_Iallreduce(MPI_IN_PLACE, base + off, n, to_mpi(t), to_mpi(op, t),
-                                         comm_, r);
-                 });
+  return mpi_ops::all_reduce(comm_, begin_op(CommOp::all_reduce, count, t), buf, count, t, op);
 }
 
 Request MpiCommunicator::ireduce(void* buf, std::size_t count, DType t, ReduceOp op, int root) {
-  auto* base = static_cast<char*>(buf);
-  return chunked(begin_op(CommOp::reduce, count, t), count, t,
-                 [&](std::size_t off, int n, MPI_Request* r) {
-                   void* sendbuf = rank_ == root ? MPI_IN_PLACE : base + off;
-                   return MPI_Ireduce(sendbuf, base + off, n, to_mpi(t), to_mpi(op, t), root,
-                                      comm_, r);
-                 });
+  return mpi_ops::reduce(comm_, begin_op(CommOp::reduce, count, t), buf, count, t, op, root);
 }
 
 Request MpiCommunicator::ireduce_scatter(const void* send, void* recv, std::size_t count,
                                          DType t, ReduceOp op) {
-  auto p = std::make_unique<MpiPending>();
-  p->what = begin_op(CommOp::reduce_scatter, count * size_, t);
-  MPI_Request r;
-  check(MPI_Ireduce_scatter_block(send, recv, as_int_count(count, p->what), to_mpi(t),
-                                  to_mpi(op, t), comm_, &r),
-        p->what);
-  p->reqs.push_back(r);
-  return Request(std::move(p));
+  return mpi_ops::reduce_scatter(comm_, begin_op(CommOp::reduce_scatter, count * size_, t), send,
+                                 recv, count, t, op);
 }
 
 Request MpiCommunicator::iall_gather(const void* send, void* recv, std::size_t count, DType t) {
-  auto p = std::make_unique<MpiPending>();
-  p->what = begin_op(CommOp::all_gather, count * size_, t);
-  const int n = as_int_count(count, p->what);
-  // A send buffer that is already this rank's block of recv means "in place".
-  const void* own_block = static_cast<const char*>(recv) + std::size_t(rank_) * count * dtype_size(t);
-  if (send == own_block) send = MPI_IN_PLACE;
-  MPI_Request r;
-  check(MPI_Iallgather(send, n, to_mpi(t), recv, n, to_mpi(t), comm_, &r), p->what);
-  p->reqs.push_back(r);
-  return Request(std::move(p));
+  return mpi_ops::all_gather(comm_, begin_op(CommOp::all_gather, count * size_, t), send, recv,
+                             count, t);
 }
 
 Request MpiCommunicator::ibroadcast(void* buf, std::size_t count, DType t, int root) {
-  auto* base = static_cast<char*>(buf);
-  return chunked(begin_op(CommOp::broadcast, count, t), count, t,
-                 [&](std::size_t off, int n, MPI_Request* r) {
-                   return MPI_Ibcast(base + off, n, to_mpi(t), root, comm_, r);
-                 });
+  return mpi_ops::broadcast(comm_, begin_op(CommOp::broadcast, count, t), buf, count, t, root);
 }
 
 Request MpiCommunicator::isend(const void* buf, std::size_t count, DType t, int peer, int tag) {
-  const auto* base = static_cast<const char*>(buf);
-  return chunked(begin_op(CommOp::send, count, t), count, t,
-                 [&](std::size_t off, int n, MPI_Request* r) {
-                   return MPI_Isend(base + off, n, to_mpi(t), peer, tag, comm_, r);
-                 });
+  return mpi_ops::send(comm_, begin_op(CommOp::send, count, t), buf, count, t, peer, tag);
 }
 
 Request MpiCommunicator::irecv(void* buf, std::size_t count, DType t, int peer, int tag) {
-  auto* base = static_cast<char*>(buf);
-  return chunked(begin_op(CommOp::recv, count, t), count, t,
-                 [&](std::size_t off, int n, MPI_Request* r) {
-                   return MPI_Irecv(base + off, n, to_mpi(t), peer, tag, comm_, r);
-                 });
+  return mpi_ops::recv(comm_, begin_op(CommOp::recv, count, t), buf, count, t, peer, tag);
 }
 
 Request MpiCommunicator::ibarrier() {
-  auto p = std::make_unique<MpiPending>();
-  p->what = begin_op(CommOp::barrier, 0, DType::u8);
-  MPI_Request r;
-  check(MPI_Ibarrier(comm_, &r), p->what);
-  p->reqs.push_back(r);
-  return Request(std::move(p));
+  return mpi_ops::barrier(comm_, begin_op(CommOp::barrier, 0, DType::u8));
 }
 
 std::unique_ptr<Communicator> make_communicator(MPI_Comm comm, std::string name) {

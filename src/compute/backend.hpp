@@ -1,6 +1,9 @@
 // The compute seam: memory and the math of a GPT block, forward and backward.
-// The CPU backend (OpenBLAS + OpenMP) implements it now; the CUDA backend
-// implements the same functions. Model code calls only this interface.
+// The CPU backend (OpenBLAS + OpenMP) and the CUDA backend (cuBLAS + own
+// kernels, compute/cuda/) implement the same functions. Model code calls only
+// this interface. Pointers are the backend's memory (device memory for CUDA);
+// ops may run asynchronously, and copy_to_host / sum_squares return only
+// once their values are on the host.
 //
 // Conventions: row-major; linear weights are (out, in) as in PyTorch, so
 // y = x W^T + b; every backward op ADDS into its outputs (weight gradients
@@ -19,6 +22,9 @@ class ComputeBackend {
   virtual ~ComputeBackend() = default;
   virtual std::string name() const = 0;
   virtual std::string describe() const = 0;  // threads, library versions
+  // Device time per op as a table, when the backend was asked to time its
+  // kernels (the CUDA backend with TRIDENT_KERNEL_TIMES=1); otherwise empty.
+  virtual std::string kernel_report() { return {}; }
 
   // Memory on the backend's device.
   virtual void* allocate(std::size_t bytes) = 0;

@@ -44,12 +44,24 @@ Grid::Grid(MPI_Comm parent, GridShape shape) : shape_(shape) {
   MPI_Comm_rank(node, &local_rank_);
   MPI_Comm_size(node, &local_size_);
   MPI_Comm_free(&node);
-  world_ = make_communicator(world_comm_, "world");
-  tensor_ = make_communicator(tensor_comm_, "tensor");
-  data_ = make_communicator(data_comm_, "data");
-  pipeline_ = make_communicator(pipeline_comm_, "pipeline");
-  model_ = make_communicator(model_comm_, "model");
-  if (embedding_comm_ != MPI_COMM_NULL) embedding_ = make_communicator(embedding_comm_, "embedding");
+  make_communicators(make_communicator);
+}
+
+void Grid::make_communicators(const CommunicatorFactory& make) {
+  world_ = make(world_comm_, "world");
+  tensor_ = make(tensor_comm_, "tensor");
+  data_ = make(data_comm_, "data");
+  pipeline_ = make(pipeline_comm_, "pipeline");
+  model_ = make(model_comm_, "model");
+  if (embedding_comm_ != MPI_COMM_NULL) embedding_ = make(embedding_comm_, "embedding");
+}
+
+void Grid::use_communicators(const CommunicatorFactory& make) {
+  const double timeout = world_->timeout_seconds();
+  world_.reset(); tensor_.reset(); data_.reset(); pipeline_.reset(); model_.reset();
+  embedding_.reset();
+  make_communicators(make);
+  set_timeout_seconds(timeout);
 }
 
 Grid::~Grid() {

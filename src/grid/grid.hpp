@@ -5,6 +5,7 @@
 #pragma once
 #include <mpi.h>
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -28,6 +29,10 @@ struct GridCoord {
 // Pure mapping between ranks and coordinates (used by the grid and its tests).
 int grid_rank_of(const GridShape& s, const GridCoord& c);
 GridCoord grid_coord_of(const GridShape& s, int rank);
+
+// Makes the communicator of one group from its MPI communicator (not owned).
+using CommunicatorFactory =
+    std::function<std::unique_ptr<Communicator>(MPI_Comm comm, std::string name)>;
 
 class Grid {
  public:
@@ -56,10 +61,15 @@ class Grid {
   // the tied token embedding. Null on middle stages and without pipelining.
   Communicator* embedding() { return embedding_.get(); }
 
+  // Replaces the groups' communicators (MPI, as made by the constructor) with
+  // the factory's, e.g. NCCL once a device is chosen. Collective: every rank
+  // calls it with the same kind of factory. Keeps the timeout.
+  void use_communicators(const CommunicatorFactory& make);
   void set_timeout_seconds(double s);
   std::string describe() const;  // "TP(2)-PP(2)-DP(2)-Rank(5)"
 
  private:
+  void make_communicators(const CommunicatorFactory& make);
   GridShape shape_;
   GridCoord coord_;
   int rank_ = 0;

@@ -88,6 +88,23 @@ void read_train(DeckReader& r, TrainSection& t) {
   r.require(t.eval_sequences >= 0, "train", "eval_sequences", "must be >= 0");
 }
 
+// Where the model computes and how its collectives move device buffers.
+void read_devices(DeckReader& r, SystemSection& s) {
+  r.get("system", "device", s.device);
+  r.get("system", "comm", s.comm);
+  r.get("system", "allow_tf32", s.allow_tf32);
+  r.require(s.device == "cpu" || s.device == "cuda", "system", "device",
+            "is not a device; use \"cpu\" or \"cuda\"");
+  r.require(s.device != "cuda" || TRIDENT_HAVE_CUDA, "system", "device",
+            "but this trident was built without CUDA; rebuild with cmake --preset cuda");
+  r.require(s.comm == "auto" || s.comm == "mpi" || s.comm == "nccl" || s.comm == "staged",
+            "system", "comm", "is not a backend; use \"auto\", \"mpi\", \"nccl\" or \"staged\"");
+  r.require(s.device == "cuda" || s.comm == "auto" || s.comm == "mpi", "system", "comm",
+            "moves device buffers and needs system.device = \"cuda\"; on the CPU use \"mpi\"");
+  r.require(s.comm != "nccl" || TRIDENT_HAVE_NCCL || !TRIDENT_HAVE_CUDA, "system", "comm",
+            "but this trident was built without NCCL; use \"staged\" or rebuild with NCCL");
+}
+
 void read_rest(DeckReader& r, Deck& d) {
   r.get_paths("data", "train", d.data.train);
   r.get_paths("data", "val", d.data.val);
@@ -147,6 +164,7 @@ void read_rest(DeckReader& r, Deck& d) {
   r.require(d.system.threads >= 0, "system", "threads", "must be >= 0 (0: automatic)");
   r.require(d.system.peak_tflops >= 0, "system", "peak_tflops", "must be >= 0");
   r.require(d.system.comm_timeout_s > 0, "system", "comm_timeout_s", "must be positive");
+  read_devices(r, d.system);
 }
 
 }  // namespace

@@ -65,6 +65,9 @@ struct SystemSection {
   int threads = 0;            // OpenMP/BLAS threads per rank; 0: cores / ranks on the node
   double peak_tflops = 0.0;   // per-rank peak for MFU; 0: MFU not reported
   double comm_timeout_s = 600.0;
+  std::string device = "cpu";  // cpu | cuda
+  std::string comm = "auto";   // auto | mpi | nccl | staged (auto: nccl on cuda, mpi on cpu)
+  bool allow_tf32 = false;     // cuda: TF32 tensor cores for fp32 GEMMs
 };
 
 struct Deck {

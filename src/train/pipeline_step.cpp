@@ -115,6 +115,12 @@ StepStats Trainer::step(int step) {
   }
   s.loss = loss_sum / (double(t.batch) * deck_.model.seq_len);
   update(float(s.lr), s);
+  {
+    ScopedTimer timer(times_.optimizer);
+    // The step ends when an asynchronous device has finished it. (Backward is
+    // not synchronised: the host must stay free to drive bucket reductions.)
+    backend_.synchronize();
+  }
   s.seconds = now_seconds() - t0;
   return s;
 }

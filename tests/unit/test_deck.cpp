@@ -155,3 +155,28 @@ TEST(Deck, EveryShippedDeckLoads) {
   }
   EXPECT_GE(decks, 1);
 }
+
+TEST(Deck, DeviceAndCollectivesKeys) {
+  Deck d = parse_deck(kBase, "t.toml", {});
+  EXPECT_EQ(d.system.device, "cpu");
+  EXPECT_EQ(d.system.comm, "auto");
+  EXPECT_FALSE(d.system.allow_tf32);
+  EXPECT_NE(error_of(kBase, {"system.device=gpu"}).find("[system] device = \"gpu\" is not a device; "
+                                                         "use \"cpu\" or \"cuda\""),
+            std::string::npos);
+  EXPECT_NE(error_of(kBase, {"system.comm=gloo"}).find("[system] comm = \"gloo\" is not a backend"),
+            std::string::npos);
+  EXPECT_NE(error_of(kBase, {"system.comm=nccl"}).find("needs system.device = \"cuda\""),
+            std::string::npos);
+  EXPECT_NO_THROW(parse_deck(kBase, "t.toml", {"system.comm=mpi", "system.allow_tf32=true"}));
+#if TRIDENT_HAVE_CUDA
+  Deck g = parse_deck(kBase, "t.toml", {"system.device=cuda", "system.comm=staged"});
+  EXPECT_EQ(g.system.device, "cuda");
+  EXPECT_EQ(g.system.comm, "staged");
+#else
+  EXPECT_NE(error_of(kBase, {"system.device=cuda"}).find("[system] device = \"cuda\" but this trident "
+                                                          "was built without CUDA; rebuild with "
+                                                          "cmake --preset cuda"),
+            std::string::npos);
+#endif
+}

@@ -1,0 +1,68 @@
+// The element-wise half of causal attention: the masked softmax between the
+// two batched GEMMs of forward, and its backward. One warp per row of the
+// (B, NH, T, T) score tensor; row r is query t = r % T and sees keys 0..t.
+#include "compute/cuda/device_math.cuh"
+#include "compute/cuda/launch.hpp"
+
+namespace trident::gpu {
+namespace {
+
+constexpr int kWarps = 8;
+
+// In place: scores (already scaled by the GEMM) -> probabilities; zeros above
+// the diagonal so the P.V GEMM may run over the whole row.
+template <class S>
+__global__ void causal_softmax_forward_kernel(S* att, std::size_t rows, int T) {
+  const std::size_t row = std::size_t(blockIdx.x) * kWarps + (threadIdx.x >> 5);
+  const int lane = threadIdx.x & 31;
+  if (row >= rows) return;
+  const int t = int(row % T);
+  S* p = att + row * T;
+  float mx = -INFINITY;
+  for (int j = lane; j <= t; j += 32) mx = fmaxf(mx, to_f32(p[j]));
+  mx = warp_reduce(mx, MaxOp{});
+  float sum = 0;
+  for (int j = lane; j <= t; j += 32) sum += expf(to_f32(p[j]) - mx);
+  const float inv = 1.0f / warp_reduce(sum, SumOp{});
+  for (int j = lane; j < T; j += 32)
+    p[j] = from_f32<S>(j <= t ? expf(to_f32(p[j]) - mx) * inv : 0.0f);
+}
+
+template <class S>
+__global__ void causal_softmax_backward_kernel(S* datt, const S* att, std::size_t rows, int T) {
+  const std::size_t row = std::size_t(blockIdx.x) * kWarps + (threadIdx.x >> 5);
+  const int lane = threadIdx.x & 31;
+  if (row >= rows) return;
+  const int t = int(row % T);
+  const S* p = att + row * T;
+  S* d = datt + row * T;
+  float dot = 0;
+  for (int j = lane; j <= t; j += 32) dot += to_f32(p[j]) * to_f32(d[j]);
+  dot = warp_reduce(dot, SumOp{});
+  for (int j = lane; j < T; j += 32)
+    d[j] = from_f32<S>(j <= t ? to_f32(p[j]) * (to_f32(d[j]) - dot) : 0.0f);
+}
+
+unsigned blocks_for(std::size_t rows) { return unsigned((rows + kWarps - 1) / kWarps); }
+
+}  // namespace
+
+template <class S>
+void causal_softmax_forward(S* att, std::size_t rows, int T, cudaStream_t s) {
+  if (rows == 0) return;
+  causal_softmax_forward_kernel<<<blocks_for(rows), kWarps * 32, 0, s>>>(att, rows, T);
+}
+
+template <class S>
+void causal_softmax_backward(S* datt, const S* att, std::size_t rows, int T, cudaStream_t s) {
+  if (rows == 0) return;
+  causal_softmax_backward_kernel<<<blocks_for(rows), kWarps * 32, 0, s>>>(datt, att, rows, T);
+}
+
+#define TRIDENT_INSTANTIATE(S)                                                     \
+  template void causal_softmax_forward<S>(S*, std::size_t, int, cudaStream_t);      \
+  template void causal_softmax_backward<S>(S*, const S*, std::size_t, int, cudaStream_t);
+TRIDENT_GPU_STORAGE_TYPES(TRIDENT_INSTANTIATE)
+#undef TRIDENT_INSTANTIATE
+
+}  // namespace trident::gpu

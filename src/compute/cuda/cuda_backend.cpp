@@ -1,0 +1,156 @@
+// CudaBackend: device, stream, memory and the optimizer-side vector ops.
+// The model's ops are in cuda_backend_ops.cpp.
+#include <cuda_runtime_api.h>
+#include <fmt/format.h>
+
+#include "compute/cuda/cuda_backend.hpp"
+#include "compute/cuda/device.hpp"
+#include "compute/cuda/launch.hpp"
+
+namespace trident {
+namespace {
+
+cudaStream_t create_stream(int device, const CudaSite& site) {
+  cuda_check(cudaSetDevice(device), site, "cudaSetDevice");
+  cudaStream_t s = nullptr;
+  // Non-blocking: never serialised against the legacy default stream.
+  cuda_check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), site, "cudaStreamCreate");
+  return s;
+}
+
+std::string gib(std::size_t bytes) { return fmt::format("{:.2f} GiB", double(bytes) / (1ull << 30)); }
+
+}  // namespace
+
+CudaBackend::CudaBackend(const CudaBackendOptions& o)
+    : site_{o.rank, o.device},
+      allow_tf32_(o.allow_tf32),
+      stream_(create_stream(o.device, site_)),
+      timer_(stream_, site_, o.time_kernels) {
+  gemms_ = std::make_unique<Gemms>(stream_, allow_tf32_, site_);
+  void* pinned = nullptr;
+  cuda_check(cudaMallocHost(&pinned, sizeof(double)), site_, "cudaMallocHost");
+  host_result_ = static_cast<double*>(pinned);
+}
+
+CudaBackend::~CudaBackend() {
+  // No throwing from here: errors at teardown are ignored.
+  cudaStreamSynchronize(stream_);
+  gemms_.reset();
+  if (scratch_) cudaFree(scratch_);
+  if (host_result_) cudaFreeHost(host_result_);
+  cudaStreamDestroy(stream_);
+}
+
+std::string CudaBackend::describe() const {
+  int runtime = 0, driver = 0;
+  cuda_check(cudaRuntimeGetVersion(&runtime), site_, "cudaRuntimeGetVersion");
+  cuda_check(cudaDriverGetVersion(&driver), site_, "cudaDriverGetVersion");
+  return fmt::format("cuda: device {} ({}), CUDA runtime {}.{}, driver {}.{}, {}", site_.device,
+                     cuda_device_summary(site_.device), runtime / 1000, (runtime % 1000) / 10,
+                     driver / 1000, (driver % 1000) / 10, gemms_->describe());
+}
+
+void* CudaBackend::allocate(std::size_t bytes) {
+  void* p = nullptr;
+  const std::size_t n = bytes ? bytes : 256;
+  const cudaError_t e = cudaMalloc(&p, n);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    std::size_t free = 0, total = 0;
+    cudaMemGetInfo(&free, &total);
+    cuda_fail(site_, fmt::format("cudaMalloc of {}", gib(n)),
+              fmt::format("{} ({} free of {}); lower train.micro_batch or raise zero.stage",
+                          cudaGetErrorString(e), gib(free), gib(total)));
+  }
+  // Allocations start zeroed, as the CPU backend's do.
+  cuda_check(cudaMemsetAsync(p, 0, n, stream_), site_, "cudaMemsetAsync (allocate)");
+  return p;
+}
+
+void CudaBackend::release(void* p, std::size_t) {
+  if (!p) return;
+  cudaStreamSynchronize(stream_);  // queued work may still use it
+  cudaFree(p);                     // not checked: release runs in destructors
+}
+
+void CudaBackend::zero(void* p, std::size_t bytes) {
+  run("zero", [&] { cuda_check(cudaMemsetAsync(p, 0, bytes, stream_), site_, "zero"); });
+}
+
+void CudaBackend::copy_to_host(void* host, const void* dev, std::size_t bytes) {
+  run("copy_to_host", [&] {
+    cuda_check(cudaMemcpyAsync(host, dev, bytes, cudaMemcpyDeviceToHost, stream_), site_,
+               "copy_to_host");
+  });
+  cuda_check(cudaStreamSynchronize(stream_), site_, "copy_to_host (synchronize)");
+}
+
+void CudaBackend::copy_from_host(void* dev, const void* host, std::size_t bytes) {
+  run("copy_from_host", [&] {
+    cuda_check(cudaMemcpyAsync(dev, host, bytes, cudaMemcpyHostToDevice, stream_), site_,
+               "copy_from_host");
+  });
+  // From pageable memory the driver has taken its copy when the call returns;
+  // from pinned memory it has not, so wait: the caller may reuse the buffer.
+  cudaPointerAttributes a{};
+  if (cudaPointerGetAttributes(&a, host) != cudaSuccess)
+    cudaGetLastError();  // unregistered memory on an old driver: pageable
+  else if (a.type == cudaMemoryTypeHost)
+    cuda_check(cudaStreamSynchronize(stream_), site_, "copy_from_host (synchronize)");
+}
+
+void CudaBackend::copy(void* dst, const void* src, std::size_t bytes) {
+  run("copy", [&] {
+    cuda_check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_), site_, "copy");
+  });
+}
+
+void CudaBackend::synchronize() {
+  cuda_check(cudaStreamSynchronize(stream_), site_, "synchronize");
+}
+
+void* CudaBackend::scratch(std::size_t bytes) {
+  if (bytes <= scratch_bytes_) return scratch_;
+  if (scratch_) {
+    cuda_check(cudaStreamSynchronize(stream_), site_, "scratch (synchronize)");
+    cuda_check(cudaFree(scratch_), site_, "cudaFree (scratch)");
+    scratch_ = nullptr;
+  }
+  const std::size_t n = std::max(bytes, std::size_t(1) << 20);
+  cuda_check(cudaMalloc(&scratch_, n), site_, "cudaMalloc (scratch)");
+  scratch_bytes_ = n;
+  return scratch_;
+}
+
+double CudaBackend::sum_squares(const float* x, std::size_t n) {
+  const std::size_t partials = gpu::sum_squares_scratch(n);
+  auto* s = static_cast<double*>(scratch((partials + 1) * sizeof(double)));
+  run("sum_squares", [&] {
+    gpu::sum_squares(s + partials, x, n, s, stream_);
+    cuda_check(cudaMemcpyAsync(host_result_, s + partials, sizeof(double), cudaMemcpyDeviceToHost,
+                               stream_),
+               site_, "sum_squares (copy)");
+  });
+  cuda_check(cudaStreamSynchronize(stream_), site_, "sum_squares (synchronize)");
+  return *host_result_;
+}
+
+void CudaBackend::scale(float* x, float s, std::size_t n) {
+  run("scale", [&] { gpu::scale(x, s, n, stream_); });
+}
+
+void CudaBackend::add(float* out, const float* a, const float* b, std::size_t n) {
+  run("add", [&] { gpu::add(out, a, b, n, stream_); });
+}
+
+void CudaBackend::adamw(float* p, const float* g, float* m, float* v, std::size_t n, float lr,
+                        float beta1, float beta2, float eps, float wd, float bc1, float bc2) {
+  run("adamw", [&] { gpu::adamw(p, g, m, v, n, lr, beta1, beta2, eps, wd, bc1, bc2, stream_); });
+}
+
+std::unique_ptr<CudaBackend> make_cuda_backend(const CudaBackendOptions& options) {
+  return std::make_unique<CudaBackend>(options);
+}
+
+}  // namespace trident

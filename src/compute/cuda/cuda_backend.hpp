@@ -1,0 +1,107 @@
+// CUDA backend of the compute seam: one device, one compute stream (every op
+// is enqueued on it in call order), cuBLAS/cuBLASLt GEMMs and Trident's own
+// kernels (launch.hpp). Memory is plain cudaMalloc (never managed memory).
+// Host-visible results (copy_to_host, sum_squares) synchronise the stream;
+// everything else is asynchronous. The collectives for device buffers (NCCL,
+// host-staged MPI) order themselves after this stream with CUDA events.
+#pragma once
+#include <cuda_runtime_api.h>
+
+#include <memory>
+#include <string>
+
+#include "compute/backend.hpp"
+#include "compute/cuda/cuda_check.hpp"
+#include "compute/cuda/gemm.hpp"
+#include "compute/cuda/kernel_timer.hpp"
+
+namespace trident {
+
+struct CudaBackendOptions {
+  int device = 0;
+  int rank = 0;               // world rank, for error messages
+  bool allow_tf32 = false;    // system.allow_tf32
+  bool time_kernels = false;  // per-op device times (TRIDENT_KERNEL_TIMES=1)
+};
+
+class CudaBackend final : public ComputeBackend {
+ public:
+  explicit CudaBackend(const CudaBackendOptions& options);
+  ~CudaBackend() override;
+  CudaBackend(const CudaBackend&) = delete;
+  CudaBackend& operator=(const CudaBackend&) = delete;
+
+  std::string name() const override { return "cuda"; }
+  std::string describe() const override;
+  std::string kernel_report() override { return timer_.report(); }
+  cudaStream_t stream() const { return stream_; }
+  const CudaSite& site() const { return site_; }
+
+  void* allocate(std::size_t bytes) override;
+  void release(void* p, std::size_t bytes) override;
+  void zero(void* p, std::size_t bytes) override;
+  void copy_to_host(void* host, const void* dev, std::size_t bytes) override;
+  void copy_from_host(void* dev, const void* host, std::size_t bytes) override;
+  void copy(void* dst, const void* src, std::size_t bytes) override;
+  void synchronize() override;
+
+  void embedding_forward(float* out, const std::int32_t* tokens, const float* wte, int lo,
+                         int count, int N, int C) override;
+  void embedding_backward(float* dwte, const float* dout, const std::int32_t* tokens, int lo,
+                          int count, int N, int C) override;
+  void position_forward(float* out, const float* wpe, int N, int T, int first, int C) override;
+  void position_backward(float* dwpe, const float* dout, int N, int T, int first, int C) override;
+  void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* w,
+                         const float* b, int N, int C) override;
+  void layernorm_backward(float* dinp, float* dw, float* db, const float* dout, const float* inp,
+                          const float* w, const float* mean, const float* rstd, int N,
+                          int C) override;
+  void matmul_forward(float* out, const float* inp, const float* w, const float* bias, int N,
+                      int IC, int OC) override;
+  void matmul_backward(float* dinp, float* dw, float* dbias, const float* dout, const float* inp,
+                       const float* w, int N, int IC, int OC) override;
+  void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C,
+                         int NH) override;
+  void attention_backward(float* dqkv, float* datt, const float* dout, const float* qkv,
+                          const float* att, int B, int T, int C, int NH) override;
+  void gelu_forward(float* out, const float* inp, std::size_t n) override;
+  void gelu_backward(float* dinp, const float* inp, const float* dout, std::size_t n) override;
+  void add(float* out, const float* a, const float* b, std::size_t n) override;
+  void xent_max(float* row_max, const float* logits, int N, int V, int valid) override;
+  void xent_sums(float* packed, const float* logits, const float* row_max,
+                 const std::int32_t* targets, int lo, int N, int V, int valid) override;
+  void xent_finish(float* losses, float* dlogits, const float* logits, const float* row_max,
+                   const float* packed, const std::int32_t* targets, int lo, int N, int V,
+                   int valid, float dloss) override;
+  double sum_squares(const float* x, std::size_t n) override;
+  void scale(float* x, float s, std::size_t n) override;
+  void adamw(float* param, const float* grad, float* m, float* v, std::size_t n, float lr,
+             float beta1, float beta2, float eps, float weight_decay, float bc1,
+             float bc2) override;
+
+ private:
+  // Runs one op's launches between the timer's marks and checks the launch.
+  template <class Launch>
+  void run(const char* op, Launch&& launch) {
+    timer_.begin(op);
+    launch();
+    cuda_check(cudaGetLastError(), site_, op);
+    timer_.end();
+  }
+  // Device scratch of at least `bytes` (grown on demand, kept for the run).
+  void* scratch(std::size_t bytes);
+
+  CudaSite site_;
+  bool allow_tf32_;
+  cudaStream_t stream_ = nullptr;
+  std::unique_ptr<Gemms> gemms_;
+  KernelTimer timer_;
+  void* scratch_ = nullptr;
+  std::size_t scratch_bytes_ = 0;
+  double* host_result_ = nullptr;  // pinned: sum_squares' value on its way to the host
+};
+
+// Makes the backend on options.device (which becomes this thread's device).
+std::unique_ptr<CudaBackend> make_cuda_backend(const CudaBackendOptions& options);
+
+}  // namespace trident

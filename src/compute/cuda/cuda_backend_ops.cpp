@@ -1,0 +1,148 @@
+// CudaBackend: the GPT block's ops. GEMMs mirror the CPU backend's calls
+// (row-major, same operands); attention runs its GEMMs batched over heads on
+// strided views of qkv, with the masked softmax as one fused kernel between.
+#include <cmath>
+
+#include "compute/cuda/cuda_backend.hpp"
+#include "compute/cuda/launch.hpp"
+
+namespace trident {
+
+void CudaBackend::embedding_forward(float* out, const std::int32_t* tok, const float* wte, int lo,
+                                    int count, int N, int C) {
+  run("embedding_forward", [&] { gpu::embedding_forward(out, tok, wte, lo, count, N, C, stream_); });
+}
+
+void CudaBackend::embedding_backward(float* dwte, const float* dout, const std::int32_t* tok,
+                                     int lo, int count, int N, int C) {
+  run("embedding_backward",
+      [&] { gpu::embedding_backward(dwte, dout, tok, lo, count, N, C, stream_); });
+}
+
+void CudaBackend::position_forward(float* out, const float* wpe, int N, int T, int first, int C) {
+  run("position_forward", [&] { gpu::position_forward(out, wpe, N, T, first, C, stream_); });
+}
+
+void CudaBackend::position_backward(float* dwpe, const float* dout, int N, int T, int first,
+                                    int C) {
+  run("position_backward", [&] { gpu::position_backward(dwpe, dout, N, T, first, C, stream_); });
+}
+
+void CudaBackend::layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
+                                    const float* w, const float* b, int N, int C) {
+  run("layernorm_forward",
+      [&] { gpu::layernorm_forward(out, mean, rstd, inp, w, b, N, C, stream_); });
+}
+
+void CudaBackend::layernorm_backward(float* dinp, float* dw, float* db, const float* dout,
+                                     const float* inp, const float* w, const float* mean,
+                                     const float* rstd, int N, int C) {
+  auto* s = static_cast<float*>(scratch(gpu::layernorm_backward_scratch(N, C) * sizeof(float)));
+  run("layernorm_backward", [&] {
+    gpu::layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, C, s, stream_);
+  });
+}
+
+void CudaBackend::matmul_forward(float* out, const float* inp, const float* w, const float* bias,
+                                 int N, int IC, int OC) {
+  run("matmul_forward", [&] {
+    if (gemms_->linear(out, inp, w, bias, N, IC, OC)) return;
+    gemms_->gemm(false, true, N, OC, IC, 1.0f, inp, IC, w, IC, 0.0f, out, OC);
+    if (bias) gpu::add_bias(out, bias, N, OC, stream_);
+  });
+}
+
+void CudaBackend::matmul_backward(float* dinp, float* dw, float* dbias, const float* dout,
+                                  const float* inp, const float* w, int N, int IC, int OC) {
+  float* s = dbias ? static_cast<float*>(scratch(gpu::bias_backward_scratch(N, OC) * sizeof(float)))
+                   : nullptr;
+  run("matmul_backward", [&] {
+    if (dinp) gemms_->gemm(false, false, N, IC, OC, 1.0f, dout, OC, w, IC, 1.0f, dinp, IC);
+    gemms_->gemm(true, false, OC, IC, N, 1.0f, dout, OC, inp, IC, 1.0f, dw, IC);
+    if (dbias) gpu::bias_backward(dbias, dout, N, OC, s, stream_);
+  });
+}
+
+// Per sequence b, one strided-batched GEMM over the NH heads: head h's q, k, v
+// start hs columns after head h-1's in the (T, 3C) rows of qkv, its scores
+// T*T after in att, its output hs columns after in (T, C).
+void CudaBackend::attention_forward(float* out, float* att, const float* qkv, int B, int T, int C,
+                                    int NH) {
+  const int hs = C / NH, C3 = 3 * C;
+  const float scale = 1.0f / std::sqrt(float(hs));
+  const long long TT = (long long)T * T;
+  run("attention_forward", [&] {
+    for (int b = 0; b < B; ++b) {
+      const float* q = qkv + std::size_t(b) * T * C3;
+      float* P = att + std::size_t(b) * NH * TT;
+      gemms_->gemm_strided(false, true, T, T, hs, scale, q, C3, hs, q + C, C3, hs, 0.0f, P, T, TT,
+                           NH);  // S = scale Q K^T
+    }
+    gpu::causal_softmax_forward(att, std::size_t(B) * NH * T, T, stream_);
+    for (int b = 0; b < B; ++b) {
+      const float* v = qkv + std::size_t(b) * T * C3 + 2 * C;
+      gemms_->gemm_strided(false, false, T, hs, T, 1.0f, att + std::size_t(b) * NH * TT, T, TT, v,
+                           C3, hs, 0.0f, out + std::size_t(b) * T * C, C, hs, NH);  // O = P V
+    }
+  });
+}
+
+void CudaBackend::attention_backward(float* dqkv, float* datt, const float* dout, const float* qkv,
+                                     const float* att, int B, int T, int C, int NH) {
+  const int hs = C / NH, C3 = 3 * C;
+  const float scale = 1.0f / std::sqrt(float(hs));
+  const long long TT = (long long)T * T;
+  run("attention_backward", [&] {
+    for (int b = 0; b < B; ++b) {
+      const float* v = qkv + std::size_t(b) * T * C3 + 2 * C;
+      float* dv = dqkv + std::size_t(b) * T * C3 + 2 * C;
+      const float* P = att + std::size_t(b) * NH * TT;
+      float* dP = datt + std::size_t(b) * NH * TT;
+      const float* dO = dout + std::size_t(b) * T * C;
+      gemms_->gemm_strided(false, true, T, T, hs, 1.0f, dO, C, hs, v, C3, hs, 0.0f, dP, T, TT,
+                           NH);  // dP = dO V^T
+      gemms_->gemm_strided(true, false, T, hs, T, 1.0f, P, T, TT, dO, C, hs, 1.0f, dv, C3, hs,
+                           NH);  // dV += P^T dO
+    }
+    gpu::causal_softmax_backward(datt, att, std::size_t(B) * NH * T, T, stream_);  // dP -> dS
+    for (int b = 0; b < B; ++b) {
+      const float *q = qkv + std::size_t(b) * T * C3, *k = q + C;
+      float *dq = dqkv + std::size_t(b) * T * C3, *dk = dq + C;
+      const float* dS = datt + std::size_t(b) * NH * TT;
+      gemms_->gemm_strided(false, false, T, hs, T, scale, dS, T, TT, k, C3, hs, 1.0f, dq, C3, hs,
+                           NH);  // dQ += scale dS K
+      gemms_->gemm_strided(true, false, T, hs, T, scale, dS, T, TT, q, C3, hs, 1.0f, dk, C3, hs,
+                           NH);  // dK += scale dS^T Q
+    }
+  });
+}
+
+void CudaBackend::gelu_forward(float* out, const float* inp, std::size_t n) {
+  run("gelu_forward", [&] { gpu::gelu_forward(out, inp, n, stream_); });
+}
+
+void CudaBackend::gelu_backward(float* dinp, const float* inp, const float* dout, std::size_t n) {
+  run("gelu_backward", [&] { gpu::gelu_backward(dinp, inp, dout, n, stream_); });
+}
+
+void CudaBackend::xent_max(float* row_max, const float* logits, int N, int V, int valid) {
+  run("xent_max", [&] { gpu::xent_max(row_max, logits, N, V, valid, stream_); });
+}
+
+void CudaBackend::xent_sums(float* packed, const float* logits, const float* row_max,
+                            const std::int32_t* targets, int lo, int N, int V, int valid) {
+  run("xent_sums",
+      [&] { gpu::xent_sums(packed, logits, row_max, targets, lo, N, V, valid, stream_); });
+}
+
+void CudaBackend::xent_finish(float* losses, float* dlogits, const float* logits,
+                              const float* row_max, const float* packed,
+                              const std::int32_t* targets, int lo, int N, int V, int valid,
+                              float dloss) {
+  run("xent_finish", [&] {
+    gpu::xent_finish(losses, dlogits, logits, row_max, packed, targets, lo, N, V, valid, dloss,
+                     stream_);
+  });
+}
+
+}  // namespace trident

@@ -1,0 +1,106 @@
+// Element-wise kernels: GELU (tanh form), add, scale and AdamW. Grid-stride
+// loops in fp32; each element is independent, so results are deterministic.
+#include "compute/cuda/device_math.cuh"
+#include "compute/cuda/launch.hpp"
+
+namespace trident::gpu {
+namespace {
+
+constexpr unsigned kThreads = 256;
+constexpr float kGeluK = 0.7978845608028654f;  // sqrt(2/pi)
+
+#define TRIDENT_GRID_STRIDE(i, n)                                                  \
+  for (std::size_t i = std::size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < (n); \
+       i += std::size_t(gridDim.x) * blockDim.x)
+
+template <class S>
+__global__ void gelu_forward_kernel(S* out, const S* inp, std::size_t n) {
+  TRIDENT_GRID_STRIDE(i, n) {
+    const float x = to_f32(inp[i]);
+    out[i] = from_f32<S>(0.5f * x * (1.0f + tanhf(kGeluK * (x + 0.044715f * x * x * x))));
+  }
+}
+
+template <class S>
+__global__ void gelu_backward_kernel(S* dinp, const S* inp, const S* dout, std::size_t n) {
+  TRIDENT_GRID_STRIDE(i, n) {
+    const float x = to_f32(inp[i]);
+    const float th = tanhf(kGeluK * (x + 0.044715f * x * x * x));
+    const float sech2 = 1.0f - th * th;
+    const float local =
+        0.5f * (1.0f + th) + 0.5f * x * sech2 * kGeluK * (1.0f + 3.0f * 0.044715f * x * x);
+    dinp[i] = from_f32<S>(to_f32(dinp[i]) + local * to_f32(dout[i]));
+  }
+}
+
+template <class S>
+__global__ void add_kernel(S* out, const S* a, const S* b, std::size_t n) {
+  TRIDENT_GRID_STRIDE(i, n) out[i] = from_f32<S>(to_f32(a[i]) + to_f32(b[i]));
+}
+
+template <class S>
+__global__ void scale_kernel(S* x, float factor, std::size_t n) {
+  TRIDENT_GRID_STRIDE(i, n) x[i] = from_f32<S>(to_f32(x[i]) * factor);
+}
+
+// Decoupled AdamW, PyTorch's order of operations (as the CPU backend).
+template <class S>
+__global__ void adamw_kernel(S* param, const S* grad, float* m, float* v, std::size_t n, float lr,
+                             float beta1, float beta2, float eps, float wd, float step,
+                             float inv_sqrt_bc2) {
+  TRIDENT_GRID_STRIDE(i, n) {
+    const float g = to_f32(grad[i]);
+    float p = to_f32(param[i]) * (1.0f - lr * wd);
+    const float mi = beta1 * m[i] + (1.0f - beta1) * g;
+    const float vi = beta2 * v[i] + (1.0f - beta2) * g * g;
+    p -= step * mi / (sqrtf(vi) * inv_sqrt_bc2 + eps);
+    m[i] = mi, v[i] = vi;
+    param[i] = from_f32<S>(p);
+  }
+}
+
+#undef TRIDENT_GRID_STRIDE
+
+}  // namespace
+
+template <class S>
+void gelu_forward(S* out, const S* inp, std::size_t n, cudaStream_t s) {
+  if (n) gelu_forward_kernel<<<elementwise_blocks(n, kThreads), kThreads, 0, s>>>(out, inp, n);
+}
+
+template <class S>
+void gelu_backward(S* dinp, const S* inp, const S* dout, std::size_t n, cudaStream_t s) {
+  if (n)
+    gelu_backward_kernel<<<elementwise_blocks(n, kThreads), kThreads, 0, s>>>(dinp, inp, dout, n);
+}
+
+template <class S>
+void add(S* out, const S* a, const S* b, std::size_t n, cudaStream_t s) {
+  if (n) add_kernel<<<elementwise_blocks(n, kThreads), kThreads, 0, s>>>(out, a, b, n);
+}
+
+template <class S>
+void scale(S* x, float factor, std::size_t n, cudaStream_t s) {
+  if (n) scale_kernel<<<elementwise_blocks(n, kThreads), kThreads, 0, s>>>(x, factor, n);
+}
+
+template <class S>
+void adamw(S* param, const S* grad, float* m, float* v, std::size_t n, float lr, float beta1,
+           float beta2, float eps, float weight_decay, float bc1, float bc2, cudaStream_t s) {
+  if (!n) return;
+  const float step = lr / bc1, inv_sqrt_bc2 = 1.0f / sqrtf(bc2);
+  adamw_kernel<<<elementwise_blocks(n, kThreads), kThreads, 0, s>>>(
+      param, grad, m, v, n, lr, beta1, beta2, eps, weight_decay, step, inv_sqrt_bc2);
+}
+
+#define TRIDENT_INSTANTIATE(S)                                                               \
+  template void gelu_forward<S>(S*, const S*, std::size_t, cudaStream_t);                     \
+  template void gelu_backward<S>(S*, const S*, const S*, std::size_t, cudaStream_t);          \
+  template void add<S>(S*, const S*, const S*, std::size_t, cudaStream_t);                    \
+  template void scale<S>(S*, float, std::size_t, cudaStream_t);                               \
+  template void adamw<S>(S*, const S*, float*, float*, std::size_t, float, float, float, float, \
+                         float, float, float, cudaStream_t);
+TRIDENT_GPU_STORAGE_TYPES(TRIDENT_INSTANTIATE)
+#undef TRIDENT_INSTANTIATE
+
+}  // namespace trident::gpu

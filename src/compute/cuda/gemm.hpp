@@ -1,0 +1,62 @@
+// The backend's GEMMs: cuBLAS for general and strided-batched products (in
+// the CPU backend's row-major convention, so the CUDA code mirrors cpu::gemm
+// call for call) and cuBLASLt for the linear layer's forward, with the bias
+// added in the GEMM's epilogue. fp32 throughout; TF32 tensor cores only when
+// the deck sets system.allow_tf32.
+#pragma once
+#include <cublasLt.h>
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <tuple>
+
+#include "compute/cuda/cuda_check.hpp"
+
+namespace trident {
+
+class Gemms {
+ public:
+  Gemms(cudaStream_t stream, bool allow_tf32, const CudaSite& site);
+  ~Gemms();
+  Gemms(const Gemms&) = delete;
+  Gemms& operator=(const Gemms&) = delete;
+
+  // Row-major C = alpha op(A) op(B) + beta C, op(A) M x K, op(B) K x N.
+  void gemm(bool ta, bool tb, int M, int N, int K, float alpha, const float* A, int lda,
+            const float* B, int ldb, float beta, float* C, int ldc);
+  // `count` such products; operand i starts at A + i sa, B + i sb, C + i sc.
+  void gemm_strided(bool ta, bool tb, int M, int N, int K, float alpha, const float* A, int lda,
+                    long long sa, const float* B, int ldb, long long sb, float beta, float* C,
+                    int ldc, long long sc, int count);
+  // out (N, OC) = inp (N, IC) w^T (+ bias) through cuBLASLt. Returns false
+  // when cuBLASLt offers no algorithm for the shape (the caller falls back).
+  bool linear(float* out, const float* inp, const float* w, const float* bias, int N, int IC,
+              int OC);
+  std::string describe() const;
+
+ private:
+  struct LtPlan {
+    cublasLtMatmulDesc_t desc = nullptr;
+    cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
+    cublasLtMatmulAlgo_t algo{};
+    bool found = false;
+  };
+  // N, IC, OC, has bias, alignment of the pointers (the heuristic depends on it).
+  using LtKey = std::tuple<int, int, int, bool, std::uint32_t>;
+  LtPlan& plan(const LtKey& key);
+
+  cudaStream_t stream_;
+  CudaSite site_;
+  bool tf32_;
+  cublasComputeType_t compute_;
+  cublasHandle_t blas_ = nullptr;
+  cublasLtHandle_t lt_ = nullptr;
+  void* workspace_ = nullptr;
+  std::size_t workspace_bytes_ = std::size_t(32) << 20;
+  std::map<LtKey, LtPlan> plans_;
+};
+
+}  // namespace trident

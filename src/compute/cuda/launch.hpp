@@ -1,0 +1,86 @@
+// Launchers of Trident's own CUDA kernels, callable from host C++. Each is a
+// template on the storage type S (float now; bf16/fp16 are instantiations
+// when mixed precision lands) with fp32 arithmetic inside; statistics the
+// kernels keep for backward (mean, rstd, row maxima, packed sums, losses) are
+// always fp32. Launchers only enqueue on `stream`; the caller checks
+// cudaGetLastError. Semantics are those of the compute seam (backend.hpp):
+// backward launchers ADD into their outputs.
+#pragma once
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace trident::gpu {
+
+// Embedding of a vocabulary shard and positions (embedding.cu).
+template <class S>
+void embedding_forward(S* out, const std::int32_t* tok, const S* wte, int lo, int count, int N,
+                       int C, cudaStream_t s);
+// Deterministic: one block per chunk of vocabulary rows scans the tokens and
+// adds their gradients in token order (no atomics), as the CPU loop does.
+template <class S>
+void embedding_backward(S* dwte, const S* dout, const std::int32_t* tok, int lo, int count, int N,
+                        int C, cudaStream_t s);
+template <class S>
+void position_forward(S* out, const S* wpe, int N, int T, int first, int C, cudaStream_t s);
+template <class S>
+void position_backward(S* dwpe, const S* dout, int N, int T, int first, int C, cudaStream_t s);
+
+// Layer norm and column sums (layernorm.cu). Parameter gradients are summed
+// over rows in fixed chunks into fp32 partials, then the chunks in order.
+template <class S>
+void layernorm_forward(S* out, float* mean, float* rstd, const S* inp, const S* w, const S* b,
+                       int N, int C, cudaStream_t s);
+std::size_t layernorm_backward_scratch(int N, int C);  // floats
+template <class S>
+void layernorm_backward(S* dinp, S* dw, S* db, const S* dout, const S* inp, const S* w,
+                        const float* mean, const float* rstd, int N, int C, float* scratch,
+                        cudaStream_t s);
+std::size_t bias_backward_scratch(int N, int OC);  // floats
+// dbias[j] += sum_i dout[i, j].
+template <class S>
+void bias_backward(S* dbias, const S* dout, int N, int OC, float* scratch, cudaStream_t s);
+// out[i, j] += bias[j] (for GEMMs that could not fuse the bias).
+template <class S>
+void add_bias(S* out, const S* bias, int N, int OC, cudaStream_t s);
+
+// Causal softmax over `rows` rows of length T, row r being query r % T
+// (attention.cu): in place, on scores already scaled; zeros above the diagonal.
+template <class S>
+void causal_softmax_forward(S* att, std::size_t rows, int T, cudaStream_t s);
+// In place on datt: dS = P * (dP - rowsum(P * dP)), zeros above the diagonal.
+template <class S>
+void causal_softmax_backward(S* datt, const S* att, std::size_t rows, int T, cudaStream_t s);
+
+// Element-wise ops (elementwise.cu).
+template <class S>
+void gelu_forward(S* out, const S* inp, std::size_t n, cudaStream_t s);
+template <class S>
+void gelu_backward(S* dinp, const S* inp, const S* dout, std::size_t n, cudaStream_t s);
+template <class S>
+void add(S* out, const S* a, const S* b, std::size_t n, cudaStream_t s);
+template <class S>
+void scale(S* x, float factor, std::size_t n, cudaStream_t s);
+template <class S>
+void adamw(S* param, const S* grad, float* m, float* v, std::size_t n, float lr, float beta1,
+           float beta2, float eps, float weight_decay, float bc1, float bc2, cudaStream_t s);
+
+// Vocab-parallel cross-entropy, one block per token (xent.cu).
+template <class S>
+void xent_max(float* row_max, const S* logits, int N, int V, int valid, cudaStream_t s);
+template <class S>
+void xent_sums(float* packed, const S* logits, const float* row_max, const std::int32_t* targets,
+               int lo, int N, int V, int valid, cudaStream_t s);
+template <class S>
+void xent_finish(float* losses, S* dlogits, const S* logits, const float* row_max,
+                 const float* packed, const std::int32_t* targets, int lo, int N, int V,
+                 int valid, float dloss, cudaStream_t s);
+
+// Sum of squares in fp64 (reduce.cu): a fixed number of blocks for a given n
+// (independent of the GPU), then one block over their partials, in order.
+std::size_t sum_squares_scratch(std::size_t n);  // doubles
+template <class S>
+void sum_squares(double* result, const S* x, std::size_t n, double* scratch, cudaStream_t s);
+
+}  // namespace trident::gpu

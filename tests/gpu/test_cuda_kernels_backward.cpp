@@ -1,0 +1,148 @@
+// Each backward op of the CUDA backend against the CPU backend. Backward ops
+// add into their outputs, so both start from the same random values; scratch
+// outputs start as NaN. Reductions must also be bit-for-bit repeatable.
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "gpu/gpu_test_support.hpp"
+
+using namespace trident;
+using namespace trident::testing;
+
+namespace {
+
+class CudaBackward : public ::testing::Test {
+ protected:
+  std::unique_ptr<ComputeBackend> cpu = make_cpu_backend(1);
+  std::unique_ptr<CudaBackend> gpu = make_test_gpu();
+  DeviceArrays d{*gpu};
+};
+
+// Skewed: a few tokens repeat very often, as in text.
+std::vector<std::int32_t> skewed_tokens(std::size_t n, int below, std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<std::int32_t> t(n);
+  for (auto& x : t) x = std::int32_t(rng() % 4 == 0 ? 40 + rng() % 3 : rng() % below);
+  return t;
+}
+
+}  // namespace
+
+TEST_F(CudaBackward, EmbeddingAccumulatesRepeatedTokensInOrder) {
+  const int N = 700, C = 50, lo = 32, count = 96;  // several token tiles and row blocks
+  const auto tok = skewed_tokens(N, 160, 1);
+  const auto dout = random_vector(std::size_t(N) * C, 2);
+  const auto init = random_vector(std::size_t(count) * C, 3);
+  auto dwte = init;
+  cpu->embedding_backward(dwte.data(), dout.data(), tok.data(), lo, count, N, C);
+  const float* gd = d.upload(dout);
+  const std::int32_t* gt = d.upload(tok);
+  float *g1 = d.upload(init), *g2 = d.upload(init);
+  gpu->embedding_backward(g1, gd, gt, lo, count, N, C);
+  gpu->embedding_backward(g2, gd, gt, lo, count, N, C);
+  const auto r1 = d.download(g1, dwte.size());
+  EXPECT_TRUE(matches_cpu(r1, dwte));
+  EXPECT_EQ(r1, d.download(g2, dwte.size())) << "not deterministic";
+}
+
+TEST_F(CudaBackward, Positions) {
+  const int N = 70, T = 16, first = 5, C = 33;
+  const auto dout = random_vector(std::size_t(N) * C, 4);
+  auto dwpe = random_vector(std::size_t(T) * C, 5);
+  float* g = d.upload(dwpe);
+  cpu->position_backward(dwpe.data(), dout.data(), N, T, first, C);
+  gpu->position_backward(g, d.upload(dout), N, T, first, C);
+  EXPECT_TRUE(matches_cpu(d.download(g, dwpe.size()), dwpe));
+}
+
+TEST_F(CudaBackward, LayerNorm) {
+  const int N = 600, C = 96;  // more rows than one partial chunk
+  const auto x = random_vector(std::size_t(N) * C, 6, -3, 5);
+  const auto w = random_vector(C, 7), b = random_vector(C, 8);
+  const auto dout = random_vector(x.size(), 9);
+  auto out = nan_vector(x.size()), mean = nan_vector(N), rstd = nan_vector(N);
+  cpu->layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), N, C);
+  auto dx = random_vector(x.size(), 10), dw = random_vector(C, 11), db = random_vector(C, 12);
+  const float *gx = d.upload(x), *gw = d.upload(w), *gdo = d.upload(dout);
+  const float *gm = d.upload(mean), *gr = d.upload(rstd);
+  float *gdx = d.upload(dx), *gdw = d.upload(dw), *gdb = d.upload(db);
+  float *gdw2 = d.upload(dw), *gdb2 = d.upload(db), *gdx2 = d.upload(dx);
+  cpu->layernorm_backward(dx.data(), dw.data(), db.data(), dout.data(), x.data(), w.data(),
+                          mean.data(), rstd.data(), N, C);
+  gpu->layernorm_backward(gdx, gdw, gdb, gdo, gx, gw, gm, gr, N, C);
+  gpu->layernorm_backward(gdx2, gdw2, gdb2, gdo, gx, gw, gm, gr, N, C);
+  EXPECT_TRUE(matches_cpu(d.download(gdx, dx.size()), dx)) << "dinp";
+  EXPECT_TRUE(matches_cpu(d.download(gdw, C), dw)) << "dw";
+  EXPECT_TRUE(matches_cpu(d.download(gdb, C), db)) << "db";
+  EXPECT_EQ(d.download(gdw, C), d.download(gdw2, C)) << "dw not deterministic";
+  EXPECT_EQ(d.download(gdb, C), d.download(gdb2, C)) << "db not deterministic";
+}
+
+TEST_F(CudaBackward, Matmul) {
+  const int N = 600, IC = 48, OC = 80;
+  const auto x = random_vector(std::size_t(N) * IC, 13), w = random_vector(std::size_t(OC) * IC, 14);
+  const auto dout = random_vector(std::size_t(N) * OC, 15);
+  for (bool with_dinp : {true, false}) {
+    for (bool with_dbias : {true, false}) {
+      auto dx = random_vector(x.size(), 16), dw = random_vector(w.size(), 17);
+      auto db = random_vector(OC, 18);
+      float *gdx = d.upload(dx), *gdw = d.upload(dw), *gdb = d.upload(db);
+      cpu->matmul_backward(with_dinp ? dx.data() : nullptr, dw.data(),
+                           with_dbias ? db.data() : nullptr, dout.data(), x.data(), w.data(), N,
+                           IC, OC);
+      gpu->matmul_backward(with_dinp ? gdx : nullptr, gdw, with_dbias ? gdb : nullptr,
+                           d.upload(dout), d.upload(x), d.upload(w), N, IC, OC);
+      const std::string what = std::string(with_dinp ? "with" : "without") + " dinp, " +
+                               (with_dbias ? "with" : "without") + " dbias";
+      EXPECT_TRUE(matches_cpu(d.download(gdx, dx.size()), dx)) << "dinp " << what;
+      EXPECT_TRUE(matches_cpu(d.download(gdw, dw.size()), dw)) << "dw " << what;
+      EXPECT_TRUE(matches_cpu(d.download(gdb, OC), db)) << "dbias " << what;
+    }
+  }
+}
+
+TEST_F(CudaBackward, CausalAttention) {
+  struct Shape { int B, T, C, NH; };
+  for (Shape s : {Shape{2, 19, 24, 3}, Shape{1, 64, 128, 2}}) {
+    const auto qkv = random_vector(std::size_t(s.B) * s.T * 3 * s.C, 19, -2, 2);
+    const std::size_t n_att = std::size_t(s.B) * s.NH * s.T * s.T;
+    auto out = nan_vector(std::size_t(s.B) * s.T * s.C), att = nan_vector(n_att);
+    cpu->attention_forward(out.data(), att.data(), qkv.data(), s.B, s.T, s.C, s.NH);
+    const auto dout = random_vector(out.size(), 20);
+    auto dqkv = random_vector(qkv.size(), 21), datt = nan_vector(n_att);
+    float* gdqkv = d.upload(dqkv);
+    float* gdatt = d.poisoned(n_att);
+    cpu->attention_backward(dqkv.data(), datt.data(), dout.data(), qkv.data(), att.data(), s.B,
+                            s.T, s.C, s.NH);
+    gpu->attention_backward(gdqkv, gdatt, d.upload(dout), d.upload(qkv), d.upload(att), s.B, s.T,
+                            s.C, s.NH);
+    EXPECT_TRUE(matches_cpu(d.download(gdqkv, dqkv.size()), dqkv)) << "dqkv, T " << s.T;
+    EXPECT_TRUE(matches_cpu(d.download(gdatt, n_att), datt)) << "dscores, T " << s.T;
+  }
+}
+
+TEST_F(CudaBackward, Gelu) {
+  const std::size_t n = 10001;
+  const auto x = random_vector(n, 22, -5, 5), dout = random_vector(n, 23);
+  auto dx = random_vector(n, 24);
+  float* g = d.upload(dx);
+  cpu->gelu_backward(dx.data(), x.data(), dout.data(), n);
+  gpu->gelu_backward(g, d.upload(x), d.upload(dout), n);
+  EXPECT_TRUE(matches_cpu(d.download(g, n), dx));
+}
+
+TEST_F(CudaBackward, BiasGradientIsDeterministic) {
+  const int N = 3000, IC = 16, OC = 300;
+  const auto x = random_vector(std::size_t(N) * IC, 25), w = random_vector(std::size_t(OC) * IC, 26);
+  const auto dout = random_vector(std::size_t(N) * OC, 27);
+  const float *gx = d.upload(x), *gw = d.upload(w), *gdo = d.upload(dout);
+  std::vector<std::vector<float>> runs;
+  for (int r = 0; r < 3; ++r) {
+    float *gdw = d.zeros(w.size()), *gdb = d.zeros(OC);
+    gpu->matmul_backward(nullptr, gdw, gdb, gdo, gx, gw, N, IC, OC);
+    runs.push_back(d.download(gdb, OC));
+  }
+  EXPECT_EQ(runs[0], runs[1]);
+  EXPECT_EQ(runs[0], runs[2]);
+}
