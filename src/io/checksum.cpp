@@ -75,3 +75,57 @@ std::uint64_t checksum_slice(const TensorSlice& s, const std::vector<SliceBox>& 
 }
 
 }  // namespace trident
+
+namespace trident {
+
+ChecksumQueue::ChecksumQueue() : worker_([this] { run(); }) {}
+
+ChecksumQueue::~ChecksumQueue() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stop_ = true;
+  }
+  changed_.notify_all();
+  worker_.join();
+}
+
+std::size_t ChecksumQueue::push(const TensorSlice& slice, std::vector<SliceBox> boxes,
+                                std::size_t esz) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const std::size_t index = results_.size();
+  results_.push_back(0);
+  jobs_.push_back({*slice.shard, slice, std::move(boxes), esz, index});
+  ++pending_;
+  changed_.notify_all();
+  return index;
+}
+
+void ChecksumQueue::wait() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  changed_.wait(lock, [this] { return pending_ == 0; });
+}
+
+void ChecksumQueue::clear() {
+  wait();
+  std::lock_guard<std::mutex> lock(mutex_);
+  results_.clear();
+}
+
+void ChecksumQueue::run() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  while (true) {
+    changed_.wait(lock, [this] { return stop_ || !jobs_.empty(); });
+    if (jobs_.empty()) return;  // stopping, nothing left
+    Job job = std::move(jobs_.front());
+    jobs_.pop_front();
+    lock.unlock();
+    job.slice.shard = &job.shard;  // the copy: the caller's table may move
+    const std::uint64_t sum = checksum_slice(job.slice, job.boxes, job.elem_bytes);
+    lock.lock();
+    results_[job.index] = sum;
+    --pending_;
+    changed_.notify_all();
+  }
+}
+
+}  // namespace trident
