@@ -30,7 +30,8 @@ Partition predicted_partition(const Deck& deck, int virtual_stages) {
   if (deck.parallel.partition == "uniform") return partition_uniform(m.layers, virtual_stages);
   StageCosts costs;
   costs.block.assign(m.layers, 0.0);
-  for (const TensorInfo& t : build_gpt_param_table(m).tensors()) {
+  const TensorTable whole = build_gpt_param_table(m);  // a local: tensors() is a reference
+  for (const TensorInfo& t : whole.tensors()) {
     if (t.layer >= 0) costs.block[t.layer] += double(t.numel);
     else if (t.name == "lnf.w" || t.name == "lnf.b") costs.last += double(t.numel);
     else costs.first += double(t.numel);
