@@ -6,12 +6,12 @@
 // agreed across ranks: every rank throws AgreedError with exit code 2.
 #pragma once
 #include <cstdint>
+#include <future>
 #include <string>
 #include <vector>
 
 #include "comm/communicator.hpp"
 #include "io/checkpoint_schema.hpp"
-#include "io/checksum.hpp"
 #include "io/h5.hpp"
 #include "io/tensor_slice.hpp"
 
@@ -45,8 +45,7 @@ class CheckpointReader {
 
   // Reads this rank's slice of `spec` into slice.data (padding zeroed). Fails
   // when the dataset is missing or its shape or dtype differs from `spec`. The
-  // slice's memory must stay unchanged until the next check (checksums(),
-  // verify()): it is checksummed in the background.
+  // slice's memory must stay unchanged until the next read or check.
   void read(const DatasetSpec& spec, const TensorSlice& slice);
   // Checks every dataset read since the last check against its stored
   // checksum (one all-reduce); verify() throws for the first bad one.
@@ -58,6 +57,8 @@ class CheckpointReader {
   std::uint64_t bytes() const { return bytes_; }  // dataset bytes read (global view)
 
  private:
+  void join_checksum();
+
   Communicator& comm_;
   std::string path_;
   H5Handle file_, transfer_;
@@ -65,8 +66,8 @@ class CheckpointReader {
   std::vector<StoredDataset> read_;
   std::vector<std::uint64_t> sums_;  // per dataset read: partial checksum, elements counted
   std::vector<char> staging_;
-  ChecksumQueue checksums_;  // sums slices in the background
-  std::vector<bool> summed_;  // per dataset read: whether this rank queued a checksum
+  std::future<std::uint64_t> pending_;  // the last dataset's checksum, still running
+  std::size_t pending_at_ = 0;          // where in sums_ it goes
   std::uint64_t bytes_ = 0;
 };
 

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <future>
 
 #include "comm/agree.hpp"
 #include "core/error.hpp"
@@ -19,6 +20,7 @@ CheckpointWriter::CheckpointWriter(Communicator& comm, std::string path, std::si
     try {
       file_ = create_checkpoint_file(comm_, path_);
       transfer_ = collective_transfer();
+      sync_fd_ = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
     } catch (const RuntimeFailure& e) {
       throw RuntimeFailure(fmt::format("checkpoint {}: {}", path_, e.what()));
     }
@@ -67,6 +69,7 @@ void CheckpointWriter::write(const DatasetSpec& spec, const TensorSlice& slice) 
   const std::size_t esz = dtype_size(spec.dtype);
   const bool mine = slice.counted && !slice.empty();
   std::vector<SliceBox> boxes;
+  std::future<std::uint64_t> sum;
   H5Handle d;
   auto context = [&](const RuntimeFailure& e) {
     return RuntimeFailure(fmt::format("checkpoint {}: dataset {}: {}", path_, spec.path, e.what()));
@@ -97,7 +100,9 @@ void CheckpointWriter::write(const DatasetSpec& spec, const TensorSlice& slice) 
   });
   if (mine) {
     boxes = slice_boxes(*slice.shard, slice.lo, slice.hi);
-    checksums_.push(slice, boxes, esz);  // summed on another thread while this one writes
+    // Summed on this thread when the writes are done (deferred): the data
+    // does not change meanwhile and no other thread reads it.
+    sum = std::async(std::launch::deferred, [&] { return checksum_slice(slice, boxes, esz); });
   }
   // Every rank issues as many collective writes as the rank with the most pieces.
   const std::size_t per_piece = std::max<std::size_t>(1, piece_bytes_ / esz);
@@ -111,8 +116,7 @@ void CheckpointWriter::write(const DatasetSpec& spec, const TensorSlice& slice) 
       }
       start_writeback(d.get(), slice, boxes, esz);
       names_.push_back(spec.path);
-      summed_.push_back(mine);
-      sums_.push_back(0);  // filled in by finish()
+      sums_.push_back(mine ? sum.get() : 0);
       sums_.push_back(boxes_numel(boxes));
       datasets_.push_back(std::move(d));
     } catch (const RuntimeFailure& e) {
@@ -123,21 +127,16 @@ void CheckpointWriter::write(const DatasetSpec& spec, const TensorSlice& slice) 
 
 void CheckpointWriter::start_writeback(hid_t dataset, const TensorSlice& slice,
                                        const std::vector<SliceBox>& boxes, std::size_t esz) {
-#ifdef __linux__
   const haddr_t at = H5Dget_offset(dataset);
-  if (boxes.empty() || at == HADDR_UNDEF) return;
-  // Opened by the ranks that write, once: a plain descriptor of the same file.
-  if (sync_fd_ == -1 && (sync_fd_ = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC)) < 0) sync_fd_ = -2;
-  if (sync_fd_ < 0) return;
+  if (sync_fd_ < 0 || boxes.empty() || at == HADDR_UNDEF) return;
   std::uint64_t first = ~std::uint64_t(0), end = 0;
   for (const SliceBox& b : boxes)
     for_each_run(*slice.shard, b, [&](std::size_t, std::uint64_t g, std::size_t len) {
       first = std::min(first, g), end = std::max(end, g + len);
     });
-  // Best effort: where a file system does not support it, the final flush does it all.
+  // Best effort: file systems without it (network ones) just flush at the end.
   sync_file_range(sync_fd_, off_t(at + first * esz), off_t((end - first) * esz),
                   SYNC_FILE_RANGE_WRITE);
-#endif
 }
 
 void CheckpointWriter::write_piece(hid_t dataset, DType dtype, const TensorSlice& slice,
@@ -166,9 +165,6 @@ void CheckpointWriter::write_piece(hid_t dataset, DType dtype, const TensorSlice
 }
 
 void CheckpointWriter::finish() {
-  checksums_.wait();
-  for (std::size_t i = 0, k = 0; i < summed_.size(); ++i)
-    if (summed_[i]) sums_[2 * i] = checksums_.results()[k++];
   if (!sums_.empty()) comm_.all_reduce(sums_.data(), sums_.size(), DType::u64, ReduceOp::sum);
   run_agreed(comm_, [&] {
     for (std::size_t i = 0; i < names_.size(); ++i) {

@@ -12,7 +12,6 @@
 
 #include "comm/communicator.hpp"
 #include "io/checkpoint_schema.hpp"
-#include "io/checksum.hpp"
 #include "io/h5.hpp"
 #include "io/tensor_slice.hpp"
 
@@ -33,8 +32,7 @@ class CheckpointWriter {
 
   void write_meta(const CheckpointMeta& meta);
   // Creates the dataset `spec` and writes this rank's slice of it (if counted).
-  // The slice's memory must stay unchanged until finish() (it is checksummed
-  // in the background).
+  // The slice's memory must stay unchanged until the call returns.
   void write(const DatasetSpec& spec, const TensorSlice& slice);
   // Stores each dataset's checksum (one all-reduce for all of them), checks
   // that the counted slices covered every element exactly once, writes
@@ -57,13 +55,11 @@ class CheckpointWriter {
   Communicator& comm_;
   std::string path_;
   std::size_t piece_bytes_;
-  int sync_fd_ = -1;  // a plain descriptor of the file for early writeback; -2: none
+  int sync_fd_ = -1;  // a plain descriptor of the file, for early writeback
   H5Handle file_, transfer_;
   std::vector<std::pair<std::string, H5Handle>> groups_;
   std::vector<H5Handle> datasets_;
   std::vector<std::string> names_;
-  ChecksumQueue checksums_;
-  std::vector<bool> summed_;           // per dataset: whether this rank queued a checksum
   std::vector<std::uint64_t> sums_;   // per dataset: partial checksum, then elements written
   std::vector<std::uint64_t> numel_;  // per dataset: elements in the global tensor
   std::vector<char> staging_;         // packed copy of a slice that has padding

@@ -5,12 +5,8 @@
 // can compute its slices' partial sums and add them over ranks (one u64
 // all-reduce), and a file written by one layout verifies under another.
 #pragma once
-#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
-#include <deque>
-#include <mutex>
-#include <thread>
 #include <vector>
 
 #include "io/tensor_slice.hpp"
@@ -39,45 +35,5 @@ std::uint64_t checksum_run(const void* data, std::size_t elem_bytes, std::uint64
 // cover, read in place: padding is not part of any tensor and never counts.
 std::uint64_t checksum_slice(const TensorSlice& slice, const std::vector<SliceBox>& boxes,
                              std::size_t elem_bytes);
-
-}  // namespace trident
-
-namespace trident {
-
-// Sums slices on one background thread, in the order queued, so checksums run
-// while the next datasets are read or written. A queued slice's memory must
-// stay unchanged until wait() returns; its shard and boxes are copied.
-class ChecksumQueue {
- public:
-  ChecksumQueue();
-  ~ChecksumQueue();  // waits for the queue, then stops the thread
-  ChecksumQueue(const ChecksumQueue&) = delete;
-  ChecksumQueue& operator=(const ChecksumQueue&) = delete;
-
-  // Queues the checksum of the elements of `slice` that `boxes` cover;
-  // returns its index among the results.
-  std::size_t push(const TensorSlice& slice, std::vector<SliceBox> boxes, std::size_t elem_bytes);
-  // Blocks until every queued checksum is done; then results()[i] is push i's.
-  void wait();
-  const std::deque<std::uint64_t>& results() const { return results_; }
-  void clear();  // forgets the results (after wait())
-
- private:
-  struct Job {
-    TensorInfo shard;
-    TensorSlice slice;
-    std::vector<SliceBox> boxes;
-    std::size_t elem_bytes, index;
-  };
-  void run();
-
-  std::mutex mutex_;
-  std::condition_variable changed_;
-  std::deque<Job> jobs_;
-  std::deque<std::uint64_t> results_;  // stable while more are queued
-  std::size_t pending_ = 0;
-  bool stop_ = false;
-  std::thread worker_;
-};
 
 }  // namespace trident
