@@ -64,9 +64,17 @@ int estimate_command(const EstimateOptions& o) {
                  b(MemCategory::buffers), format_bytes(e.peak()),
                  limit > 0 ? fmt::format("  {}", e.peak() <= limit ? "yes" : "NO") : "");
     }
-    fmt::print("\nactivations per micro-batch: {} as run now; about {} with full recomputation\n",
-               format_bytes(base.bytes[int(MemCategory::activations)]),
-               format_bytes(base.activations_full_recompute));
+    // The same layout under each train.recompute mode (precision as in the deck).
+    std::string modes;
+    for (const char* mode : {"none", "selective", "full"}) {
+      Deck d = deck;
+      d.train.recompute = mode;
+      modes += fmt::format("{}{} {}", modes.empty() ? "" : ", ", mode,
+                           format_bytes(estimate_memory(d, shape, deck.zero.stage)
+                                            .bytes[int(MemCategory::activations)]));
+    }
+    fmt::print("\nactivations (recompute = {}, {}): {}\n", deck.train.recompute,
+               deck.precision.dtype, modes);
     const double psi = base.parameters / shape.tp;
     fmt::print("ZeRO paper's model state per rank (Psi = {:.2f} M per tensor rank, N_d = {}):\n",
                psi / 1e6, shape.dp);

@@ -15,6 +15,8 @@
 #include <memory>
 #include <string>
 
+#include "core/dtype.hpp"
+
 namespace trident {
 
 class ComputeBackend {
@@ -34,6 +36,12 @@ class ComputeBackend {
   virtual void copy_from_host(void* dev, const void* host, std::size_t bytes) = 0;
   virtual void copy(void* dst, const void* src, std::size_t bytes) = 0;  // device to device
   virtual void synchronize() = 0;
+  // f32 to or from bf16/f16 storage (round to nearest even; f16 overflows to
+  // inf), or f32 to f32; and f32 values rounded in place to the nearest value
+  // `type` holds (what storing and reloading them gives).
+  virtual void convert(void* dst, DType dst_type, const void* src, DType src_type,
+                       std::size_t n) = 0;
+  virtual void round_to(float* x, DType type, std::size_t n) = 0;
 
   // out[n,:] = wte[tok[n] - lo, :] for tokens in the shard [lo, lo + count), else 0.
   virtual void embedding_forward(float* out, const std::int32_t* tokens, const float* wte, int lo,

@@ -86,6 +86,32 @@ void read_train(DeckReader& r, TrainSection& t) {
   r.require(t.eps > 0, "train", "eps", "must be positive");
   r.require(t.eval_every >= 0, "train", "eval_every", "must be >= 0 (0: only at the end)");
   r.require(t.eval_sequences >= 0, "train", "eval_sequences", "must be >= 0");
+  r.get("train", "recompute", t.recompute);
+  r.get("train", "partition_activations", t.partition_activations);
+  r.require(t.recompute == "none" || t.recompute == "selective" || t.recompute == "full", "train",
+            "recompute",
+            fmt::format("= \"{}\" is not a mode; use \"none\", \"selective\" or \"full\"",
+                        t.recompute));
+}
+
+void read_precision(DeckReader& r, PrecisionSection& p) {
+  r.get("precision", "dtype", p.dtype);
+  r.get("precision", "reduce_dtype", p.reduce_dtype);
+  r.get("precision", "initial_scale", p.initial_scale);
+  r.get("precision", "growth_interval", p.growth_interval);
+  r.get("precision", "hysteresis", p.hysteresis);
+  r.get("precision", "min_scale", p.min_scale);
+  r.require(p.dtype == "fp32" || p.dtype == "bf16" || p.dtype == "fp16", "precision", "dtype",
+            fmt::format("= \"{}\" is not a precision; use \"fp32\", \"bf16\" or \"fp16\"",
+                        p.dtype));
+  r.require(p.reduce_dtype == "fp32", "precision", "reduce_dtype",
+            fmt::format("= \"{}\": gradients accumulate and reduce in fp32 (the only mode); "
+                        "use \"fp32\"", p.reduce_dtype));
+  r.require(p.initial_scale >= 1, "precision", "initial_scale", "must be >= 1");
+  r.require(p.growth_interval >= 1, "precision", "growth_interval", "must be at least 1");
+  r.require(p.hysteresis >= 1, "precision", "hysteresis", "must be at least 1");
+  r.require(p.min_scale >= 1 && p.min_scale <= p.initial_scale, "precision", "min_scale",
+            "must be in [1, precision.initial_scale]");
 }
 
 // Where the model computes and how its collectives move device buffers.
@@ -187,6 +213,7 @@ Deck parse_deck(const std::string& text, const std::string& origin,
   DeckReader r(root, origin);
   read_model(r, d.model);
   read_train(r, d.train);
+  read_precision(r, d.precision);
   read_rest(r, d);
   r.finish();
   return d;
@@ -265,6 +292,13 @@ GridShape resolve_layout(Deck& d, int world) {
                                  "seq_len = {} tokens over tp = {} ranks; choose a micro_batch "
                                  "or seq_len that makes it divisible", f,
                                  t.micro_batch * m.seq_len, p.tp));
+  if (t.recompute == "full" && t.partition_activations && p.tp > 1 && !p.sequence_parallel &&
+      (t.micro_batch * m.seq_len) % p.tp != 0)
+    throw InputError(fmt::format("{}: [train] partition_activations splits the micro_batch * "
+                                 "seq_len = {} tokens of each saved block input over tp = {} "
+                                 "ranks; choose a divisible micro_batch or seq_len, or set "
+                                 "partition_activations = false", f, t.micro_batch * m.seq_len,
+                                 p.tp));
   if (t.eval_sequences == 0) t.eval_sequences = t.batch;
   if (t.eval_sequences % (p.dp * t.micro_batch) != 0)
     throw InputError(fmt::format("{}: [train] eval_sequences = {} is not a multiple of dp * "

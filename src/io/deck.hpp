@@ -28,6 +28,20 @@ struct TrainSection {
   std::uint64_t seed = 1234;
   int eval_every = 0;      // steps between validation passes; 0: only at the end
   int eval_sequences = 0;  // validation sequences per pass; 0: train.batch
+  std::string recompute = "none";     // none | selective | full (activation checkpointing)
+  bool partition_activations = true;  // full recompute, tp > 1 without SP: 1/tp of block inputs
+};
+
+// Mixed precision (README "Mixed precision"): 16-bit activations and weights
+// as the model computes with them, f32 master weights and Adam moments.
+struct PrecisionSection {
+  std::string dtype = "fp32";         // fp32 | bf16 | fp16
+  std::string reduce_dtype = "fp32";  // gradient accumulation and reduction
+  // fp16 dynamic loss scaling.
+  double initial_scale = 65536.0;
+  int growth_interval = 1000;  // clean steps before the scale doubles
+  int hysteresis = 2;          // overflows tolerated before the scale halves
+  double min_scale = 1.0;
 };
 
 struct ParallelSection {
@@ -78,6 +92,7 @@ struct Deck {
   TrainSection train;
   ParallelSection parallel;
   ZeroSection zero;
+  PrecisionSection precision;
   OutputSection output;
   CheckpointSection checkpoint;
   SystemSection system;

@@ -76,19 +76,19 @@ MemoryEstimate estimate_memory(const Deck& deck, const GridShape& shape, int sta
         at(MemCategory::buffers) +=
             ZeroStorage::kRecvBuffers * double(std::size_t(large) / shape.dp) * f;
     }
-    TensorTable saved = GptModel::saved_activation_table(m, B, tp, spec);
+    const ActivationPolicy policy =
+        make_activation_policy(deck.train.recompute, deck.train.partition_activations, shape.tp,
+                               tp.sp(), deck.precision.dtype);
+    TensorTable saved = GptModel::saved_activation_table(m, B, tp, spec, policy);
     saved.align_end(TensorTable::kAlign);
+    TensorTable saved16 = GptModel::saved_16bit_table(m, B, tp, spec, policy);
+    saved16.align_end(2 * TensorTable::kAlign);
     const int slots = max_in_flight(actions, c);
     at(MemCategory::activations) += (double(saved.size()) * slots +
+                                     double(GptModel::work_table(m, B, tp, policy).size()) +
                                      double(GptModel::scratch_table(m, B, tp).size())) * f +
+                                    double(saved16.size()) * slots * 2 +
                                     2 * tokens * slots * sizeof(std::int32_t);
-    if (c == 0) {
-      // Full recomputation keeps each block's input and one block's
-      // activations at a time: per block, divided by this chunk's blocks.
-      const double per_block = double(saved.size()) / std::max(1, spec.num_blocks);
-      e.activations_full_recompute =
-          (spec.num_blocks * tp.local_tokens(int(tokens)) * double(m.d_model) + per_block) * f;
-    }
   }
   e.parameters = double(gpt_num_parameters(m));
   return e;

@@ -13,7 +13,6 @@ namespace trident {
 
 struct MemoryEstimate {
   std::array<double, kMemCategories> bytes{};  // per category, as the ledger counts them
-  double activations_full_recompute = 0;       // what full recomputation would keep (issue 6)
   double parameters = 0;                       // elements of the global model
   double model_state() const;                  // params + grads + optimizer
   double peak() const;                         // every arena is live for the whole step

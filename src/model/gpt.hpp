@@ -14,6 +14,7 @@
 #include "memory/arena.hpp"
 #include "memory/ledger.hpp"
 #include "memory/tensor_table.hpp"
+#include "model/activation_policy.hpp"
 #include "model/gpt_config.hpp"
 #include "model/model_storage.hpp"
 #include "parallel/tensor/tensor_comm.hpp"
@@ -32,6 +33,7 @@ struct GptModelOptions {
   ModelStorage* storage = nullptr;  // not owned; null: full arenas
   StageSpec stage;                  // default: the whole model
   int activation_slots = 1;         // micro-batches whose activations are kept at once
+  ActivationPolicy activations;     // what is saved for backward, and in which type
 };
 
 class GptModel {
@@ -52,12 +54,20 @@ class GptModel {
   ModelStorage& storage() { return *storage_; }
 
   void init_parameters(std::uint64_t seed);
-  // The layouts of the saved activations of one micro-batch and of the shared
+  // The layouts of the saved activations of one micro-batch (f32, and those
+  // stored in 16 bits), of the one-block working buffer and of the shared
   // scratch (the estimator sizes them too).
   static TensorTable saved_activation_table(const GptConfig& c, int micro_batch,
-                                            const TensorParallelLayout& tp, const StageSpec& st);
+                                            const TensorParallelLayout& tp, const StageSpec& st,
+                                            const ActivationPolicy& policy = {});
+  static TensorTable saved_16bit_table(const GptConfig& c, int micro_batch,
+                                       const TensorParallelLayout& tp, const StageSpec& st,
+                                       const ActivationPolicy& policy);
+  static TensorTable work_table(const GptConfig& c, int micro_batch,
+                                const TensorParallelLayout& tp, const ActivationPolicy& policy);
   static TensorTable scratch_table(const GptConfig& c, int micro_batch,
                                    const TensorParallelLayout& tp);
+  const ActivationPolicy& activation_policy() const { return policy_; }
 
   // Forward over one micro-batch of B x T tokens (host arrays, all tokens on
   // every tensor rank) into activation slot `slot`. A stage without the
@@ -84,10 +94,19 @@ class GptModel {
     float *ln1, *ln1_mean, *ln1_rstd, *ln1_full, *qkv, *atty, *att, *res2, *ln2, *ln2_mean,
         *ln2_rstd, *ln2_full, *fch, *fch_gelu, *res3;
   };
+  // A block's activations: in the slot where saved, else in the working buffer.
   Block block(int slot, int l);
-  float* act(int slot, const std::string& name) {
-    return acts_.f32() + std::size_t(slot) * saved_.size() + saved_.at(name).offset;
+  float* home(int slot, const std::string& prefix, const char* name);
+  float* slot_f32(int slot) { return acts_.f32() + std::size_t(slot) * saved_.size(); }
+  std::uint16_t* slot_16(int slot) {
+    return static_cast<std::uint16_t*>(acts16_.data()) + std::size_t(slot) * saved16_.size();
   }
+  float* act(int slot, const std::string& name) { return slot_f32(slot) + saved_.at(name).offset; }
+  // The block's forward from input x; a recompute stops at what backward reads.
+  void block_forward(const Block& a, const float* x, int l, bool recompute);
+  const float* block_input(int slot, int l);  // gathered when partitioned
+  void save_block(int slot, int l);           // after forward: 16-bit copies, partitions
+  void restore_block(int slot, int l, const Block& a, const float* x);  // unpack, recompute
   float* scratch(const std::string& name) { return scratch_arena_.f32(scratch_.at(name)); }
   std::int32_t* tokens_of(int slot) { return static_cast<std::int32_t*>(io_.data()) + 2 * std::size_t(slot) * BT_; }
   float* P(const std::string& n) { return storage_->param(table_.at(n)); }
@@ -112,8 +131,9 @@ class GptModel {
   TensorTable table_;
   std::unique_ptr<FullStorage> own_storage_;
   ModelStorage* storage_;
-  TensorTable saved_, scratch_;
-  Arena acts_, scratch_arena_;
+  ActivationPolicy policy_;
+  TensorTable saved_, saved16_, work_, scratch_;
+  Arena acts_, acts16_, work_arena_, scratch_arena_;
   Arena io_;  // tokens and targets (int32) of every slot, on the device
   std::vector<float> host_losses_;
   int BT_, BTl_, first_token_;  // all tokens, this rank's tokens, its first

@@ -51,10 +51,11 @@ void GptModel::backward(int slot, const GradsReadyFn& ready, bool finalize) {
   }
   for (int l = last_block() - 1; l >= stage_.first_block; --l) {
     const std::string p = fmt::format("h.{}.", l);
-    Block a = block(slot, l);
-    const float* x_in = l == stage_.first_block ? act(slot, "encoded") : block(slot, l - 1).res3;
+    const Block a = block(slot, l);
     const int u = unit(p + "ln1.w");
     st.need_params(u, Pass::backward);
+    const float* x_in = block_input(slot, l);
+    restore_block(slot, l, a, x_in);  // unpack 16-bit copies, recompute what was not saved
     st.need_grads(u);
     // d_res holds dLoss/d(res3) for this rank's tokens.
     const float* d_out = gather(d_res, full);

@@ -7,10 +7,37 @@
 
 namespace trident {
 
-double GptModel::forward(int slot, const std::int32_t* tokens, const std::int32_t* targets,
-                         float dloss) {
+void GptModel::block_forward(const Block& a, const float* x, int l, bool recompute) {
   const int B = B_, T = cfg_.seq_len, C = cfg_.d_model, BT = BT_, BTl = BTl_;
   const int Cl = tp_.local_width(cfg_), NHl = tp_.local_heads(cfg_), Fl = tp_.local_ff(cfg_);
+  ComputeBackend& be = backend_;
+  const std::string p = fmt::format("h.{}.", l);
+  float* full = scratch("full_c");
+  // Row-parallel biases are added once: by tensor rank 0, before the sum.
+  const bool bias_here = tp_.rank == 0;
+  be.layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, P(p + "ln1.w"), P(p + "ln1.b"), BTl, C);
+  const float* ln1 = gather(a.ln1, a.ln1_full);
+  be.matmul_forward(a.qkv, ln1, P(p + "attn.qkv.w"), P(p + "attn.qkv.b"), BT, C, 3 * Cl);
+  be.attention_forward(a.atty, a.att, a.qkv, B, T, Cl, NHl);
+  be.matmul_forward(full, a.atty, P(p + "attn.proj.w"), bias_here ? P(p + "attn.proj.b") : nullptr,
+                    BT, Cl, C);
+  be.add(a.res2, x, reduce_row_parallel(full), std::size_t(BTl) * C);
+
+  be.layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, P(p + "ln2.w"), P(p + "ln2.b"),
+                       BTl, C);
+  const float* ln2 = gather(a.ln2, a.ln2_full);
+  be.matmul_forward(a.fch, ln2, P(p + "mlp.fc.w"), P(p + "mlp.fc.b"), BT, C, Fl);
+  be.gelu_forward(a.fch_gelu, a.fch, std::size_t(BT) * Fl);
+  if (recompute) return;  // backward needs neither the MLP's output nor res3
+  be.matmul_forward(full, a.fch_gelu, P(p + "mlp.proj.w"), bias_here ? P(p + "mlp.proj.b") : nullptr,
+                    BT, Fl, C);
+  // a.res3 may be x's buffer (partitioned recompute): x is dead after res2.
+  be.add(a.res3, a.res2, reduce_row_parallel(full), std::size_t(BTl) * C);
+}
+
+double GptModel::forward(int slot, const std::int32_t* tokens, const std::int32_t* targets,
+                         float dloss) {
+  const int T = cfg_.seq_len, C = cfg_.d_model, BT = BT_, BTl = BTl_;
   std::int32_t* tok = tokens_of(slot);
   std::int32_t* tgt = tok + BT;
   backend_.copy_from_host(tok, tokens, BT * sizeof(std::int32_t));
@@ -18,48 +45,32 @@ double GptModel::forward(int slot, const std::int32_t* tokens, const std::int32_
   ComputeBackend& be = backend_;
   ModelStorage& st = *storage_;
   float* full = scratch("full_c");
-  // Row-parallel biases are added once: by tensor rank 0, before the sum.
-  const bool bias_here = tp_.rank == 0;
 
-  float* x = act(slot, "encoded");
+  const float* x = act(slot, "encoded");
   if (stage_.embedding) {
     // Vocab-parallel embedding: each rank looks up its shard, the group sums.
     const int Vl = tp_.local_vocab(cfg_), vlo = tp_.vocab_begin(cfg_);
     st.need_params(unit("wte"), Pass::forward);
     st.need_params(unit("wpe"), Pass::forward);
+    float* enc = act(slot, "encoded");
     if (tp_.sp()) {
       be.embedding_forward(full, tok, P("wte"), vlo, Vl, BT, C);
-      tcomm_.reduce_scatter_tokens(full, x, std::size_t(BTl) * C);
+      tcomm_.reduce_scatter_tokens(full, enc, std::size_t(BTl) * C);
     } else {
-      be.embedding_forward(x, tok, P("wte"), vlo, Vl, BT, C);
-      tcomm_.all_reduce(x, std::size_t(BT) * C);
+      be.embedding_forward(enc, tok, P("wte"), vlo, Vl, BT, C);
+      tcomm_.all_reduce(enc, std::size_t(BT) * C);
     }
-    be.position_forward(x, P("wpe"), BTl, T, first_token_, C);
+    be.position_forward(enc, P("wpe"), BTl, T, first_token_, C);
     st.done_params(unit("wpe"));
     st.done_params(unit("wte"));
   }
 
   for (int l = stage_.first_block; l < last_block(); ++l) {
-    const std::string p = fmt::format("h.{}.", l);
-    Block a = block(slot, l);
-    st.need_params(unit(p + "ln1.w"), Pass::forward);
-    be.layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, P(p + "ln1.w"), P(p + "ln1.b"), BTl, C);
-    const float* ln1 = gather(a.ln1, a.ln1_full);
-    be.matmul_forward(a.qkv, ln1, P(p + "attn.qkv.w"), P(p + "attn.qkv.b"), BT, C, 3 * Cl);
-    be.attention_forward(a.atty, a.att, a.qkv, B, T, Cl, NHl);
-    be.matmul_forward(full, a.atty, P(p + "attn.proj.w"), bias_here ? P(p + "attn.proj.b") : nullptr,
-                      BT, Cl, C);
-    be.add(a.res2, x, reduce_row_parallel(full), std::size_t(BTl) * C);
-
-    be.layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, P(p + "ln2.w"), P(p + "ln2.b"),
-                         BTl, C);
-    const float* ln2 = gather(a.ln2, a.ln2_full);
-    be.matmul_forward(a.fch, ln2, P(p + "mlp.fc.w"), P(p + "mlp.fc.b"), BT, C, Fl);
-    be.gelu_forward(a.fch_gelu, a.fch, std::size_t(BT) * Fl);
-    be.matmul_forward(full, a.fch_gelu, P(p + "mlp.proj.w"), bias_here ? P(p + "mlp.proj.b") : nullptr,
-                      BT, Fl, C);
-    be.add(a.res3, a.res2, reduce_row_parallel(full), std::size_t(BTl) * C);
-    st.done_params(unit(p + "ln1.w"));
+    const Block a = block(slot, l);
+    st.need_params(unit(fmt::format("h.{}.ln1.w", l)), Pass::forward);
+    block_forward(a, x, l, false);
+    st.done_params(unit(fmt::format("h.{}.ln1.w", l)));
+    save_block(slot, l);
     x = a.res3;
   }
   if (!stage_.head) return 0.0;

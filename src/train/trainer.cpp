@@ -69,6 +69,8 @@ void Trainer::build_chunk(ModelChunk& ch, MemoryLedger& ledger, int slots) {
   o.tensor_comm = &grid_.tensor();
   o.stage = ch.spec;
   o.activation_slots = slots;
+  o.activations = make_activation_policy(t.recompute, t.partition_activations, tp.size, tp.sp(),
+                                         deck_.precision.dtype);
   if (deck_.zero.stage > 0) {
     // Every unit splits into dp equal, vector-aligned slices.
     o.unit_align = std::size_t(grid_.shape().dp) * TensorTable::kAlign;

@@ -7,10 +7,12 @@
 #include <cstdlib>
 #include <cstring>
 #include <new>
+#include <stdexcept>
 #include <vector>
 
 #include "compute/backend.hpp"
 #include "compute/cpu/kernels.hpp"
+#include "core/half.hpp"
 
 namespace trident {
 namespace {
@@ -44,6 +46,33 @@ class CpuBackend final : public ComputeBackend {
   void copy_from_host(void* d, const void* h, std::size_t n) override { std::memcpy(d, h, n); }
   void copy(void* d, const void* s, std::size_t n) override { std::memcpy(d, s, n); }
   void synchronize() override {}
+  void convert(void* dst, DType dt, const void* src, DType st, std::size_t n) override {
+    const bool to16 = st == DType::f32 && (dt == DType::bf16 || dt == DType::f16);
+    const bool from16 = dt == DType::f32 && (st == DType::bf16 || st == DType::f16);
+    if (st == dt) {
+      std::memcpy(dst, src, n * dtype_size(st));
+    } else if (to16) {
+      const float* s = static_cast<const float*>(src);
+      auto* d = static_cast<std::uint16_t*>(dst);
+      const bool bf = dt == DType::bf16;
+#pragma omp parallel for schedule(static) if (n > 65536)
+      for (std::size_t i = 0; i < n; ++i) d[i] = bf ? f32_to_bf16(s[i]) : f32_to_f16(s[i]);
+    } else if (from16) {
+      const auto* s = static_cast<const std::uint16_t*>(src);
+      float* d = static_cast<float*>(dst);
+      const bool bf = st == DType::bf16;
+#pragma omp parallel for schedule(static) if (n > 65536)
+      for (std::size_t i = 0; i < n; ++i) d[i] = bf ? bf16_to_f32(s[i]) : f16_to_f32(s[i]);
+    } else {
+      throw std::invalid_argument(fmt::format("convert: {} to {} is not supported",
+                                              dtype_name(st), dtype_name(dt)));
+    }
+  }
+  void round_to(float* x, DType t, std::size_t n) override {
+    if (t == DType::f32) return;
+#pragma omp parallel for schedule(static) if (n > 65536)
+    for (std::size_t i = 0; i < n; ++i) x[i] = round_to_dtype(x[i], t);
+  }
 
   void embedding_forward(float* out, const std::int32_t* tok, const float* wte, int lo, int count,
                          int N, int C) override {

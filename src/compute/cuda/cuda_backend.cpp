@@ -3,6 +3,8 @@
 #include <cuda_runtime_api.h>
 #include <fmt/format.h>
 
+#include <stdexcept>
+
 #include "compute/cuda/cuda_backend.hpp"
 #include "compute/cuda/device.hpp"
 #include "compute/cuda/launch.hpp"
@@ -104,6 +106,28 @@ void CudaBackend::copy(void* dst, const void* src, std::size_t bytes) {
   run("copy", [&] {
     cuda_check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_), site_, "copy");
   });
+}
+
+namespace {
+int storage_kind(DType t) {
+  return t == DType::bf16 ? gpu::kBF16 : t == DType::f16 ? gpu::kF16 : t == DType::f32 ? gpu::kF32 : -1;
+}
+}  // namespace
+
+void CudaBackend::convert(void* dst, DType dt, const void* src, DType st, std::size_t n) {
+  if (dt == st) {
+    copy(dst, src, n * dtype_size(st));
+    return;
+  }
+  bool ok = true;
+  run("convert", [&] { ok = gpu::convert(dst, storage_kind(dt), src, storage_kind(st), n, stream_); });
+  if (!ok)
+    throw std::invalid_argument(std::string("convert: ") + dtype_name(st) + " to " +
+                                dtype_name(dt) + " is not supported");
+}
+
+void CudaBackend::round_to(float* x, DType t, std::size_t n) {
+  run("round_to", [&] { gpu::round_to(x, storage_kind(t), n, stream_); });
 }
 
 void CudaBackend::synchronize() {

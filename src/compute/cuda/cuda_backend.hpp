@@ -44,6 +44,9 @@ class CudaBackend final : public ComputeBackend {
   void copy_from_host(void* dev, const void* host, std::size_t bytes) override;
   void copy(void* dst, const void* src, std::size_t bytes) override;
   void synchronize() override;
+  void convert(void* dst, DType dst_type, const void* src, DType src_type,
+               std::size_t n) override;
+  void round_to(float* x, DType type, std::size_t n) override;
 
   void embedding_forward(float* out, const std::int32_t* tokens, const float* wte, int lo,
                          int count, int N, int C) override;

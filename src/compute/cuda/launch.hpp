@@ -66,6 +66,13 @@ template <class S>
 void adamw(S* param, const S* grad, float* m, float* v, std::size_t n, float lr, float beta1,
            float beta2, float eps, float weight_decay, float bc1, float bc2, cudaStream_t s);
 
+// Storage conversions (convert.cu). Kinds: kF32, kBF16, kF16; false for a
+// pair that is not f32 <-> 16-bit.
+constexpr int kF32 = 0, kBF16 = 1, kF16 = 2;
+bool convert(void* dst, int dst_kind, const void* src, int src_kind, std::size_t n,
+             cudaStream_t s);
+bool round_to(float* x, int kind, std::size_t n, cudaStream_t s);
+
 // Vocab-parallel cross-entropy, one block per token (xent.cu).
 template <class S>
 void xent_max(float* row_max, const S* logits, int N, int V, int valid, cudaStream_t s);

@@ -1,0 +1,185 @@
+// Where a block's activations live (see activation_policy.hpp): the saved
+// slot of the micro-batch, or the one-block working buffer; and the steps that
+// move between them: saving after forward, restoring or recomputing before
+// backward.
+#include <fmt/format.h>
+
+#include "model/gpt.hpp"
+
+namespace trident {
+namespace {
+
+enum class Kind { internal, stat, residual, probs };
+struct ActSpec {
+  const char* name;
+  Kind kind;
+  std::int64_t n;
+};
+
+// Every activation one block's backward reads, in forward order.
+std::vector<ActSpec> block_activations(const GptConfig& c, int micro_batch,
+                                       const TensorParallelLayout& tp) {
+  const std::int64_t BT = std::int64_t(micro_batch) * c.seq_len, BTl = tp.local_tokens(int(BT));
+  const std::int64_t C = c.d_model, Cl = tp.local_width(c), Fl = tp.local_ff(c);
+  const std::int64_t att = std::int64_t(micro_batch) * tp.local_heads(c) * c.seq_len * c.seq_len;
+  // Residual stream and norms: this rank's tokens. Everything between the
+  // column- and row-parallel layers: all tokens, this rank's features.
+  std::vector<ActSpec> v{{"ln1", Kind::internal, BTl * C}, {"ln1_mean", Kind::stat, BTl},
+                         {"ln1_rstd", Kind::stat, BTl}};
+  if (tp.sp()) v.push_back({"ln1_full", Kind::internal, BT * C});
+  v.insert(v.end(), {{"qkv", Kind::internal, BT * 3 * Cl}, {"atty", Kind::internal, BT * Cl},
+                     {"att", Kind::probs, att}, {"res2", Kind::residual, BTl * C},
+                     {"ln2", Kind::internal, BTl * C}, {"ln2_mean", Kind::stat, BTl},
+                     {"ln2_rstd", Kind::stat, BTl}});
+  if (tp.sp()) v.push_back({"ln2_full", Kind::internal, BT * C});
+  v.insert(v.end(), {{"fch", Kind::internal, BT * Fl}, {"fch_gelu", Kind::internal, BT * Fl},
+                     {"res3", Kind::residual, BTl * C}});
+  return v;
+}
+
+bool kept(const ActSpec& a, Recompute r) {
+  if (r == Recompute::full) return a.kind == Kind::residual && std::string(a.name) == "res3";
+  return r == Recompute::none || a.kind != Kind::probs;
+}
+bool kept_f32(const ActSpec& a, const ActivationPolicy& p) {
+  return kept(a, p.recompute) &&
+         (p.store == DType::f32 || a.kind == Kind::stat || a.kind == Kind::residual);
+}
+
+void add_flat(TensorTable& t, std::string name, std::int64_t n) {
+  TensorInfo info;
+  info.name = std::move(name);
+  info.shape = {n};
+  t.add(std::move(info));
+}
+
+}  // namespace
+
+TensorTable GptModel::saved_activation_table(const GptConfig& c, int micro_batch,
+                                             const TensorParallelLayout& tp, const StageSpec& st,
+                                             const ActivationPolicy& policy) {
+  const std::int64_t BT = std::int64_t(micro_batch) * c.seq_len, BTl = tp.local_tokens(int(BT));
+  const std::int64_t C = c.d_model;
+  const bool sp = tp.sp();
+  const int end = st.first_block + st.blocks(c.layers);
+  TensorTable t;
+  auto add = [&t](std::string name, std::int64_t n) { add_flat(t, std::move(name), n); };
+  add("encoded", BTl * C);  // the embeddings' output, or the previous stage's
+  for (int l = st.first_block; l < end; ++l) {
+    const std::string p = fmt::format("h.{}.", l);
+    for (const ActSpec& a : block_activations(c, micro_batch, tp)) {
+      if (!kept_f32(a, policy)) continue;
+      // Partitioned: a block's output is the next block's input; the stage's
+      // output stays whole (the head and the next stage read it).
+      if (policy.partition && a.kind == Kind::residual && l + 1 < end) add(p + "res3_part", a.n / tp.size);
+      else add(p + a.name, a.n);
+    }
+  }
+  if (st.head) {
+    add("lnf", BTl * C), add("lnf_mean", BTl), add("lnf_rstd", BTl);
+    if (sp) add("lnf_full", BT * C);
+    add("logits", BT * tp.local_vocab(c)), add("losses", BT);
+    add("xent_max", BT), add("xent_packed", 2 * BT);
+  }
+  if (!st.embedding) add("d_input", BTl * C);  // sent to the previous stage
+  return t;
+}
+
+TensorTable GptModel::saved_16bit_table(const GptConfig& c, int micro_batch,
+                                        const TensorParallelLayout& tp, const StageSpec& st,
+                                        const ActivationPolicy& policy) {
+  TensorTable t;
+  if (policy.store == DType::f32) return t;
+  for (int l = st.first_block; l < st.first_block + st.blocks(c.layers); ++l)
+    for (const ActSpec& a : block_activations(c, micro_batch, tp))
+      if (kept(a, policy.recompute) && !kept_f32(a, policy))
+        add_flat(t, fmt::format("h.{}.{}", l, a.name), a.n);
+  return t;
+}
+
+TensorTable GptModel::work_table(const GptConfig& c, int micro_batch,
+                                 const TensorParallelLayout& tp, const ActivationPolicy& policy) {
+  TensorTable t;
+  for (const ActSpec& a : block_activations(c, micro_batch, tp))
+    if (!kept_f32(a, policy) || (policy.partition && std::string(a.name) == "res3"))
+      add_flat(t, a.name, a.n);
+  return t;
+}
+
+TensorTable GptModel::scratch_table(const GptConfig& c, int micro_batch,
+                                    const TensorParallelLayout& tp) {
+  // Reused layer after layer and micro-batch after micro-batch: activation
+  // gradients are never kept for the whole stack. Counted as activations.
+  const std::int64_t BT = std::int64_t(micro_batch) * c.seq_len, BTl = tp.local_tokens(int(BT));
+  const std::int64_t C = c.d_model, Cl = tp.local_width(c), Fl = tp.local_ff(c);
+  const std::int64_t att = std::int64_t(micro_batch) * tp.local_heads(c) * c.seq_len * c.seq_len;
+  TensorTable t;
+  auto add = [&t](std::string name, std::int64_t n) { add_flat(t, std::move(name), n); };
+  add("full_c", BT * C), add("d_res", BTl * C), add("d_c", BT * C), add("d_3c", BT * 3 * Cl);
+  add("d_ff_a", BT * Fl), add("d_ff_b", BT * Fl), add("d_att", att);
+  if (tp.sp()) add("local_c", BTl * C), add("sp_pack", 4 * C);
+  return t;
+}
+
+float* GptModel::home(int slot, const std::string& prefix, const char* name) {
+  if (const TensorInfo* t = saved_.find(prefix + name)) return slot_f32(slot) + t->offset;
+  return work_arena_.f32(work_.at(name));
+}
+
+GptModel::Block GptModel::block(int slot, int l) {
+  const std::string p = fmt::format("h.{}.", l);
+  auto a = [&](const char* n) { return home(slot, p, n); };
+  const bool sp = tp_.sp();
+  Block b{a("ln1"), a("ln1_mean"), a("ln1_rstd"), nullptr, a("qkv"), a("atty"), a("att"),
+          a("res2"), a("ln2"), a("ln2_mean"), a("ln2_rstd"), nullptr, a("fch"), a("fch_gelu"),
+          a("res3")};
+  b.ln1_full = sp ? a("ln1_full") : b.ln1;  // without SP the local norm output is all tokens
+  b.ln2_full = sp ? a("ln2_full") : b.ln2;
+  return b;
+}
+
+const float* GptModel::output(int slot) {
+  return last_block() > stage_.first_block ? block(slot, last_block() - 1).res3
+                                           : act(slot, "encoded");
+}
+
+const float* GptModel::block_input(int slot, int l) {
+  if (l == stage_.first_block) return act(slot, "encoded");
+  const std::string p = fmt::format("h.{}.", l - 1);
+  if (const TensorInfo* part = saved_.find(p + "res3_part")) {
+    // Backward never writes res3 (a recompute stops before it): gather there.
+    float* whole = work_arena_.f32(work_.at("res3"));
+    tcomm_.gather_tokens(slot_f32(slot) + part->offset, whole, part->numel);
+    return whole;
+  }
+  return act(slot, p + "res3");
+}
+
+void GptModel::save_block(int slot, int l) {
+  const std::string p = fmt::format("h.{}.", l);
+  if (const TensorInfo* part = saved_.find(p + "res3_part"))
+    backend_.copy(slot_f32(slot) + part->offset,
+                  work_arena_.f32(work_.at("res3")) + std::size_t(tp_.rank) * part->numel,
+                  part->numel * sizeof(float));
+  for (const TensorInfo& t : saved16_.tensors())
+    if (t.name.compare(0, p.size(), p) == 0)
+      backend_.convert(slot_16(slot) + t.offset, policy_.store,
+                       work_arena_.f32(work_.at(t.name.substr(p.size()))), DType::f32, t.numel);
+}
+
+void GptModel::restore_block(int slot, int l, const Block& a, const float* x) {
+  const std::string p = fmt::format("h.{}.", l);
+  for (const TensorInfo& t : saved16_.tensors())
+    if (t.name.compare(0, p.size(), p) == 0)
+      backend_.convert(work_arena_.f32(work_.at(t.name.substr(p.size()))), DType::f32,
+                       slot_16(slot) + t.offset, policy_.store, t.numel);
+  if (policy_.recompute == Recompute::full) {
+    block_forward(a, x, l, /*recompute=*/true);
+  } else if (policy_.recompute == Recompute::selective) {
+    // Only the probabilities are wanted; the attention output lands in scratch.
+    backend_.attention_forward(scratch("d_3c"), a.att, a.qkv, B_, cfg_.seq_len,
+                               tp_.local_width(cfg_), tp_.local_heads(cfg_));
+  }
+}
+
+}  // namespace trident
