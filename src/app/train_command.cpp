@@ -51,6 +51,17 @@ void print_banner(const Deck& deck, Grid& grid, const ComputeBackend& backend,
              "({} accumulation steps), lr {:g} (warmup {}, min {:g})\n",
              t.steps, t.batch, m.seq_len, std::int64_t(t.batch) * m.seq_len, t.micro_batch,
              t.batch / (grid.shape().dp * t.micro_batch), t.lr, t.warmup, t.min_lr);
+  const auto& pr = deck.precision;
+  const bool partitioned = t.recompute == "full" && t.partition_activations &&
+                           grid.shape().tp > 1 && !deck.parallel.sequence_parallel;
+  fmt::print("precision: {} | recompute: {}{}\n",
+             pr.dtype == "fp32" ? std::string("fp32")
+                                : fmt::format("{} weights and activations, fp32 masters, Adam and "
+                                              "gradients{}", pr.dtype,
+                                              pr.dtype == "fp16"
+                                                  ? fmt::format(", loss scale {:g}", pr.initial_scale)
+                                                  : ""),
+             t.recompute, partitioned ? " (block inputs partitioned over the tensor group)" : "");
   fmt::print("data: train {} tokens in {} shard(s){}\n", train.num_tokens(), train.files().size(),
              val ? fmt::format(", val {} tokens", val->num_tokens()) : "");
   fmt::print("compute: {}{} | collectives: {}\n", backend.describe(),
@@ -157,6 +168,7 @@ int train(const TrainOptions& o, Communicator& boot) {
                             {"tokens_per_s", tp.tokens_per_s}, {"step_ms", 1e3 * s.seconds},
                             {"peak_mem_bytes", ledger.peak_total()}};
       if (tp.mfu >= 0) rec["mfu"] = tp.mfu;
+      if (trainer.loss_scaler()) rec["loss_scale"] = s.loss_scale, rec["skipped"] = s.skipped;
       if (eval) rec["val_loss"] = val_loss;
       metrics.write(rec);
     }

@@ -3,11 +3,14 @@
 // itself with SIGKILL (as a node failure or `scancel -s KILL` would), for any
 // step or only at the given one. Sites and phases (README "Checkpoints"):
 //   ckpt: after_create, mid_datasets, before_rename, before_latest
+// fault_armed() only answers whether a site is named, for faults that are not
+// a kill: grad:inf sets one gradient of this rank to inf before the update.
 #pragma once
 
 namespace trident {
 
 // Kills the process if TRIDENT_FAULT_INJECT names this site, phase and step.
 void fault_point(const char* site, const char* phase, long step);
+bool fault_armed(const char* site, const char* phase, long step);
 
 }  // namespace trident

@@ -102,6 +102,11 @@ class GptModel {
     return static_cast<std::uint16_t*>(acts16_.data()) + std::size_t(slot) * saved16_.size();
   }
   float* act(int slot, const std::string& name) { return slot_f32(slot) + saved_.at(name).offset; }
+  // 16-bit activations: values as storing them in policy_.store leaves them
+  // (forward and backward then see exactly what a 16-bit tensor would hold).
+  void round(float* x, std::size_t n) {
+    if (policy_.store != DType::f32) backend_.round_to(x, policy_.store, n);
+  }
   // The block's forward from input x; a recompute stops at what backward reads.
   void block_forward(const Block& a, const float* x, int l, bool recompute);
   const float* block_input(int slot, int l);  // gathered when partitioned

@@ -179,6 +179,7 @@ void GptModel::restore_block(int slot, int l, const Block& a, const float* x) {
     // Only the probabilities are wanted; the attention output lands in scratch.
     backend_.attention_forward(scratch("d_3c"), a.att, a.qkv, B_, cfg_.seq_len,
                                tp_.local_width(cfg_), tp_.local_heads(cfg_));
+    round(a.att, std::size_t(B_) * tp_.local_heads(cfg_) * cfg_.seq_len * cfg_.seq_len);
   }
 }
 

@@ -19,6 +19,7 @@ void GptModel::head_backward(int slot, float* d_res, bool finalize) {
   st.need_grads(unit("lnf.w"));
   be.zero(d_c, std::size_t(BT) * C * sizeof(float));
   be.matmul_backward(d_c, G("wte"), nullptr, act(slot, "logits"), lnf_all, P("wte"), BT, C, Vl);
+  round(d_c, std::size_t(BT) * C);
   be.zero(d_res, std::size_t(BTl) * C * sizeof(float));
   be.layernorm_backward(d_res, G("lnf.w"), G("lnf.b"), reduce_row_parallel(d_c), x_last,
                         P("lnf.w"), act(slot, "lnf_mean"), act(slot, "lnf_rstd"), BTl, C);
@@ -62,11 +63,14 @@ void GptModel::backward(int slot, const GradsReadyFn& ready, bool finalize) {
     be.zero(d_ff_a, nF);
     be.matmul_backward(d_ff_a, G(p + "mlp.proj.w"), G(p + "mlp.proj.b"), d_out, a.fch_gelu,
                        P(p + "mlp.proj.w"), BT, Fl, C);
+    round(d_ff_a, std::size_t(BT) * Fl);
     be.zero(d_ff_b, nF);
     be.gelu_backward(d_ff_b, a.fch, d_ff_a, std::size_t(BT) * Fl);
+    round(d_ff_b, std::size_t(BT) * Fl);
     be.zero(d_c, nC);
     be.matmul_backward(d_c, G(p + "mlp.fc.w"), G(p + "mlp.fc.b"), d_ff_b, a.ln2_full,
                        P(p + "mlp.fc.w"), BT, C, Fl);
+    round(d_c, std::size_t(BT) * C);
     be.layernorm_backward(d_res, G(p + "ln2.w"), G(p + "ln2.b"), reduce_row_parallel(d_c), a.res2,
                           P(p + "ln2.w"), a.ln2_mean, a.ln2_rstd, BTl, C);
     // d_res now holds dLoss/d(res2).
@@ -74,11 +78,14 @@ void GptModel::backward(int slot, const GradsReadyFn& ready, bool finalize) {
     be.zero(d_c, std::size_t(BT) * Cl * sizeof(float));
     be.matmul_backward(d_c, G(p + "attn.proj.w"), G(p + "attn.proj.b"), d_out, a.atty,
                        P(p + "attn.proj.w"), BT, Cl, C);
+    round(d_c, std::size_t(BT) * Cl);
     be.zero(d_3c, 3 * std::size_t(BT) * Cl * sizeof(float));
     be.attention_backward(d_3c, d_att, d_c, a.qkv, a.att, B, T, Cl, NHl);
+    round(d_3c, 3 * std::size_t(BT) * Cl);
     be.zero(d_c, nC);
     be.matmul_backward(d_c, G(p + "attn.qkv.w"), G(p + "attn.qkv.b"), d_3c, a.ln1_full,
                        P(p + "attn.qkv.w"), BT, C, 3 * Cl);
+    round(d_c, std::size_t(BT) * C);
     be.layernorm_backward(d_res, G(p + "ln1.w"), G(p + "ln1.b"), reduce_row_parallel(d_c), x_in,
                           P(p + "ln1.w"), a.ln1_mean, a.ln1_rstd, BTl, C);
     if (finalize) sum_partial_grads({p + "ln1.w", p + "ln1.b", p + "ln2.w", p + "ln2.b"});

@@ -16,18 +16,25 @@ void GptModel::block_forward(const Block& a, const float* x, int l, bool recompu
   // Row-parallel biases are added once: by tensor rank 0, before the sum.
   const bool bias_here = tp_.rank == 0;
   be.layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, P(p + "ln1.w"), P(p + "ln1.b"), BTl, C);
+  round(a.ln1, std::size_t(BTl) * C);
   const float* ln1 = gather(a.ln1, a.ln1_full);
   be.matmul_forward(a.qkv, ln1, P(p + "attn.qkv.w"), P(p + "attn.qkv.b"), BT, C, 3 * Cl);
+  round(a.qkv, std::size_t(BT) * 3 * Cl);
   be.attention_forward(a.atty, a.att, a.qkv, B, T, Cl, NHl);
+  round(a.att, std::size_t(B) * NHl * T * T);
+  round(a.atty, std::size_t(BT) * Cl);
   be.matmul_forward(full, a.atty, P(p + "attn.proj.w"), bias_here ? P(p + "attn.proj.b") : nullptr,
                     BT, Cl, C);
   be.add(a.res2, x, reduce_row_parallel(full), std::size_t(BTl) * C);
 
   be.layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, P(p + "ln2.w"), P(p + "ln2.b"),
                        BTl, C);
+  round(a.ln2, std::size_t(BTl) * C);
   const float* ln2 = gather(a.ln2, a.ln2_full);
   be.matmul_forward(a.fch, ln2, P(p + "mlp.fc.w"), P(p + "mlp.fc.b"), BT, C, Fl);
+  round(a.fch, std::size_t(BT) * Fl);
   be.gelu_forward(a.fch_gelu, a.fch, std::size_t(BT) * Fl);
+  round(a.fch_gelu, std::size_t(BT) * Fl);
   if (recompute) return;  // backward needs neither the MLP's output nor res3
   be.matmul_forward(full, a.fch_gelu, P(p + "mlp.proj.w"), bias_here ? P(p + "mlp.proj.b") : nullptr,
                     BT, Fl, C);
@@ -82,6 +89,7 @@ double GptModel::forward(int slot, const std::int32_t* tokens, const std::int32_
   st.need_params(unit("wte"), Pass::forward);
   be.layernorm_forward(act(slot, "lnf"), act(slot, "lnf_mean"), act(slot, "lnf_rstd"), x,
                        P("lnf.w"), P("lnf.b"), BTl, C);
+  round(act(slot, "lnf"), std::size_t(BTl) * C);
   const float* lnf = gather(act(slot, "lnf"), tp_.sp() ? act(slot, "lnf_full") : nullptr);
   float* logits = act(slot, "logits");
   be.matmul_forward(logits, lnf, P("wte"), nullptr, BT, C, Vl);  // tied head, vocab shard

@@ -90,7 +90,9 @@ StepStats Trainer::step(int step) {
   const auto& t = deck_.train;
   // Each token's loss enters the global mean with weight 1/(batch * seq_len);
   // summing over the data group then gives the mean over the global batch.
-  const float dloss = 1.0f / float(std::int64_t(t.batch) * deck_.model.seq_len);
+  // fp16 multiplies it by the loss scale (gradients are unscaled in update()).
+  const float dloss = float(scaler_ ? scaler_->scale() : 1.0) /
+                      float(std::int64_t(t.batch) * deck_.model.seq_len);
   StepStats s;
   s.step = step;
   s.lr = lr_at(step, t.steps, t.warmup, t.lr, t.min_lr);
@@ -114,6 +116,7 @@ StepStats Trainer::step(int step) {
     grid_.data().all_reduce(&loss_sum, 1, DType::f64, ReduceOp::sum);
   }
   s.loss = loss_sum / (double(t.batch) * deck_.model.seq_len);
+  inject_gradient_fault(step);
   update(float(s.lr), s);
   {
     ScopedTimer timer(times_.optimizer);

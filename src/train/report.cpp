@@ -34,7 +34,10 @@ std::string format_step_line(const StepStats& s, int steps, const Throughput& tp
                      "mem {} | {:.0f} ms | ETA {}",
                      s.step + 1, width, steps, s.loss, s.lr, s.grad_norm, tp.tokens_per_s,
                      tp.mfu >= 0 ? fmt::format("MFU {:.1f}%", 100 * tp.mfu) : "MFU n/a",
-                     format_bytes(double(peak_bytes)), 1e3 * s.seconds, format_duration(eta_s));
+                     format_bytes(double(peak_bytes)), 1e3 * s.seconds, format_duration(eta_s)) +
+         // fp16: the scale this step used; a skipped step says so.
+         (s.loss_scale != 1.0 || s.skipped ? fmt::format(" | scale {:g}", s.loss_scale) : "") +
+         (s.skipped ? " | SKIPPED: gradients overflowed, weights unchanged" : "");
 }
 
 void report_phase_timers(Grid& grid, const PhaseTimes& t, double wall_s) {

@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "core/fault_inject.hpp"
 #include "core/timer.hpp"
 #include "model/gpt_params.hpp"
 #include "optim/clip.hpp"
@@ -22,7 +23,12 @@ Trainer::Trainer(const Deck& deck, Grid& grid, ComputeBackend& backend, MemoryLe
       gather_mode_(deck.parallel.dp_mode == "gather"),
       schedule_(parse_schedule(deck.parallel.schedule)),
       micro_batches_(deck.train.batch / (grid.shape().dp * deck.train.micro_batch)),
-      pcomm_(grid.pipeline(), deck.parallel.virtual_stages) {
+      pcomm_(grid.pipeline(), deck.parallel.virtual_stages),
+      weights_(precision_dtype(deck.precision.dtype)) {
+  if (deck.precision.dtype == "fp16") {
+    const auto& p = deck.precision;
+    scaler_.emplace(LossScalerConfig{p.initial_scale, p.growth_interval, p.hysteresis, p.min_scale});
+  }
   const int v = deck.parallel.virtual_stages, p = grid.shape().pp, s = grid.coord().pp;
   choose_partition(ledger);
   actions_ = build_schedule(schedule_, p, s, micro_batches_, v);
@@ -34,6 +40,7 @@ Trainer::Trainer(const Deck& deck, Grid& grid, ComputeBackend& backend, MemoryLe
     ch.spec = StageSpec{partition_[vs], partition_[vs + 1] - partition_[vs], vs == 0, vs == V - 1};
     build_chunk(ch, ledger, max_in_flight(actions_, c));
   }
+  adopt_parameters_as_masters();
   const std::size_t bt = std::size_t(deck.train.micro_batch) * deck.model.seq_len;
   tokens_.resize(bt);
   targets_.resize(bt);
@@ -63,7 +70,8 @@ void Trainer::choose_partition(MemoryLedger& ledger) {
 void Trainer::build_chunk(ModelChunk& ch, MemoryLedger& ledger, int slots) {
   const auto& t = deck_.train;
   const TensorParallelLayout tp{grid_.shape().tp, grid_.coord().tp, deck_.parallel.sequence_parallel};
-  const AdamWConfig adam{float(t.beta1), float(t.beta2), float(t.eps), float(t.weight_decay)};
+  const AdamWConfig adam{float(t.beta1), float(t.beta2), float(t.eps), float(t.weight_decay),
+                         weights_};
   GptModelOptions o;
   o.tp = tp;
   o.tensor_comm = &grid_.tensor();
@@ -97,6 +105,20 @@ void Trainer::build_chunk(ModelChunk& ch, MemoryLedger& ledger, int slots) {
   ch.sends.resize(slots);
   ch.busy.assign(slots, false);
   ch.slot_of.assign(std::max(micro_batches_, 1), -1);
+}
+
+void Trainer::adopt_parameters_as_masters() {
+  if (weights_ == DType::f32) return;
+  // Masters first (from the f32 values), then the model's weights are rounded.
+  for (ModelChunk& ch : chunks_) {
+    if (ch.zero_opt) {
+      ch.zero_opt->init_masters();
+      ch.zero_storage->round_params(weights_);
+    } else {
+      if (ch.optimizer) ch.optimizer->init_masters(ch.model->params());
+      backend_.round_to(ch.model->params().f32(), weights_, ch.model->params().numel());
+    }
+  }
 }
 
 std::uint64_t Trainer::window_of(std::uint64_t batch_index, int sequences, int k) const {
@@ -155,16 +177,26 @@ void Trainer::update(float lr, StepStats& s) {
     if (grid_.tensor().size() > 1) grid_.tensor().all_reduce(&ss, 1, DType::f64, ReduceOp::sum);
     if (grid_.pipeline().size() > 1)
       grid_.pipeline().all_reduce(&ss, 1, DType::f64, ReduceOp::sum);
-    s.grad_norm = std::sqrt(ss);
+  }
+  // fp16: gradients scaled by the loss scale; a step that overflowed anywhere
+  // is skipped everywhere.
+  const double loss_scale = scaler_ ? scaler_->scale() : 1.0;
+  s.loss_scale = loss_scale;
+  s.skipped = scaler_ && agree_overflow();
+  if (updates_here) {
+    s.grad_norm = std::sqrt(ss) / loss_scale;
     const double clip = deck_.train.grad_clip;
     const bool clipping = clip > 0 && clip / (s.grad_norm + 1e-6) < 1.0;
-    const float coef = float(clip / (s.grad_norm + 1e-6));
+    // One pass over the gradients both unscales and clips.
+    const float coef = float((clipping ? clip / (s.grad_norm + 1e-6) : 1.0) / loss_scale);
+    const bool rescale = clipping || loss_scale != 1.0;
     for (ModelChunk& ch : chunks_) {
+      if (s.skipped) break;
       if (ch.zero_opt) {
-        if (clipping) ch.zero_opt->scale_grads(coef);
+        if (rescale) ch.zero_opt->scale_grads(coef);
         ch.zero_opt->step(lr);
       } else if (ch.optimizer) {
-        if (clipping) backend_.scale(ch.model->grads().f32(), coef, ch.model->grads().numel());
+        if (rescale) backend_.scale(ch.model->grads().f32(), coef, ch.model->grads().numel());
         ch.optimizer->step(ch.model->params(), ch.model->grads(), lr);
       }
     }
@@ -174,6 +206,32 @@ void Trainer::update(float lr, StepStats& s) {
     for (ModelChunk& ch : chunks_) ch.dp_comm->broadcast_params(ch.model->params());
     grid_.data().broadcast(&s.grad_norm, 1, DType::f64, 0);
   }
+  if (scaler_) scaler_->update(s.skipped);
+}
+
+bool Trainer::agree_overflow() {
+  // inf or NaN in any gradient this rank holds (replicated copies too, which
+  // the norm leaves out) makes its sum of squares, in f64, non-finite.
+  double local = 0;
+  for (ModelChunk& ch : chunks_) {
+    if (ch.zero_storage)
+      local += backend_.sum_squares(ch.zero_storage->owned_grads_all(), ch.zero_plan->shard_size());
+    else if (ch.optimizer || !gather_mode_)
+      local += backend_.sum_squares(ch.model->grads().f32(), ch.model->grads().numel());
+  }
+  double bad = std::isfinite(local) ? 0.0 : 1.0;
+  grid_.world().all_reduce(&bad, 1, DType::f64, ReduceOp::max);
+  return bad > 0;
+}
+
+void Trainer::inject_gradient_fault(int step) {
+  // TRIDENT_FAULT_INJECT=grad:inf@STEP on a rank: one of its gradients becomes inf.
+  if (!fault_armed("grad", "inf", step)) return;
+  ModelChunk& ch = chunks_.front();
+  float* g = ch.zero_storage ? ch.zero_storage->owned_grads_all()
+                             : ch.optimizer || ch.dp_comm ? ch.model->grads().f32() : nullptr;
+  const float inf = INFINITY;
+  if (g) backend_.copy_from_host(g, &inf, sizeof(float));
 }
 
 std::int64_t Trainer::optimizer_steps() const {

@@ -4,6 +4,7 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "compute/backend.hpp"
@@ -12,6 +13,7 @@
 #include "io/token_shard.hpp"
 #include "model/gpt.hpp"
 #include "optim/adamw.hpp"
+#include "optim/loss_scaler.hpp"
 #include "parallel/data/data_comm.hpp"
 #include "parallel/pipeline/partition.hpp"
 #include "parallel/pipeline/pipeline_comm.hpp"
@@ -35,6 +37,8 @@ struct StepStats {
   double lr = 0;
   double grad_norm = 0;  // before clipping
   double seconds = 0;
+  double loss_scale = 1;  // fp16: the scale this step's loss was multiplied by
+  bool skipped = false;   // fp16: the gradients overflowed; nothing was updated
 };
 
 // One model chunk: a virtual pipeline stage's blocks on this rank.
@@ -77,6 +81,11 @@ class Trainer {
   std::int64_t optimizer_steps() const;
   void set_optimizer_steps(std::int64_t t);
   const PhaseTimes& times() const { return times_; }
+  DType weight_dtype() const { return weights_; }
+  LossScaler* loss_scaler() { return scaler_ ? &*scaler_ : nullptr; }  // fp16 only
+  // With 16-bit weights: round this rank's parameters and (re)take the f32
+  // masters from `from_params` (after initialisation or a checkpoint without masters).
+  void adopt_parameters_as_masters();
   std::int64_t tokens_per_step() const {
     return std::int64_t(deck_.train.batch) * deck_.model.seq_len;
   }
@@ -92,6 +101,8 @@ class Trainer {
   void release_slot(ModelChunk& c, int mb);
   void sum_tied_embedding();
   void update(float lr, StepStats& s);
+  bool agree_overflow();  // fp16: inf/NaN in any gradient on any rank (one all-reduce)
+  void inject_gradient_fault(int step);
 
   const Deck& deck_;
   Grid& grid_;
@@ -109,6 +120,8 @@ class Trainer {
   std::vector<ModelChunk> chunks_;
   std::vector<std::int32_t> tokens_, targets_;
   PhaseTimes times_;
+  DType weights_ = DType::f32;
+  std::optional<LossScaler> scaler_;
 };
 
 }  // namespace trident

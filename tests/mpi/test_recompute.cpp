@@ -88,6 +88,11 @@ const std::vector<Layout> kLayouts = {
       "parallel.schedule=\"gpipe\""}},
     {"dp2 pp2 interleaved", 4,
      {"parallel.pp=2", "parallel.schedule=\"interleaved\"", "parallel.virtual_stages=2"}},
+    // 16-bit activations: saved in bf16/fp16, unpacked or recomputed the same.
+    {"serial bf16", 1, {"precision.dtype=\"bf16\""}},
+    {"tp2 pp2 bf16", 4, {"parallel.tp=2", "parallel.pp=2", "precision.dtype=\"bf16\""}},
+    {"dp2 tp2 zero3 fp16", 4,
+     {"parallel.tp=2", "zero.stage=3", "zero.persistence_threshold=0", "precision.dtype=\"fp16\""}},
 };
 
 TEST(Recompute, EveryModeTrainsTheSameModelBitForBitInEveryLayout) {

@@ -10,6 +10,15 @@ ZeroOptimizer::ZeroOptimizer(ZeroStorage& storage, const TensorTable& table,
   const std::size_t n = storage.plan().shard_size();
   m_ = Arena(backend, ledger, MemCategory::optimizer, n);
   v_ = Arena(backend, ledger, MemCategory::optimizer, n);
+  if (cfg.weights != DType::f32) master_ = Arena(backend, ledger, MemCategory::optimizer, n);
+}
+
+void ZeroOptimizer::init_masters() {
+  if (!master_.numel()) return;
+  const ZeroPlan& plan = storage_.plan();
+  for (std::size_t u = 0; u < plan.units().size(); ++u)
+    backend_.copy(master_.f32() + plan.units()[u].shard_offset, storage_.owned_params(int(u)),
+                  plan.slice(plan.units()[u]) * sizeof(float));
 }
 
 template <class F>
@@ -45,12 +54,22 @@ void ZeroOptimizer::step(float lr) {
   const float bc1 = 1.0f - static_cast<float>(std::pow(double(cfg_.beta1), double(t_)));
   const float bc2 = 1.0f - static_cast<float>(std::pow(double(cfg_.beta2), double(t_)));
   const ZeroPlan& plan = storage_.plan();
+  const bool masters = master_.numel() > 0;
   for_owned([&](const TensorInfo& t, int u, std::size_t off, std::size_t n) {
     const std::size_t so = plan.units()[u].shard_offset + off;
-    backend_.adamw(storage_.owned_params(u) + off, storage_.owned_grads(u) + off, m_.f32() + so,
-                   v_.f32() + so, n, lr, cfg_.beta1, cfg_.beta2, cfg_.eps,
-                   t.weight_decay ? cfg_.weight_decay : 0.0f, bc1, bc2);
+    float* p = masters ? master_.f32() + so : storage_.owned_params(u) + off;
+    backend_.adamw(p, storage_.owned_grads(u) + off, m_.f32() + so, v_.f32() + so, n, lr,
+                   cfg_.beta1, cfg_.beta2, cfg_.eps, t.weight_decay ? cfg_.weight_decay : 0.0f,
+                   bc1, bc2);
   });
+  if (masters) {  // refresh the owned 16-bit weights from the masters
+    for (std::size_t u = 0; u < plan.units().size(); ++u) {
+      const std::size_t n = plan.slice(plan.units()[u]);
+      float* owned = storage_.owned_params(int(u));
+      backend_.copy(owned, master_.f32() + plan.units()[u].shard_offset, n * sizeof(float));
+      backend_.round_to(owned, cfg_.weights, n);
+    }
+  }
   storage_.publish_params();
 }
 

@@ -17,6 +17,10 @@ class ZeroOptimizer {
   double grad_sum_squares(bool count_tp_replicated);
   void scale_grads(float coef);
   void step(float lr);  // AdamW on the shard, then publish (stages 1-2)
+  // With 16-bit weights: f32 masters of the owned slices, taken from the (not
+  // yet rounded) parameters; step() then writes rounded values to the slices.
+  void init_masters();
+  Arena* masters() { return master_.numel() ? &master_ : nullptr; }
   std::int64_t steps_taken() const { return t_; }
   void set_steps_taken(std::int64_t t) { t_ = t; }  // on resume
   Arena& first_moment() { return m_; }
@@ -30,7 +34,7 @@ class ZeroOptimizer {
   const TensorTable& table_;
   ComputeBackend& backend_;
   AdamWConfig cfg_;
-  Arena m_, v_;
+  Arena m_, v_, master_;
   std::int64_t t_ = 0;
 };
 

@@ -196,6 +196,11 @@ void ZeroStorage::publish_params() {
   for (auto& r : reqs) comm_.wait(r);
 }
 
+void ZeroStorage::round_params(DType t) {
+  Arena& a = stage_ <= 2 ? p_full_ : p_shard_;
+  backend_.round_to(a.f32(), t, a.numel());
+}
+
 void ZeroStorage::set_params_from_host(const std::vector<float>& in) {
   if (stage_ <= 2) {
     backend_.copy_from_host(p_full_.data(), in.data(), p_full_.bytes());

@@ -56,6 +56,7 @@ class ZeroStorage final : public ModelStorage {
   // Stages 1-2: every parameter, in the table's layout (null at stage 3).
   float* full_params() { return stage_ <= 2 ? p_full_.f32() : nullptr; }
   void publish_params();  // stages 1-2: all-gather the updated slices
+  void round_params(DType t);  // every parameter this rank stores, rounded to t
 
  private:
   struct Slot {
