@@ -27,6 +27,8 @@ constexpr std::int64_t kCheckpointFormatVersion = 1;
 inline const char* const kParamsGroup = "params";
 inline const char* const kExpAvgGroup = "optim/exp_avg";
 inline const char* const kExpAvgSqGroup = "optim/exp_avg_sq";
+// bf16/fp16 runs: the f32 master weights (/params then holds their rounding).
+inline const char* const kMasterGroup = "master";
 
 // One dataset: its path, global shape (never padded) and element type.
 // 16-bit types are stored as uint16 and named by the `dtype` attribute.

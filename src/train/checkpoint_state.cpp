@@ -43,7 +43,9 @@ TensorSlice chunk_slice(ModelChunk& ch, const TensorInfo& t, const GridCoord& c,
   if (!ch.zero_storage) {
     Arena* arena = which == 0 ? &ch.model->params()
                    : !ch.optimizer ? nullptr
-                   : which == 1 ? &ch.optimizer->first_moment() : &ch.optimizer->second_moment();
+                   : which == 1 ? &ch.optimizer->first_moment()
+                   : which == 2 ? &ch.optimizer->second_moment()
+                                : ch.optimizer->masters();
     if (!arena) return {};
     return whole_shard(t, arena->f32(t), counts_copy(t, c, true));
   }
@@ -55,9 +57,11 @@ TensorSlice chunk_slice(ModelChunk& ch, const TensorInfo& t, const GridCoord& c,
   const std::size_t lo = plan.slice_begin(u), hi = lo + plan.slice(u);
   const std::size_t a = std::max(lo, t.offset), b = std::min(hi, t.offset + t.numel);
   if (a >= b) return {};
+  // The masters sit where the moments do: in the optimizer's shard layout.
   float* base = which == 0 ? zs.owned_params(t.unit)
-                : (which == 1 ? ch.zero_opt->first_moment() : ch.zero_opt->second_moment()).f32() +
-                      u.shard_offset;
+                : (which == 1   ? ch.zero_opt->first_moment()
+                   : which == 2 ? ch.zero_opt->second_moment()
+                                : *ch.zero_opt->masters()).f32() + u.shard_offset;
   TensorSlice s;
   s.shard = &t;
   s.lo = a - t.offset;
@@ -82,8 +86,40 @@ TensorSet chunked_set(std::string group, Trainer& trainer, const GridCoord& coor
 }  // namespace
 
 std::vector<TensorSet> training_sets(Trainer& trainer, const GridCoord& coord) {
-  return {chunked_set(kParamsGroup, trainer, coord, 0), chunked_set(kExpAvgGroup, trainer, coord, 1),
-          chunked_set(kExpAvgSqGroup, trainer, coord, 2)};
+  std::vector<TensorSet> sets = {chunked_set(kParamsGroup, trainer, coord, 0),
+                                 chunked_set(kExpAvgGroup, trainer, coord, 1),
+                                 chunked_set(kExpAvgSqGroup, trainer, coord, 2)};
+  if (trainer.weight_dtype() != DType::f32)
+    sets.push_back(chunked_set(kMasterGroup, trainer, coord, 3));
+  return sets;
+}
+
+bool has_masters(const CheckpointMeta& meta) { return meta.state.count("master_weights") > 0; }
+
+std::vector<TensorSet> resume_sets(Trainer& trainer, const GridCoord& coord,
+                                   const CheckpointMeta& file) {
+  std::vector<TensorSet> sets = training_sets(trainer, coord);
+  const bool run_masters = trainer.weight_dtype() != DType::f32;
+  if (run_masters && !has_masters(file)) sets.pop_back();
+  if (!run_masters && has_masters(file)) sets.front().group = kMasterGroup;
+  return sets;
+}
+
+void save_scaler_state(const Trainer& trainer, CheckpointMeta& meta) {
+  if (trainer.weight_dtype() != DType::f32) meta.state["master_weights"] = 1;
+  const LossScaler* ls = const_cast<Trainer&>(trainer).loss_scaler();
+  if (!ls) return;
+  meta.state["loss_scale"] = ls->state().scale;
+  meta.state["loss_scale_growth_tracker"] = double(ls->state().growth_tracker);
+  meta.state["loss_scale_hysteresis_tracker"] = double(ls->state().hysteresis_tracker);
+}
+
+void restore_scaler_state(Trainer& trainer, const CheckpointMeta& meta) {
+  LossScaler* ls = trainer.loss_scaler();
+  if (!ls || !meta.state.count("loss_scale")) return;  // fresh scaler from the deck
+  ls->set_state({meta.state.at("loss_scale"),
+                 std::int64_t(meta.state.at("loss_scale_growth_tracker")),
+                 std::int64_t(meta.state.at("loss_scale_hysteresis_tracker"))});
 }
 
 CheckpointMeta training_meta(const Deck& deck, Grid& grid, Trainer& trainer, int step,
@@ -102,6 +138,7 @@ CheckpointMeta training_meta(const Deck& deck, Grid& grid, Trainer& trainer, int
   m.dp_mode = deck.parallel.dp_mode;
   m.model = deck.model;
   m.train = deck.train;
+  save_scaler_state(trainer, m);
   return m;
 }
 

@@ -38,8 +38,19 @@ bool counts_copy(const TensorInfo& t, const GridCoord& c, bool replicated_over_d
 TensorSet dense_set(std::string group, const TensorTable& table, Arena* arena,
                     const GridCoord& coord, bool replicated_over_data);
 
-// The sets training saves: parameters and both Adam moments.
+// The sets training saves: parameters, both Adam moments and, with 16-bit
+// weights, the f32 masters.
 std::vector<TensorSet> training_sets(Trainer& trainer, const GridCoord& coord);
+// The sets to read from a checkpoint whose meta is `file`: as saved when the
+// precisions agree; an fp32 checkpoint into a 16-bit run reads no masters (the
+// caller adopts the parameters); a 16-bit checkpoint into an fp32 run reads
+// its masters as the parameters.
+std::vector<TensorSet> resume_sets(Trainer& trainer, const GridCoord& coord,
+                                   const CheckpointMeta& file);
+bool has_masters(const CheckpointMeta& meta);
+// The loss scaler's state in meta.state, and back (fp16 runs).
+void save_scaler_state(const Trainer& trainer, CheckpointMeta& meta);
+void restore_scaler_state(Trainer& trainer, const CheckpointMeta& meta);
 
 struct CheckpointIo {
   std::string path;

@@ -1,5 +1,7 @@
 #include "train/checkpointer.hpp"
 
+#include "io/checkpoint_reader.hpp"
+
 #include <fmt/format.h>
 
 #include <cstdio>
@@ -42,10 +44,14 @@ int Checkpointer::resume(const std::string& what) {
                                    dir, dir));
     path = *latest;
   });
-  CheckpointMeta meta;
+  // Which sets to read depends on the precision that wrote the file.
+  CheckpointMeta meta = CheckpointReader(grid_.world(), path).meta();
+  const std::vector<TensorSet> sets = resume_sets(trainer_, grid_.coord(), meta);
   const CheckpointIo io =
-      load_checkpoint(grid_, path, deck_.model, build_gpt_param_table(deck_.model),
-                      training_sets(trainer_, grid_.coord()), meta);
+      load_checkpoint(grid_, path, deck_.model, build_gpt_param_table(deck_.model), sets, meta);
+  if (trainer_.weight_dtype() != DType::f32 && !has_masters(meta))
+    trainer_.adopt_parameters_as_masters();
+  restore_scaler_state(trainer_, meta);
   run_agreed(grid_.world(), [&] {
     if (meta.step > deck_.train.steps)
       throw InputError(fmt::format("{}: the checkpoint is at step {}, past train.steps = {} of "

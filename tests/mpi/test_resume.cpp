@@ -162,6 +162,24 @@ TEST_F(Resume, EveryParallelismContinuesBitExactly) {
   expect_bit_exact(d, *three_d, "dp2 tp2 pp2 ZeRO-1");
 }
 
+// 16-bit runs save their f32 masters and the loss scaler: fp16 with a live
+// scale (it grows every 4 clean steps, so it changes before and after the
+// checkpoint) in dp2 tp2 pp2 with ZeRO-2, and bf16 at dp=2, continue bit for bit.
+TEST(ResumePrecision, SixteenBitRunsContinueBitExactly) {
+  const std::vector<std::string> fp16 = {"parallel.tp=2", "parallel.pp=2", "zero.stage=2",
+                                         "precision.dtype=\"fp16\"", "precision.initial_scale=256",
+                                         "precision.growth_interval=4"};
+  const std::vector<std::string> bf16 = {"precision.dtype=\"bf16\""};
+  const int ranks = std::min(8, trident::testing::world_size());
+  const Trained f = train(ranks, "fp16_3d", fp16);
+  const Trained f_again = train(ranks, "fp16_3d_again", fp16, step_file("fp16_3d", kSaveAt));
+  const Trained b = train(2, "bf16_dp2", bf16);
+  const Trained b_again = train(2, "bf16_dp2_again", bf16, step_file("bf16_dp2", kSaveAt));
+  if (!is_root()) return;
+  expect_bit_exact(f_again, f, "fp16 dp2 tp2 pp2 ZeRO-2, live loss scale");
+  expect_bit_exact(b_again, b, "bf16 dp=2");
+}
+
 TEST_F(Resume, CheckpointsReshardAcrossEveryParallelism) {
   // Written under one layout, continued under another; compared with the
   // writer's own continuation.
