@@ -1,5 +1,6 @@
 #include "memory/estimate.hpp"
 
+#include "memory/working_copies.hpp"
 #include "model/gpt.hpp"
 #include "model/gpt_params.hpp"
 #include "parallel/pipeline/partition.hpp"
@@ -53,25 +54,33 @@ MemoryEstimate estimate_memory(const Deck& deck, const GridShape& shape, int sta
   const auto actions = build_schedule(parse_schedule(deck.parallel.schedule), shape.pp, 0,
                                       micro_batches, v);
   const double f = sizeof(float), tokens = double(B) * m.seq_len;
+  // 16-bit weights: resident in 2 bytes, f32 working copies of the units in
+  // use, and f32 masters beside the Adam moments.
+  const DType weights = precision_dtype(deck.precision.dtype);
+  const double w = double(dtype_size(weights)), masters = weights == DType::f32 ? 0 : 1;
   auto at = [&](MemCategory c) -> double& { return e.bytes[int(c)]; };
   for (int c = 0; c < v; ++c) {  // rank 0's chunks: virtual stages c * pp
     const int vs = c * shape.pp;
     const StageSpec spec{part[vs], part[vs + 1] - part[vs], vs == 0, vs == V - 1};
     const TensorTable table = build_gpt_param_table(m, tp, align, spec);
     const double n = double(table.size());
+    const ZeroPlan plan(table, stage > 0 ? shape.dp : 1, 0,
+                        stage > 0 ? std::size_t(deck.zero.persistence_threshold) : 0);
+    if (weights != DType::f32)
+      for (std::size_t slot : WorkingCopies::slot_sizes(table))
+        at(MemCategory::parameters) += double(slot) * f;
     if (stage == 0) {
-      at(MemCategory::parameters) += n * f;
+      at(MemCategory::parameters) += n * w;
       at(MemCategory::gradients) += n * f;
-      at(MemCategory::optimizer) += 2 * n * f;  // rank 0 updates in both dp modes
+      at(MemCategory::optimizer) += (2 + masters) * n * f;  // rank 0 updates in both dp modes
     } else {
-      const ZeroPlan plan(table, shape.dp, 0, std::size_t(deck.zero.persistence_threshold));
       const double shard = double(plan.shard_size());
       const double large = double(ZeroStorage::large_slot_elements(plan));
       const double small = double(ZeroStorage::small_slot_elements(plan));
       auto pool = [&](int slots) { return large + (slots - 1) * small; };
-      at(MemCategory::parameters) += (stage <= 2 ? n : shard + pool(ZeroStorage::kParamSlots)) * f;
+      at(MemCategory::parameters) += (stage <= 2 ? n : shard + pool(ZeroStorage::kParamSlots)) * w;
       at(MemCategory::gradients) += ((stage == 1 ? n : pool(ZeroStorage::kGradSlots)) + shard) * f;
-      at(MemCategory::optimizer) += 2 * shard * f;
+      at(MemCategory::optimizer) += (2 + masters) * shard * f;
       if (stage >= 2)
         at(MemCategory::buffers) +=
             ZeroStorage::kRecvBuffers * double(std::size_t(large) / shape.dp) * f;

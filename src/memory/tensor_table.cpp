@@ -47,4 +47,15 @@ const TensorInfo& TensorTable::at(const std::string& name) const {
   return *t;
 }
 
+std::vector<UnitRange> unit_ranges(const TensorTable& table) {
+  std::vector<UnitRange> units;
+  for (const TensorInfo& t : table.tensors()) {
+    if (t.unit < int(units.size())) continue;
+    if (!units.empty()) units.back().end = t.offset;
+    units.push_back({units.empty() ? 0 : t.offset, 0});
+  }
+  if (!units.empty()) units.back().end = table.size();
+  return units;
+}
+
 }  // namespace trident

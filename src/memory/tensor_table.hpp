@@ -58,4 +58,13 @@ class TensorTable {
   std::size_t numel_ = 0;
 };
 
+// The arena range of each partition unit (TensorInfo::unit), in unit order:
+// a unit runs from its first tensor to the next unit's first tensor (the
+// first from 0, the last to the table's end), so the ranges tile the arena.
+struct UnitRange {
+  std::size_t begin = 0, end = 0;
+  std::size_t size() const { return end - begin; }
+};
+std::vector<UnitRange> unit_ranges(const TensorTable& table);
+
 }  // namespace trident

@@ -15,7 +15,7 @@ GptModel::GptModel(const GptConfig& c, int micro_batch, ComputeBackend& backend,
       tcomm_(o.tensor_comm, o.tp),
       stage_(o.stage),
       table_(build_gpt_param_table(c, o.tp, o.unit_align, o.stage)) {
-  if (!o.storage) own_storage_ = std::make_unique<FullStorage>(table_, backend, ledger);
+  if (!o.storage) own_storage_ = std::make_unique<FullStorage>(table_, backend, ledger, o.weights);
   storage_ = o.storage ? o.storage : own_storage_.get();
   BT_ = B_ * c.seq_len;
   BTl_ = tp_.local_tokens(BT_);
@@ -43,10 +43,14 @@ FullStorage& GptModel::full() {
   return *own_storage_;
 }
 
-void GptModel::init_parameters(std::uint64_t seed) {
+std::vector<float> GptModel::initial_parameters(std::uint64_t seed) const {
   std::vector<float> host(table_.size(), 0.0f);
   init_gpt_params(table_, host.data(), cfg_, seed);
-  storage_->set_params_from_host(host);
+  return host;
+}
+
+void GptModel::init_parameters(std::uint64_t seed) {
+  storage_->set_params_from_host(initial_parameters(seed));
 }
 
 const float* GptModel::reduce_row_parallel(float* full) {

@@ -31,6 +31,7 @@ struct GptModelOptions {
   Communicator* tensor_comm = nullptr;
   std::size_t unit_align = 1;       // see build_gpt_param_table
   ModelStorage* storage = nullptr;  // not owned; null: full arenas
+  DType weights = DType::f32;       // the full arenas' parameter type (bf16/f16: 16-bit weights)
   StageSpec stage;                  // default: the whole model
   int activation_slots = 1;         // micro-batches whose activations are kept at once
   ActivationPolicy activations;     // what is saved for backward, and in which type
@@ -54,6 +55,9 @@ class GptModel {
   ModelStorage& storage() { return *storage_; }
 
   void init_parameters(std::uint64_t seed);
+  // The f32 values init_parameters stores (16-bit storage keeps their
+  // rounding; the optimizer's masters take them as they are), table layout.
+  std::vector<float> initial_parameters(std::uint64_t seed) const;
   // The layouts of the saved activations of one micro-batch (f32, and those
   // stored in 16 bits), of the one-block working buffer and of the shared
   // scratch (the estimator sizes them too).

@@ -9,6 +9,7 @@
 #include "compute/backend.hpp"
 #include "memory/arena.hpp"
 #include "memory/tensor_table.hpp"
+#include "memory/working_copies.hpp"
 
 namespace trident {
 
@@ -32,28 +33,34 @@ class ModelStorage {
   virtual void set_params_from_host(const std::vector<float>& in) = 0;
 };
 
-// Every parameter and gradient resident in one arena each (no ZeRO, or ZeRO-1).
+// Every parameter and gradient resident in one arena each (no ZeRO). With
+// 16-bit weights the parameter arena holds bf16/fp16 and a unit in use is
+// unpacked into an f32 working copy; gradients stay f32 (precision.reduce_dtype).
 class FullStorage : public ModelStorage {
  public:
-  FullStorage(const TensorTable& table, ComputeBackend& backend, MemoryLedger& ledger)
-      : params_(backend, ledger, MemCategory::parameters, table.size()),
-        grads_(backend, ledger, MemCategory::gradients, table.size()),
-        backend_(backend) {}
-  float* param(const TensorInfo& t) override { return params_.f32(t); }
+  FullStorage(const TensorTable& table, ComputeBackend& backend, MemoryLedger& ledger,
+              DType weights = DType::f32);
+  float* param(const TensorInfo& t) override;
   float* grad(const TensorInfo& t) override { return grads_.f32(t); }
-  void gather_params_to_host(std::vector<float>& out) override {
-    out.resize(params_.numel());
-    backend_.copy_to_host(out.data(), params_.data(), params_.bytes());
-  }
-  void set_params_from_host(const std::vector<float>& in) override {
-    backend_.copy_from_host(params_.data(), in.data(), params_.bytes());
-  }
-  Arena& params() { return params_; }
+  void need_params(int unit, Pass pass) override;
+  void done_params(int unit) override;
+  void gather_params_to_host(std::vector<float>& out) override;
+  void set_params_from_host(const std::vector<float>& in) override;
+  Arena& params() { return params_; }  // resident, in the weights' type
   Arena& grads() { return grads_; }
 
  private:
+  std::vector<UnitRange> units_;
   Arena params_, grads_;
+  WorkingCopies working_;  // 16-bit weights only
   ComputeBackend& backend_;
 };
+
+// Host f32 values <-> a device range of type `type` (f32, bf16, f16; 16-bit
+// values are rounded to nearest even on the way in).
+void copy_to_host_as_f32(ComputeBackend& be, float* host, const void* dev, DType type,
+                         std::size_t n);
+void copy_from_host_as(ComputeBackend& be, void* dev, DType type, const float* host,
+                       std::size_t n);
 
 }  // namespace trident

@@ -12,8 +12,13 @@ AdamW::AdamW(const TensorTable& table, ComputeBackend& backend, MemoryLedger& le
   if (cfg.weights != DType::f32) master_ = Arena(backend, ledger, MemCategory::optimizer, table.size());
 }
 
-void AdamW::init_masters(const Arena& params) {
-  if (master_.numel()) backend_.copy(master_.data(), params.data(), params.bytes());
+void AdamW::init_masters(const std::vector<float>& host) {
+  if (master_.numel()) backend_.copy_from_host(master_.data(), host.data(), master_.bytes());
+}
+
+void AdamW::refresh_weights(Arena& params) {
+  if (master_.numel())
+    backend_.convert(params.data(), params.dtype(), master_.data(), DType::f32, params.numel());
 }
 
 void AdamW::step(Arena& params, const Arena& grads, float lr) {
@@ -25,10 +30,7 @@ void AdamW::step(Arena& params, const Arena& grads, float lr) {
     backend_.adamw(target.f32(t), grads.f32(t), m_.f32(t), v_.f32(t), t.numel, lr, cfg_.beta1,
                    cfg_.beta2, cfg_.eps, t.weight_decay ? cfg_.weight_decay : 0.0f, bc1, bc2);
   }
-  if (master_.numel()) {  // refresh the 16-bit weights from the masters
-    backend_.copy(params.data(), master_.data(), params.bytes());
-    backend_.round_to(params.f32(), cfg_.weights, params.numel());
-  }
+  refresh_weights(params);  // 16-bit weights: the masters' rounding
 }
 
 }  // namespace trident

@@ -3,6 +3,7 @@
 // Decay applies to the tensors the table marks (matrices), not biases or norms.
 #pragma once
 #include <cstdint>
+#include <vector>
 
 #include "compute/backend.hpp"
 #include "memory/arena.hpp"
@@ -20,8 +21,10 @@ struct AdamWConfig {
 class AdamW {
  public:
   AdamW(const TensorTable& table, ComputeBackend& backend, MemoryLedger& ledger, AdamWConfig cfg);
-  // With 16-bit weights: take the masters from the (not yet rounded) parameters.
-  void init_masters(const Arena& params);
+  // With 16-bit weights: the masters from f32 values in the table layout
+  // (e.g. the initial parameters), and the weights as the masters' rounding.
+  void init_masters(const std::vector<float>& host);
+  void refresh_weights(Arena& params);
   // One update of every tensor in the table; the step count advances by one.
   void step(Arena& params, const Arena& grads, float lr);
   std::int64_t steps_taken() const { return t_; }

@@ -47,26 +47,30 @@ TensorSlice chunk_slice(ModelChunk& ch, const TensorInfo& t, const GridCoord& c,
                    : which == 2 ? &ch.optimizer->second_moment()
                                 : ch.optimizer->masters();
     if (!arena) return {};
-    return whole_shard(t, arena->f32(t), counts_copy(t, c, true));
+    return whole_shard(t, static_cast<char*>(arena->data()) + t.offset * dtype_size(arena->dtype()),
+                       counts_copy(t, c, true));
   }
   ZeroStorage& zs = *ch.zero_storage;
+  const std::size_t psz = dtype_size(zs.param_dtype());
   if (which == 0 && zs.full_params())
-    return whole_shard(t, zs.full_params() + t.offset, counts_copy(t, c, true));
+    return whole_shard(t, static_cast<char*>(zs.full_params()) + t.offset * psz,
+                       counts_copy(t, c, true));
   const ZeroPlan& plan = zs.plan();
   const ZeroUnit& u = plan.units()[t.unit];
   const std::size_t lo = plan.slice_begin(u), hi = lo + plan.slice(u);
   const std::size_t a = std::max(lo, t.offset), b = std::min(hi, t.offset + t.numel);
   if (a >= b) return {};
   // The masters sit where the moments do: in the optimizer's shard layout.
-  float* base = which == 0 ? zs.owned_params(t.unit)
-                : (which == 1   ? ch.zero_opt->first_moment()
-                   : which == 2 ? ch.zero_opt->second_moment()
-                                : *ch.zero_opt->masters()).f32() + u.shard_offset;
+  char* base = which == 0 ? static_cast<char*>(zs.owned_params(t.unit))
+                          : reinterpret_cast<char*>((which == 1   ? ch.zero_opt->first_moment()
+                                                     : which == 2 ? ch.zero_opt->second_moment()
+                                                                  : *ch.zero_opt->masters())
+                                                        .f32() + u.shard_offset);
   TensorSlice s;
   s.shard = &t;
   s.lo = a - t.offset;
   s.hi = b - t.offset;
-  s.data = base + (a - lo);
+  s.data = base + (a - lo) * (which == 0 ? psz : sizeof(float));
   s.counted = counts_copy(t, c, u.persistent);
   return s;
 }
@@ -74,6 +78,7 @@ TensorSlice chunk_slice(ModelChunk& ch, const TensorInfo& t, const GridCoord& c,
 TensorSet chunked_set(std::string group, Trainer& trainer, const GridCoord& coord, int which) {
   TensorSet set;
   set.group = std::move(group);
+  set.dtype = which == 0 ? trainer.weight_dtype() : DType::f32;
   set.slice_of = [&trainer, coord, which](const TensorInfo& global) -> TensorSlice {
     for (ModelChunk& ch : trainer.chunks())
       if (const TensorInfo* t = ch.model->param_table().find(global.name))
@@ -99,9 +104,14 @@ bool has_masters(const CheckpointMeta& meta) { return meta.state.count("master_w
 std::vector<TensorSet> resume_sets(Trainer& trainer, const GridCoord& coord,
                                    const CheckpointMeta& file) {
   std::vector<TensorSet> sets = training_sets(trainer, coord);
-  const bool run_masters = trainer.weight_dtype() != DType::f32;
-  if (run_masters && !has_masters(file)) sets.pop_back();
-  if (!run_masters && has_masters(file)) sets.front().group = kMasterGroup;
+  if (trainer.weight_dtype() != DType::f32) {
+    // The weights are the masters' rounding: read the masters (an fp32 file's
+    // parameters are its masters) and let the trainer round them.
+    sets.erase(sets.begin());
+    if (!has_masters(file)) sets.back().group = kParamsGroup;
+  } else if (has_masters(file)) {
+    sets.front().group = kMasterGroup;
+  }
   return sets;
 }
 

@@ -41,10 +41,10 @@ TensorSet dense_set(std::string group, const TensorTable& table, Arena* arena,
 // The sets training saves: parameters, both Adam moments and, with 16-bit
 // weights, the f32 masters.
 std::vector<TensorSet> training_sets(Trainer& trainer, const GridCoord& coord);
-// The sets to read from a checkpoint whose meta is `file`: as saved when the
-// precisions agree; an fp32 checkpoint into a 16-bit run reads no masters (the
-// caller adopts the parameters); a 16-bit checkpoint into an fp32 run reads
-// its masters as the parameters.
+// The sets to read from a checkpoint whose meta is `file`. A 16-bit run reads
+// the masters and moments, not its 16-bit parameters (they are the masters'
+// rounding: the caller refreshes them), and takes an fp32 file's parameters
+// as its masters; an fp32 run reads a 16-bit file's masters as its parameters.
 std::vector<TensorSet> resume_sets(Trainer& trainer, const GridCoord& coord,
                                    const CheckpointMeta& file);
 bool has_masters(const CheckpointMeta& meta);

@@ -49,8 +49,7 @@ int Checkpointer::resume(const std::string& what) {
   const std::vector<TensorSet> sets = resume_sets(trainer_, grid_.coord(), meta);
   const CheckpointIo io =
       load_checkpoint(grid_, path, deck_.model, build_gpt_param_table(deck_.model), sets, meta);
-  if (trainer_.weight_dtype() != DType::f32 && !has_masters(meta))
-    trainer_.adopt_parameters_as_masters();
+  trainer_.refresh_weights_from_masters();
   restore_scaler_state(trainer_, meta);
   run_agreed(grid_.world(), [&] {
     if (meta.step > deck_.train.steps)

@@ -40,7 +40,6 @@ Trainer::Trainer(const Deck& deck, Grid& grid, ComputeBackend& backend, MemoryLe
     ch.spec = StageSpec{partition_[vs], partition_[vs + 1] - partition_[vs], vs == 0, vs == V - 1};
     build_chunk(ch, ledger, max_in_flight(actions_, c));
   }
-  adopt_parameters_as_masters();
   const std::size_t bt = std::size_t(deck.train.micro_batch) * deck.model.seq_len;
   tokens_.resize(bt);
   targets_.resize(bt);
@@ -79,6 +78,7 @@ void Trainer::build_chunk(ModelChunk& ch, MemoryLedger& ledger, int slots) {
   o.activation_slots = slots;
   o.activations = make_activation_policy(t.recompute, t.partition_activations, tp.size, tp.sp(),
                                          deck_.precision.dtype);
+  o.weights = weights_;
   if (deck_.zero.stage > 0) {
     // Every unit splits into dp equal, vector-aligned slices.
     o.unit_align = std::size_t(grid_.shape().dp) * TensorTable::kAlign;
@@ -86,14 +86,15 @@ void Trainer::build_chunk(ModelChunk& ch, MemoryLedger& ledger, int slots) {
     ch.zero_plan = std::make_unique<ZeroPlan>(ch.zero_table, grid_.shape().dp, grid_.coord().dp,
                                               std::size_t(deck_.zero.persistence_threshold));
     ch.zero_storage = std::make_unique<ZeroStorage>(deck_.zero.stage, ch.zero_table, *ch.zero_plan,
-                                                    backend_, ledger, grid_.data());
+                                                    backend_, ledger, grid_.data(), weights_);
     o.storage = ch.zero_storage.get();
   }
   ch.model = std::make_unique<GptModel>(deck_.model, t.micro_batch, backend_, ledger, o);
-  ch.model->init_parameters(t.seed);
+  ch.model->init_parameters(t.seed);  // 16-bit weights: their rounding
   if (ch.zero_storage) {
     ch.zero_opt = std::make_unique<ZeroOptimizer>(*ch.zero_storage, ch.model->param_table(),
                                                   backend_, ledger, adam);
+    if (weights_ != DType::f32) ch.zero_opt->init_masters(ch.model->initial_parameters(t.seed));
   } else {
     ch.dp_comm = std::make_unique<DataParallelComm>(
         grid_.data(), ch.model->grads(),
@@ -101,23 +102,20 @@ void Trainer::build_chunk(ModelChunk& ch, MemoryLedger& ledger, int slots) {
                           std::size_t(deck_.parallel.bucket_mb * 1024 * 1024)));
     if (!gather_mode_ || ch.dp_comm->is_root())
       ch.optimizer = std::make_unique<AdamW>(ch.model->param_table(), backend_, ledger, adam);
+    if (ch.optimizer && weights_ != DType::f32)
+      ch.optimizer->init_masters(ch.model->initial_parameters(t.seed));
   }
   ch.sends.resize(slots);
   ch.busy.assign(slots, false);
   ch.slot_of.assign(std::max(micro_batches_, 1), -1);
 }
 
-void Trainer::adopt_parameters_as_masters() {
+void Trainer::refresh_weights_from_masters() {
   if (weights_ == DType::f32) return;
-  // Masters first (from the f32 values), then the model's weights are rounded.
   for (ModelChunk& ch : chunks_) {
-    if (ch.zero_opt) {
-      ch.zero_opt->init_masters();
-      ch.zero_storage->round_params(weights_);
-    } else {
-      if (ch.optimizer) ch.optimizer->init_masters(ch.model->params());
-      backend_.round_to(ch.model->params().f32(), weights_, ch.model->params().numel());
-    }
+    if (ch.zero_opt) ch.zero_opt->refresh_weights();
+    else if (ch.optimizer) ch.optimizer->refresh_weights(ch.model->params());
+    if (gather_mode_) ch.dp_comm->broadcast_params(ch.model->params());
   }
 }
 

@@ -83,9 +83,9 @@ class Trainer {
   const PhaseTimes& times() const { return times_; }
   DType weight_dtype() const { return weights_; }
   LossScaler* loss_scaler() { return scaler_ ? &*scaler_ : nullptr; }  // fp16 only
-  // With 16-bit weights: round this rank's parameters and (re)take the f32
-  // masters from `from_params` (after initialisation or a checkpoint without masters).
-  void adopt_parameters_as_masters();
+  // With 16-bit weights: the weights become the rounding of the f32 masters
+  // (after a checkpoint gave the masters).
+  void refresh_weights_from_masters();
   std::int64_t tokens_per_step() const {
     return std::int64_t(deck_.train.batch) * deck_.model.seq_len;
   }

@@ -90,16 +90,42 @@ TEST(Zero, EveryStageTrainsLikePlainDataParallelism) {
 }
 
 TEST(Zero, MeasuredBytesEqualTheEstimatorExactly) {
-  for (const std::string tp : {"1", "2"}) {
-    for (int stage = 0; stage <= 3; ++stage) {
-      ZeroRun z;
-      run(MPI_COMM_WORLD, {"parallel.tp=" + tp, "zero.stage=" + std::to_string(stage)}, z, 1);
-      for (MemCategory c : {MemCategory::parameters, MemCategory::gradients, MemCategory::optimizer,
-                            MemCategory::activations, MemCategory::buffers})
-        EXPECT_EQ(double(z.ledger.peak(c)), z.estimate.bytes[int(c)])
-            << "tp " << tp << " stage " << stage << " " << mem_category_name(c);
-      EXPECT_EQ(double(z.ledger.peak_total()), z.estimate.peak());
+  // fp32, and 16-bit weights (2-byte resident parameters, f32 working copies
+  // of the units in use, f32 masters).
+  for (const std::string dtype : {"fp32", "bf16"})
+    for (const std::string tp : {"1", "2"}) {
+      for (int stage = 0; stage <= 3; ++stage) {
+        ZeroRun z;
+        run(MPI_COMM_WORLD, {"parallel.tp=" + tp, "zero.stage=" + std::to_string(stage),
+                             "precision.dtype=\"" + dtype + "\""}, z, 1);
+        for (MemCategory c : {MemCategory::parameters, MemCategory::gradients,
+                              MemCategory::optimizer, MemCategory::activations,
+                              MemCategory::buffers})
+          EXPECT_EQ(double(z.ledger.peak(c)), z.estimate.bytes[int(c)])
+              << dtype << " tp " << tp << " stage " << stage << " " << mem_category_name(c);
+        EXPECT_EQ(double(z.ledger.peak_total()), z.estimate.peak());
+      }
     }
+}
+
+TEST(Zero, SixteenBitWeightsTrainAlikeAndHalveTheParameterTraffic) {
+  // bf16 weights under every stage: the losses of bf16 plain data
+  // parallelism, and every parameter all-gather moves 2 bytes an element.
+  const int steps = 6;
+  const std::vector<std::string> bf16 = {"precision.dtype=\"bf16\"", "train.micro_batch=1"};
+  ZeroRun base;
+  run(MPI_COMM_WORLD, bf16, base, steps);
+  for (int stage = 1; stage <= 3; ++stage) {
+    auto sets = bf16;
+    sets.push_back("zero.stage=" + std::to_string(stage));
+    ZeroRun z;
+    run(MPI_COMM_WORLD, sets, z, steps);
+    for (int s = 0; s < steps; ++s)
+      EXPECT_NEAR(z.losses[s], base.losses[s], 1e-5 * base.losses[s]) << "stage " << stage << " step " << s;
+    // Stage 3 gathers each unit for forward and backward of each micro-batch.
+    const int micro_batches = 8 / world_size();
+    const std::uint64_t gathered = (stage < 3 ? 1 : 2 * micro_batches) * z.partitioned * 2;
+    EXPECT_EQ(z.data.bytes_of(CommOp::all_gather), steps * gathered) << "stage " << stage;
   }
 }
 

@@ -35,7 +35,7 @@ void DataParallelComm::reduce_grads_to_root() {
 }
 
 void DataParallelComm::broadcast_params(Arena& params) {
-  if (data_.size() > 1) data_.broadcast(params.f32(), params.numel(), DType::f32, 0);
+  if (data_.size() > 1) data_.broadcast(params.data(), params.numel(), params.dtype(), 0);
 }
 
 }  // namespace trident

@@ -7,8 +7,8 @@ Request ZeroComm::reduce_unit(const ZeroUnit& u, float* full, float* slice) {
   return data_.ireduce_scatter(full, slice, plan_.slice(u), DType::f32, ReduceOp::sum);
 }
 
-Request ZeroComm::gather_unit(const ZeroUnit& u, const float* slice, float* full) {
-  return data_.iall_gather(slice, full, plan_.slice(u), DType::f32);
+Request ZeroComm::gather_unit(const ZeroUnit& u, const void* slice, void* full, DType t) {
+  return data_.iall_gather(slice, full, plan_.slice(u), t);
 }
 
 }  // namespace trident

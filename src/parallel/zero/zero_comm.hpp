@@ -13,9 +13,9 @@ class ZeroComm {
   // full: the unit's u.size() gradients; slice: receives this rank's summed
   // slice (a persistent unit is summed in place in `full`, slice unused).
   Request reduce_unit(const ZeroUnit& u, float* full, float* slice);
-  // slice: this rank's u.size()/dp parameters; full: receives the whole unit.
-  // `slice` may be full's own slot for this rank (in place).
-  Request gather_unit(const ZeroUnit& u, const float* slice, float* full);
+  // slice: this rank's u.size()/dp parameters (of type t); full: receives the
+  // whole unit. `slice` may be full's own slot for this rank (in place).
+  Request gather_unit(const ZeroUnit& u, const void* slice, void* full, DType t = DType::f32);
   void wait(Request& r) { data_.wait(r); }
   bool test(Request& r) { return data_.test(r); }
   Communicator& group() { return data_; }

@@ -13,12 +13,23 @@ ZeroOptimizer::ZeroOptimizer(ZeroStorage& storage, const TensorTable& table,
   if (cfg.weights != DType::f32) master_ = Arena(backend, ledger, MemCategory::optimizer, n);
 }
 
-void ZeroOptimizer::init_masters() {
+void ZeroOptimizer::init_masters(const std::vector<float>& host) {
   if (!master_.numel()) return;
   const ZeroPlan& plan = storage_.plan();
-  for (std::size_t u = 0; u < plan.units().size(); ++u)
-    backend_.copy(master_.f32() + plan.units()[u].shard_offset, storage_.owned_params(int(u)),
-                  plan.slice(plan.units()[u]) * sizeof(float));
+  for (const ZeroUnit& U : plan.units())
+    backend_.copy_from_host(master_.f32() + U.shard_offset, host.data() + plan.slice_begin(U),
+                            plan.slice(U) * sizeof(float));
+}
+
+void ZeroOptimizer::refresh_weights() {
+  if (!master_.numel()) return;
+  const ZeroPlan& plan = storage_.plan();
+  for (std::size_t u = 0; u < plan.units().size(); ++u) {
+    const ZeroUnit& U = plan.units()[u];
+    backend_.convert(storage_.owned_params(int(u)), storage_.param_dtype(),
+                     master_.f32() + U.shard_offset, DType::f32, plan.slice(U));
+  }
+  storage_.publish_params();
 }
 
 template <class F>
@@ -57,20 +68,13 @@ void ZeroOptimizer::step(float lr) {
   const bool masters = master_.numel() > 0;
   for_owned([&](const TensorInfo& t, int u, std::size_t off, std::size_t n) {
     const std::size_t so = plan.units()[u].shard_offset + off;
-    float* p = masters ? master_.f32() + so : storage_.owned_params(u) + off;
+    float* p = masters ? master_.f32() + so : static_cast<float*>(storage_.owned_params(u)) + off;
     backend_.adamw(p, storage_.owned_grads(u) + off, m_.f32() + so, v_.f32() + so, n, lr,
                    cfg_.beta1, cfg_.beta2, cfg_.eps, t.weight_decay ? cfg_.weight_decay : 0.0f,
                    bc1, bc2);
   });
-  if (masters) {  // refresh the owned 16-bit weights from the masters
-    for (std::size_t u = 0; u < plan.units().size(); ++u) {
-      const std::size_t n = plan.slice(plan.units()[u]);
-      float* owned = storage_.owned_params(int(u));
-      backend_.copy(owned, master_.f32() + plan.units()[u].shard_offset, n * sizeof(float));
-      backend_.round_to(owned, cfg_.weights, n);
-    }
-  }
-  storage_.publish_params();
+  if (masters) refresh_weights();  // the owned 16-bit weights, then publish
+  else storage_.publish_params();
 }
 
 }  // namespace trident

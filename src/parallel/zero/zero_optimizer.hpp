@@ -17,9 +17,12 @@ class ZeroOptimizer {
   double grad_sum_squares(bool count_tp_replicated);
   void scale_grads(float coef);
   void step(float lr);  // AdamW on the shard, then publish (stages 1-2)
-  // With 16-bit weights: f32 masters of the owned slices, taken from the (not
-  // yet rounded) parameters; step() then writes rounded values to the slices.
-  void init_masters();
+  // With 16-bit weights: f32 masters of the owned slices, taken from `host`
+  // (f32 values in the table layout, e.g. the initial parameters); step()
+  // then writes their rounding to the owned 16-bit slices.
+  void init_masters(const std::vector<float>& host);
+  // The owned weights become the masters' rounding, and stages 1-2 publish them.
+  void refresh_weights();
   Arena* masters() { return master_.numel() ? &master_ : nullptr; }
   std::int64_t steps_taken() const { return t_; }
   void set_steps_taken(std::int64_t t) { t_ = t; }  // on resume

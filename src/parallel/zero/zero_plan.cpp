@@ -6,17 +6,16 @@ namespace trident {
 
 ZeroPlan::ZeroPlan(const TensorTable& table, int dp, int dp_rank, std::size_t threshold)
     : dp_(dp), rank_(dp_rank) {
-  for (const TensorInfo& t : table.tensors()) {
-    if (t.unit >= int(units_.size())) {
-      ZeroUnit u;
-      u.begin = units_.empty() ? 0 : t.offset;
-      if (!units_.empty()) units_.back().end = t.offset;
-      units_.push_back(u);
-    }
-    units_.back().block = t.layer >= 0;
-    units_.back().embedding_table = units_.back().embedding_table || t.name == "wte";
+  for (const UnitRange& r : unit_ranges(table)) {
+    ZeroUnit u;
+    u.begin = r.begin;
+    u.end = r.end;
+    units_.push_back(u);
   }
-  if (!units_.empty()) units_.back().end = table.size();
+  for (const TensorInfo& t : table.tensors()) {
+    units_[t.unit].block = t.layer >= 0;
+    units_[t.unit].embedding_table = units_[t.unit].embedding_table || t.name == "wte";
+  }
   for (auto& u : units_) {
     if (u.size() % dp != 0) throw std::logic_error("ZeRO unit not padded to a multiple of dp");
     u.persistent = u.size() < threshold;

@@ -5,24 +5,28 @@
 namespace trident {
 
 ZeroStorage::ZeroStorage(int stage, const TensorTable& table, const ZeroPlan& plan,
-                         ComputeBackend& backend, MemoryLedger& ledger, Communicator& data)
-    : stage_(stage), table_(table), plan_(plan), backend_(backend), ledger_(ledger),
-      comm_(data, plan) {
+                         ComputeBackend& backend, MemoryLedger& ledger, Communicator& data,
+                         DType weights)
+    : stage_(stage), weights_(weights), table_(table), plan_(plan), backend_(backend),
+      ledger_(ledger), comm_(data, plan) {
   large_slot_ = large_slot_elements(plan);
   small_slot_ = small_slot_elements(plan);
-  if (stage <= 2) p_full_ = Arena(backend, ledger, MemCategory::parameters, table.size());
-  else p_shard_ = Arena(backend, ledger, MemCategory::parameters, plan.shard_size());
+  if (stage <= 2) p_full_ = Arena(backend, ledger, MemCategory::parameters, table.size(), weights);
+  else p_shard_ = Arena(backend, ledger, MemCategory::parameters, plan.shard_size(), weights);
   if (stage == 1) g_full_ = Arena(backend, ledger, MemCategory::gradients, table.size());
   g_shard_ = Arena(backend, ledger, MemCategory::gradients, plan.shard_size());
-  auto fill = [&](std::vector<std::unique_ptr<Slot>>& pool, int n, MemCategory cat) {
+  auto fill = [&](std::vector<std::unique_ptr<Slot>>& pool, int n, MemCategory cat, DType t) {
     for (int i = 0; i < n; ++i) {
       pool.push_back(std::make_unique<Slot>());
-      pool.back()->mem = Arena(backend, ledger, cat, i == 0 ? large_slot_ : small_slot_);
+      pool.back()->mem = Arena(backend, ledger, cat, i == 0 ? large_slot_ : small_slot_, t);
     }
   };
-  if (stage == 3) fill(p_slots_, kParamSlots, MemCategory::parameters);
+  // Stage 3 gathers units in the weights' type (with 16-bit weights a
+  // gathered unit is then unpacked into a working copy).
+  if (stage == 3) fill(p_slots_, kParamSlots, MemCategory::parameters, weights);
+  if (weights != DType::f32) working_ = WorkingCopies(backend, ledger, table);
   if (stage >= 2) {
-    fill(g_slots_, kGradSlots, MemCategory::gradients);
+    fill(g_slots_, kGradSlots, MemCategory::gradients, DType::f32);
     for (int i = 0; i < kRecvBuffers; ++i)
       recv_buffers_.emplace_back(backend, ledger, MemCategory::buffers, large_slot_ / plan.dp());
   }
@@ -71,9 +75,14 @@ ZeroStorage::Slot* ZeroStorage::acquire(std::vector<std::unique_ptr<Slot>>& pool
 }
 
 float* ZeroStorage::param(const TensorInfo& t) {
-  if (stage_ <= 2) return p_full_.f32() + t.offset;
   const int u = unit_of(t);
   const ZeroUnit& U = plan_.units()[u];
+  if (sixteen()) {
+    float* w = working_.find(u);
+    if (!w) throw std::logic_error("ZeRO: parameters of " + t.name + " used before need_params");
+    return w + (t.offset - U.begin);
+  }
+  if (stage_ <= 2) return p_full_.f32() + t.offset;
   if (U.persistent) return p_shard_.f32() + U.shard_offset + (t.offset - U.begin);
   Slot* s = find(p_slots_, u);
   if (!s || s->users == 0) throw std::logic_error("ZeRO-3: parameters of " + t.name + " not gathered");
@@ -92,29 +101,62 @@ void ZeroStorage::start_gather(int u, bool prefetch) {
   const ZeroUnit& U = plan_.units()[u];
   Slot* s = acquire(p_slots_, u, prefetch);
   if (!s) return;  // no free slot: this prefetch is skipped, the use will gather
-  s->pending = comm_.gather_unit(U, p_shard_.f32() + U.shard_offset, s->mem.f32());
+  s->pending = comm_.gather_unit(U, param_bytes(p_shard_, U.shard_offset), s->mem.data(), weights_);
 }
 
 void ZeroStorage::need_params(int u, Pass pass) {
-  if (stage_ <= 2 || plan_.units()[u].persistent) return;
+  if (sixteen()) {
+    need_working_copy(u);
+  } else {
+    if (stage_ <= 2 || plan_.units()[u].persistent) return;
+    Slot* s = find(p_slots_, u);
+    if (!s) {
+      start_gather(u, false);
+      s = find(p_slots_, u);
+    }
+    comm_.wait(s->pending);
+    s->users++;
+  }
+  prefetch_after(u, pass);
+}
+
+void ZeroStorage::need_working_copy(int u) {
+  const ZeroUnit& U = plan_.units()[u];
+  if (working_.find(u)) {  // held already: one more user
+    working_.acquire(u, nullptr, weights_, U.size());
+    return;
+  }
+  if (stage_ <= 2 || U.persistent) {
+    working_.acquire(u, param_bytes(stage_ <= 2 ? p_full_ : p_shard_,
+                                    stage_ <= 2 ? U.begin : U.shard_offset),
+                     weights_, U.size());
+    return;
+  }
   Slot* s = find(p_slots_, u);
   if (!s) {
     start_gather(u, false);
     s = find(p_slots_, u);
   }
   comm_.wait(s->pending);
-  s->users++;
+  working_.acquire(u, s->mem.data(), weights_, U.size());
+  s->unit = -1;  // unpacked: the gather slot is free for the next unit
+  s->users = 0;
+}
+
+void ZeroStorage::prefetch_after(int u, Pass pass) {
+  if (stage_ <= 2) return;
   // While a block computes, prefetch the next block of this pass (only from
   // blocks: the embeddings are also gathered for the tied head, where a
   // prefetch of block 0 would sit unused until the next step).
   const int next = pass == Pass::forward ? u + 1 : u - 1;
   const auto& units = plan_.units();
   if (units[u].block && next >= 0 && next < int(units.size()) && units[next].block &&
-      !units[next].persistent && !find(p_slots_, next))
+      !units[next].persistent && !find(p_slots_, next) && !(sixteen() && working_.find(next)))
     start_gather(next, true);
 }
 
 void ZeroStorage::done_params(int u) {
+  if (sixteen()) return working_.release(u);
   if (stage_ <= 2 || plan_.units()[u].persistent) return;
   Slot* s = find(p_slots_, u);
   if (!s || --s->users > 0) return;
@@ -182,9 +224,10 @@ void ZeroStorage::finish_backward() {
   while (!reductions_.empty()) complete_oldest_reduction();
 }
 
-float* ZeroStorage::owned_params(int u) {
+void* ZeroStorage::owned_params(int u) {
   const ZeroUnit& U = plan_.units()[u];
-  return stage_ <= 2 ? p_full_.f32() + plan_.slice_begin(U) : p_shard_.f32() + U.shard_offset;
+  return stage_ <= 2 ? param_bytes(p_full_, plan_.slice_begin(U))
+                     : param_bytes(p_shard_, U.shard_offset);
 }
 
 void ZeroStorage::publish_params() {
@@ -192,40 +235,36 @@ void ZeroStorage::publish_params() {
   std::vector<Request> reqs;
   for (const auto& U : plan_.units())
     if (!U.persistent)
-      reqs.push_back(comm_.gather_unit(U, p_full_.f32() + plan_.slice_begin(U), p_full_.f32() + U.begin));
+      reqs.push_back(comm_.gather_unit(U, param_bytes(p_full_, plan_.slice_begin(U)),
+                                       param_bytes(p_full_, U.begin), weights_));
   for (auto& r : reqs) comm_.wait(r);
-}
-
-void ZeroStorage::round_params(DType t) {
-  Arena& a = stage_ <= 2 ? p_full_ : p_shard_;
-  backend_.round_to(a.f32(), t, a.numel());
 }
 
 void ZeroStorage::set_params_from_host(const std::vector<float>& in) {
   if (stage_ <= 2) {
-    backend_.copy_from_host(p_full_.data(), in.data(), p_full_.bytes());
+    copy_from_host_as(backend_, p_full_.data(), weights_, in.data(), p_full_.numel());
     return;
   }
   for (const auto& U : plan_.units())
-    backend_.copy_from_host(p_shard_.f32() + U.shard_offset, in.data() + plan_.slice_begin(U),
-                            plan_.slice(U) * sizeof(float));
+    copy_from_host_as(backend_, param_bytes(p_shard_, U.shard_offset), weights_,
+                      in.data() + plan_.slice_begin(U), plan_.slice(U));
 }
 
 void ZeroStorage::gather_params_to_host(std::vector<float>& out) {
   out.assign(table_.size(), 0.0f);
   if (stage_ <= 2) {
-    backend_.copy_to_host(out.data(), p_full_.data(), p_full_.bytes());
+    copy_to_host_as_f32(backend_, out.data(), p_full_.data(), weights_, p_full_.numel());
     return;
   }
-  Arena tmp(backend_, ledger_, MemCategory::buffers, large_slot_);
+  Arena tmp(backend_, ledger_, MemCategory::buffers, large_slot_, weights_);
   for (const auto& U : plan_.units()) {
-    const float* src = p_shard_.f32() + U.shard_offset;
+    const void* src = param_bytes(p_shard_, U.shard_offset);
     if (!U.persistent) {
-      Request r = comm_.gather_unit(U, src, tmp.f32());
+      Request r = comm_.gather_unit(U, src, tmp.data(), weights_);
       comm_.wait(r);
-      src = tmp.f32();
+      src = tmp.data();
     }
-    backend_.copy_to_host(out.data() + U.begin, src, U.size() * sizeof(float));
+    copy_to_host_as_f32(backend_, out.data() + U.begin, src, weights_, U.size());
   }
 }
 

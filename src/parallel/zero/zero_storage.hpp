@@ -8,11 +8,15 @@
 //      all-gathered into a slot just before it is used (the next one is
 //      prefetched) and the slot is freed when the model is done with it.
 // Persistent (small) units are whole everywhere and all-reduced.
+// With 16-bit weights the resident parameters (full or slices) are bf16/fp16,
+// stage 3 gathers 16-bit units, and a unit in use is unpacked into an f32
+// working copy (WorkingCopies); gradients and the owned slices stay f32.
 #pragma once
 #include <deque>
 #include <memory>
 #include <vector>
 
+#include "memory/working_copies.hpp"
 #include "model/model_storage.hpp"
 #include "parallel/zero/zero_comm.hpp"
 #include "parallel/zero/zero_plan.hpp"
@@ -34,7 +38,8 @@ class ZeroStorage final : public ModelStorage {
   static std::size_t small_slot_elements(const ZeroPlan& plan);  // any unit but the token embedding
 
   ZeroStorage(int stage, const TensorTable& table, const ZeroPlan& plan, ComputeBackend& backend,
-              MemoryLedger& ledger, Communicator& data);
+              MemoryLedger& ledger, Communicator& data, DType weights = DType::f32);
+  DType param_dtype() const { return weights_; }
   int stage() const { return stage_; }
   const ZeroPlan& plan() const { return plan_; }
 
@@ -49,14 +54,14 @@ class ZeroStorage final : public ModelStorage {
 
   void begin_step();       // zero the owned gradients (and stage 1's full ones)
   void finish_backward();  // complete every outstanding reduction
-  // This rank's slice of unit u: its master parameters and its summed gradients.
-  float* owned_params(int u);
+  // This rank's slice of unit u: its parameters (of param_dtype()) and its
+  // summed gradients.
+  void* owned_params(int u);
   float* owned_grads(int u) { return g_shard_.f32() + plan_.units()[u].shard_offset; }
   float* owned_grads_all() { return g_shard_.f32(); }
   // Stages 1-2: every parameter, in the table's layout (null at stage 3).
-  float* full_params() { return stage_ <= 2 ? p_full_.f32() : nullptr; }
+  void* full_params() { return stage_ <= 2 ? p_full_.data() : nullptr; }
   void publish_params();  // stages 1-2: all-gather the updated slices
-  void round_params(DType t);  // every parameter this rank stores, rounded to t
 
  private:
   struct Slot {
@@ -74,11 +79,19 @@ class ZeroStorage final : public ModelStorage {
   Slot* find(std::vector<std::unique_ptr<Slot>>& pool, int unit);
   Slot* acquire(std::vector<std::unique_ptr<Slot>>& pool, int unit, bool may_fail = false);
   void start_gather(int unit, bool prefetch);
+  void prefetch_after(int unit, Pass pass);
+  void need_working_copy(int unit);  // 16-bit weights
+  bool sixteen() const { return weights_ != DType::f32; }
+  // Where unit u's resident parameters (or this rank's slice of them) start.
+  char* param_bytes(Arena& a, std::size_t element) {
+    return static_cast<char*>(a.data()) + element * dtype_size(weights_);
+  }
   void complete_oldest_reduction();
   float* free_recv_buffer();
   int unit_of(const TensorInfo& t) const { return plan_.unit_of_offset(t.offset); }
 
   int stage_;
+  DType weights_;
   const TensorTable& table_;
   const ZeroPlan& plan_;
   ComputeBackend& backend_;
@@ -88,6 +101,7 @@ class ZeroStorage final : public ModelStorage {
   Arena p_full_, g_full_, p_shard_, g_shard_;
   std::vector<std::unique_ptr<Slot>> p_slots_, g_slots_;
   std::vector<Arena> recv_buffers_;
+  WorkingCopies working_;  // 16-bit weights only
   std::deque<Reduction> reductions_;
 };
 

@@ -1,0 +1,68 @@
+#include "model/model_storage.hpp"
+
+#include <algorithm>
+#include <stdexcept>
+
+#include "core/half.hpp"
+
+namespace trident {
+
+FullStorage::FullStorage(const TensorTable& table, ComputeBackend& backend, MemoryLedger& ledger,
+                         DType weights)
+    : units_(unit_ranges(table)),
+      params_(backend, ledger, MemCategory::parameters, table.size(), weights),
+      grads_(backend, ledger, MemCategory::gradients, table.size()),
+      backend_(backend) {
+  if (weights != DType::f32) working_ = WorkingCopies(backend, ledger, table);
+}
+
+float* FullStorage::param(const TensorInfo& t) {
+  if (params_.dtype() == DType::f32) return params_.f32(t);
+  float* w = working_.find(t.unit);
+  if (!w) throw std::logic_error("parameters of " + t.name + " used before need_params");
+  return w + (t.offset - units_[t.unit].begin);
+}
+
+void FullStorage::need_params(int unit, Pass) {
+  if (params_.dtype() == DType::f32) return;
+  const UnitRange& r = units_[unit];
+  const auto* bits = static_cast<const char*>(params_.data()) + r.begin * dtype_size(params_.dtype());
+  working_.acquire(unit, bits, params_.dtype(), r.size());
+}
+
+void FullStorage::done_params(int unit) {
+  if (params_.dtype() != DType::f32) working_.release(unit);
+}
+
+void FullStorage::gather_params_to_host(std::vector<float>& out) {
+  out.resize(params_.numel());
+  copy_to_host_as_f32(backend_, out.data(), params_.data(), params_.dtype(),
+                      params_.numel());
+}
+
+void FullStorage::set_params_from_host(const std::vector<float>& in) {
+  copy_from_host_as(backend_, params_.data(), params_.dtype(), in.data(),
+                    params_.numel());
+}
+
+// Converted on the host: a checkpoint or initialisation should not need a
+// device buffer of the whole arena.
+void copy_to_host_as_f32(ComputeBackend& be, float* host, const void* dev, DType type,
+                         std::size_t n) {
+  if (type == DType::f32) return be.copy_to_host(host, dev, n * sizeof(float));
+  std::vector<std::uint16_t> bits(n);
+  be.copy_to_host(bits.data(), dev, n * sizeof(std::uint16_t));
+  const bool bf = type == DType::bf16;
+  for (std::size_t i = 0; i < n; ++i) host[i] = bf ? bf16_to_f32(bits[i]) : f16_to_f32(bits[i]);
+}
+
+void copy_from_host_as(ComputeBackend& be, void* dev, DType type, const float* host,
+                       std::size_t n) {
+  if (type == DType::f32) return be.copy_from_host(dev, host, n * sizeof(float));
+  std::vector<std::uint16_t> bits(n);
+  const bool bf = type == DType::bf16;
+  for (std::size_t i = 0; i < n; ++i) bits[i] = bf ? f32_to_bf16(host[i]) : f32_to_f16(host[i]);
+  be.copy_from_host(dev, bits.data(), n * sizeof(std::uint16_t));
+}
+
+}  // namespace trident
