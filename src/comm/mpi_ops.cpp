@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "core/error.hpp"
+#include "core/half.hpp"
 
 namespace trident::mpi_ops {
 namespace {
@@ -23,9 +24,33 @@ MPI_Datatype to_mpi(DType t) {
   return MPI_BYTE;
 }
 
+// MPI has no 16-bit float types: their sums are user operations that add in
+// f32 and round the result to nearest even (what a 16-bit reduction on a GPU
+// does per step of its tree or ring). Commutative, so MPI may pick any order.
+template <bool Bf16>
+void sum_16bit(void* in, void* inout, int* len, MPI_Datatype*) {
+  const auto* a = static_cast<const std::uint16_t*>(in);
+  auto* b = static_cast<std::uint16_t*>(inout);
+  for (int i = 0; i < *len; ++i) {
+    const float s = Bf16 ? bf16_to_f32(a[i]) + bf16_to_f32(b[i]) : f16_to_f32(a[i]) + f16_to_f32(b[i]);
+    b[i] = Bf16 ? f32_to_bf16(s) : f32_to_f16(s);
+  }
+}
+
+MPI_Op sum_op_16bit(DType t) {
+  static MPI_Op bf16 = MPI_OP_NULL, f16 = MPI_OP_NULL;  // made once, after MPI_Init
+  MPI_Op& op = t == DType::bf16 ? bf16 : f16;
+  if (op == MPI_OP_NULL)
+    MPI_Op_create(t == DType::bf16 ? &sum_16bit<true> : &sum_16bit<false>, 1, &op);
+  return op;
+}
+
 MPI_Op to_mpi(ReduceOp op, DType t) {
-  if (t == DType::bf16 || t == DType::f16)
-    throw RuntimeFailure("MPI backend: 16-bit float reductions need a reduce_dtype of f32");
+  if (t == DType::bf16 || t == DType::f16) {
+    if (op != ReduceOp::sum)
+      throw RuntimeFailure("MPI backend: 16-bit float reductions support only sums");
+    return sum_op_16bit(t);
+  }
   switch (op) {
     case ReduceOp::sum: return MPI_SUM;
     case ReduceOp::max: return MPI_MAX;

@@ -104,9 +104,11 @@ void read_precision(DeckReader& r, PrecisionSection& p) {
   r.require(p.dtype == "fp32" || p.dtype == "bf16" || p.dtype == "fp16", "precision", "dtype",
             fmt::format("= \"{}\" is not a precision; use \"fp32\", \"bf16\" or \"fp16\"",
                         p.dtype));
-  r.require(p.reduce_dtype == "fp32", "precision", "reduce_dtype",
-            fmt::format("= \"{}\": gradients accumulate and reduce in fp32 (the only mode); "
-                        "use \"fp32\"", p.reduce_dtype));
+  r.require(p.reduce_dtype == "fp32" || (p.reduce_dtype == p.dtype), "precision", "reduce_dtype",
+            fmt::format("= \"{}\" with precision.dtype = \"{}\": gradients are stored and reduced "
+                        "in fp32 or in the weights' own 16-bit type; use \"fp32\"{}",
+                        p.reduce_dtype, p.dtype,
+                        p.dtype == "fp32" ? "" : fmt::format(" or \"{}\"", p.dtype)));
   r.require(p.initial_scale >= 1, "precision", "initial_scale", "must be >= 1");
   r.require(p.growth_interval >= 1, "precision", "growth_interval", "must be at least 1");
   r.require(p.hysteresis >= 1, "precision", "hysteresis", "must be at least 1");

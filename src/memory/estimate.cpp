@@ -2,6 +2,7 @@
 
 #include "memory/working_copies.hpp"
 #include "model/gpt.hpp"
+#include "optim/grad_view.hpp"
 #include "model/gpt_params.hpp"
 #include "parallel/pipeline/partition.hpp"
 #include "parallel/pipeline/schedule.hpp"
@@ -58,6 +59,10 @@ MemoryEstimate estimate_memory(const Deck& deck, const GridShape& shape, int sta
   // use, and f32 masters beside the Adam moments.
   const DType weights = precision_dtype(deck.precision.dtype);
   const double w = double(dtype_size(weights)), masters = weights == DType::f32 ? 0 : 1;
+  // A 16-bit reduce_dtype: gradients stored (stage 0, 1) or reduced (2, 3) in
+  // 16 bits, accumulated in f32 working copies; the optimizer unpacks chunks.
+  const DType grads = precision_dtype(deck.precision.reduce_dtype);
+  const double g = double(dtype_size(grads));
   auto at = [&](MemCategory c) -> double& { return e.bytes[int(c)]; };
   for (int c = 0; c < v; ++c) {  // rank 0's chunks: virtual stages c * pp
     const int vs = c * shape.pp;
@@ -66,24 +71,29 @@ MemoryEstimate estimate_memory(const Deck& deck, const GridShape& shape, int sta
     const double n = double(table.size());
     const ZeroPlan plan(table, stage > 0 ? shape.dp : 1, 0,
                         stage > 0 ? std::size_t(deck.zero.persistence_threshold) : 0);
-    if (weights != DType::f32)
-      for (std::size_t slot : WorkingCopies::slot_sizes(table))
-        at(MemCategory::parameters) += double(slot) * f;
+    double working = 0;
+    for (std::size_t slot : WorkingCopies::slot_sizes(table)) working += double(slot) * f;
+    if (weights != DType::f32) at(MemCategory::parameters) += working;
+    if (grads != DType::f32 && stage <= 1) at(MemCategory::gradients) += working;
     if (stage == 0) {
       at(MemCategory::parameters) += n * w;
-      at(MemCategory::gradients) += n * f;
+      at(MemCategory::gradients) += n * g;
       at(MemCategory::optimizer) += (2 + masters) * n * f;  // rank 0 updates in both dp modes
+      at(MemCategory::buffers) += double(GradView::buffer_elements(grads, table.size())) * f;
     } else {
       const double shard = double(plan.shard_size());
       const double large = double(ZeroStorage::large_slot_elements(plan));
       const double small = double(ZeroStorage::small_slot_elements(plan));
       auto pool = [&](int slots) { return large + (slots - 1) * small; };
       at(MemCategory::parameters) += (stage <= 2 ? n : shard + pool(ZeroStorage::kParamSlots)) * w;
-      at(MemCategory::gradients) += ((stage == 1 ? n : pool(ZeroStorage::kGradSlots)) + shard) * f;
+      // Stages 2-3 accumulate in f32 slots; a 16-bit reduce adds their 16-bit copies.
+      const double slot_bytes = f + (grads == DType::f32 ? 0 : g);
+      at(MemCategory::gradients) +=
+          (stage == 1 ? n * g : pool(ZeroStorage::kGradSlots) * slot_bytes) + shard * f;
       at(MemCategory::optimizer) += (2 + masters) * shard * f;
-      if (stage >= 2)
+      if (stage >= 2 || grads != DType::f32)
         at(MemCategory::buffers) +=
-            ZeroStorage::kRecvBuffers * double(std::size_t(large) / shape.dp) * f;
+            ZeroStorage::kRecvBuffers * double(std::size_t(large) / shape.dp) * g;
     }
     const ActivationPolicy policy =
         make_activation_policy(deck.train.recompute, deck.train.partition_activations, shape.tp,

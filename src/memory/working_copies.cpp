@@ -21,11 +21,11 @@ std::vector<std::size_t> WorkingCopies::slot_sizes(const TensorTable& table) {
 }
 
 WorkingCopies::WorkingCopies(ComputeBackend& backend, MemoryLedger& ledger,
-                             const TensorTable& table)
+                             const TensorTable& table, MemCategory category)
     : backend_(&backend) {
   for (std::size_t n : slot_sizes(table)) {
     slots_.emplace_back();
-    slots_.back().mem = Arena(backend, ledger, MemCategory::parameters, n);
+    slots_.back().mem = Arena(backend, ledger, category, n);
   }
 }
 
@@ -57,6 +57,15 @@ float* WorkingCopies::acquire(int unit, const void* bits, DType type, std::size_
 void WorkingCopies::release(int unit) {
   for (Slot& s : slots_)
     if (s.unit == unit && --s.users == 0) s.unit = -1;
+}
+
+void WorkingCopies::write_back_and_release(int unit, void* bits, DType type, std::size_t n) {
+  for (Slot& s : slots_)
+    if (s.unit == unit) {
+      backend_->convert(bits, type, s.mem.data(), DType::f32, n);
+      s.unit = -1;
+      s.users = 0;
+    }
 }
 
 bool WorkingCopies::idle() const {

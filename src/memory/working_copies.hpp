@@ -1,7 +1,8 @@
-// f32 working copies of parameter units whose resident copy is 16-bit. The
-// compute seam's kernels read f32 weights, so a unit stored in bf16/fp16 is
-// unpacked into a slot of this pool when the model announces it
-// (need_params) and the slot is recycled when its last user is done. The pool
+// f32 working copies of units whose resident copy is 16-bit. The compute
+// seam's kernels read f32 weights and accumulate f32 gradients, so a unit
+// stored in bf16/fp16 is unpacked into a slot of this pool when the model
+// announces it (need_params, need_grads) and the slot is recycled when its
+// last user is done (a gradient copy is first rounded back). The pool
 // is fixed when built, so memory is known before the run: a slot for the
 // token embedding, one for a block and two for the small units (positions,
 // final norm), the most the model holds at once: the tied head keeps the
@@ -21,7 +22,8 @@ class WorkingCopies {
  public:
   WorkingCopies() = default;
   // For the units of `table` (TensorInfo::unit, as unit_ranges gives them).
-  WorkingCopies(ComputeBackend& backend, MemoryLedger& ledger, const TensorTable& table);
+  WorkingCopies(ComputeBackend& backend, MemoryLedger& ledger, const TensorTable& table,
+                MemCategory category = MemCategory::parameters);
   // The slots' sizes in elements (the estimator counts them too).
   static std::vector<std::size_t> slot_sizes(const TensorTable& table);
 
@@ -30,6 +32,8 @@ class WorkingCopies {
   float* acquire(int unit, const void* bits, DType type, std::size_t n);
   float* find(int unit);   // the held copy, or null
   void release(int unit);  // after the last user the slot is free again
+  // Rounds unit's copy back into `bits` (n elements of `type`), then releases it.
+  void write_back_and_release(int unit, void* bits, DType type, std::size_t n);
   bool idle() const;       // no unit held (the resident copy may change)
 
  private:

@@ -15,7 +15,7 @@ GptModel::GptModel(const GptConfig& c, int micro_batch, ComputeBackend& backend,
       tcomm_(o.tensor_comm, o.tp),
       stage_(o.stage),
       table_(build_gpt_param_table(c, o.tp, o.unit_align, o.stage)) {
-  if (!o.storage) own_storage_ = std::make_unique<FullStorage>(table_, backend, ledger, o.weights);
+  if (!o.storage) own_storage_ = std::make_unique<FullStorage>(table_, backend, ledger, o.weights, o.grads);
   storage_ = o.storage ? o.storage : own_storage_.get();
   BT_ = B_ * c.seq_len;
   BTl_ = tp_.local_tokens(BT_);

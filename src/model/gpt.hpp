@@ -32,6 +32,7 @@ struct GptModelOptions {
   std::size_t unit_align = 1;       // see build_gpt_param_table
   ModelStorage* storage = nullptr;  // not owned; null: full arenas
   DType weights = DType::f32;       // the full arenas' parameter type (bf16/f16: 16-bit weights)
+  DType grads = DType::f32;         // and gradient type (precision.reduce_dtype)
   StageSpec stage;                  // default: the whole model
   int activation_slots = 1;         // micro-batches whose activations are kept at once
   ActivationPolicy activations;     // what is saved for backward, and in which type

@@ -8,12 +8,34 @@
 namespace trident {
 
 FullStorage::FullStorage(const TensorTable& table, ComputeBackend& backend, MemoryLedger& ledger,
-                         DType weights)
+                         DType weights, DType grads)
     : units_(unit_ranges(table)),
       params_(backend, ledger, MemCategory::parameters, table.size(), weights),
-      grads_(backend, ledger, MemCategory::gradients, table.size()),
+      grads_(backend, ledger, MemCategory::gradients, table.size(), grads),
       backend_(backend) {
   if (weights != DType::f32) working_ = WorkingCopies(backend, ledger, table);
+  if (grads != DType::f32)
+    grad_working_ = WorkingCopies(backend, ledger, table, MemCategory::gradients);
+}
+
+float* FullStorage::grad(const TensorInfo& t) {
+  if (grads_.dtype() == DType::f32) return grads_.f32(t);
+  float* g = grad_working_.find(t.unit);
+  if (!g) throw std::logic_error("gradients of " + t.name + " used before need_grads");
+  return g + (t.offset - units_[t.unit].begin);
+}
+
+void FullStorage::need_grads(int unit) {
+  // The first stage's embedding gradients are announced at both ends of
+  // backward: the copy stays from the first announcement to done_grads.
+  if (grads_.dtype() == DType::f32 || grad_working_.find(unit)) return;
+  grad_working_.acquire(unit, unit_bytes(grads_, unit), grads_.dtype(), units_[unit].size());
+}
+
+void FullStorage::done_grads(int unit, bool) {
+  if (grads_.dtype() == DType::f32) return;
+  grad_working_.write_back_and_release(unit, unit_bytes(grads_, unit), grads_.dtype(),
+                                       units_[unit].size());
 }
 
 float* FullStorage::param(const TensorInfo& t) {
@@ -25,9 +47,7 @@ float* FullStorage::param(const TensorInfo& t) {
 
 void FullStorage::need_params(int unit, Pass) {
   if (params_.dtype() == DType::f32) return;
-  const UnitRange& r = units_[unit];
-  const auto* bits = static_cast<const char*>(params_.data()) + r.begin * dtype_size(params_.dtype());
-  working_.acquire(unit, bits, params_.dtype(), r.size());
+  working_.acquire(unit, unit_bytes(params_, unit), params_.dtype(), units_[unit].size());
 }
 
 void FullStorage::done_params(int unit) {

@@ -35,15 +35,19 @@ class ModelStorage {
 
 // Every parameter and gradient resident in one arena each (no ZeRO). With
 // 16-bit weights the parameter arena holds bf16/fp16 and a unit in use is
-// unpacked into an f32 working copy; gradients stay f32 (precision.reduce_dtype).
+// unpacked into an f32 working copy. Gradients are f32, or with a 16-bit
+// precision.reduce_dtype stored in 16 bits: backward accumulates a unit's
+// micro-batch into an f32 working copy, rounded back when it leaves the unit.
 class FullStorage : public ModelStorage {
  public:
   FullStorage(const TensorTable& table, ComputeBackend& backend, MemoryLedger& ledger,
-              DType weights = DType::f32);
+              DType weights = DType::f32, DType grads = DType::f32);
   float* param(const TensorInfo& t) override;
-  float* grad(const TensorInfo& t) override { return grads_.f32(t); }
+  float* grad(const TensorInfo& t) override;
   void need_params(int unit, Pass pass) override;
   void done_params(int unit) override;
+  void need_grads(int unit) override;
+  void done_grads(int unit, bool last) override;
   void gather_params_to_host(std::vector<float>& out) override;
   void set_params_from_host(const std::vector<float>& in) override;
   Arena& params() { return params_; }  // resident, in the weights' type
@@ -52,7 +56,10 @@ class FullStorage : public ModelStorage {
  private:
   std::vector<UnitRange> units_;
   Arena params_, grads_;
-  WorkingCopies working_;  // 16-bit weights only
+  WorkingCopies working_, grad_working_;  // 16-bit weights, 16-bit gradients
+  void* unit_bytes(Arena& a, int unit) {
+    return static_cast<char*>(a.data()) + units_[unit].begin * dtype_size(a.dtype());
+  }
   ComputeBackend& backend_;
 };
 

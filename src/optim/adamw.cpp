@@ -10,6 +10,7 @@ AdamW::AdamW(const TensorTable& table, ComputeBackend& backend, MemoryLedger& le
   m_ = Arena(backend, ledger, MemCategory::optimizer, table.size());
   v_ = Arena(backend, ledger, MemCategory::optimizer, table.size());
   if (cfg.weights != DType::f32) master_ = Arena(backend, ledger, MemCategory::optimizer, table.size());
+  view_ = GradView(backend, ledger, cfg.grads, table.size());
 }
 
 void AdamW::init_masters(const std::vector<float>& host) {
@@ -21,14 +22,17 @@ void AdamW::refresh_weights(Arena& params) {
     backend_.convert(params.data(), params.dtype(), master_.data(), DType::f32, params.numel());
 }
 
-void AdamW::step(Arena& params, const Arena& grads, float lr) {
+void AdamW::step(Arena& params, const Arena& grads, float lr, float grad_scale) {
   ++t_;
   const float bc1 = 1.0f - static_cast<float>(std::pow(double(cfg_.beta1), double(t_)));
   const float bc2 = 1.0f - static_cast<float>(std::pow(double(cfg_.beta2), double(t_)));
   Arena& target = master_.numel() ? master_ : params;
   for (const TensorInfo& t : table_.tensors()) {
-    backend_.adamw(target.f32(t), grads.f32(t), m_.f32(t), v_.f32(t), t.numel, lr, cfg_.beta1,
-                   cfg_.beta2, cfg_.eps, t.weight_decay ? cfg_.weight_decay : 0.0f, bc1, bc2);
+    view_.for_chunks(grads, t.offset, t.numel, [&](float* g, std::size_t off, std::size_t n) {
+      if (grad_scale != 1.0f) backend_.scale(g, grad_scale, n);
+      backend_.adamw(target.f32(t) + off, g, m_.f32(t) + off, v_.f32(t) + off, n, lr, cfg_.beta1,
+                     cfg_.beta2, cfg_.eps, t.weight_decay ? cfg_.weight_decay : 0.0f, bc1, bc2);
+    });
   }
   refresh_weights(params);  // 16-bit weights: the masters' rounding
 }

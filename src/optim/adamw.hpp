@@ -8,6 +8,7 @@
 #include "compute/backend.hpp"
 #include "memory/arena.hpp"
 #include "memory/tensor_table.hpp"
+#include "optim/grad_view.hpp"
 
 namespace trident {
 
@@ -16,6 +17,7 @@ struct AdamWConfig {
   // bf16/f16: the model's weights are rounded to this type; the optimizer
   // keeps f32 master weights, updates them, and writes the rounded values back.
   DType weights = DType::f32;
+  DType grads = DType::f32;  // how the gradients are stored (precision.reduce_dtype)
 };
 
 class AdamW {
@@ -25,8 +27,14 @@ class AdamW {
   // (e.g. the initial parameters), and the weights as the masters' rounding.
   void init_masters(const std::vector<float>& host);
   void refresh_weights(Arena& params);
-  // One update of every tensor in the table; the step count advances by one.
-  void step(Arena& params, const Arena& grads, float lr);
+  // One update of every tensor in the table with the gradients times
+  // grad_scale (unscaling and clipping); the step count advances by one.
+  // f32 gradients are scaled in place.
+  void step(Arena& params, const Arena& grads, float lr, float grad_scale = 1.0f);
+  // Sum of squares of n gradients from element `first`, in f32.
+  double grad_sum_squares(const Arena& grads, std::size_t first, std::size_t n) {
+    return view_.sum_squares(grads, first, n);
+  }
   std::int64_t steps_taken() const { return t_; }
   void set_steps_taken(std::int64_t t) { t_ = t; }  // restoring a checkpoint
   Arena& first_moment() { return m_; }
@@ -38,6 +46,7 @@ class AdamW {
   ComputeBackend& backend_;
   AdamWConfig cfg_;
   Arena m_, v_, master_;
+  GradView view_;
   std::int64_t t_ = 0;
 };
 

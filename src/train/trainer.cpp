@@ -24,7 +24,8 @@ Trainer::Trainer(const Deck& deck, Grid& grid, ComputeBackend& backend, MemoryLe
       schedule_(parse_schedule(deck.parallel.schedule)),
       micro_batches_(deck.train.batch / (grid.shape().dp * deck.train.micro_batch)),
       pcomm_(grid.pipeline(), deck.parallel.virtual_stages),
-      weights_(precision_dtype(deck.precision.dtype)) {
+      weights_(precision_dtype(deck.precision.dtype)),
+      grads_(precision_dtype(deck.precision.reduce_dtype)) {
   if (deck.precision.dtype == "fp16") {
     const auto& p = deck.precision;
     scaler_.emplace(LossScalerConfig{p.initial_scale, p.growth_interval, p.hysteresis, p.min_scale});
@@ -70,7 +71,7 @@ void Trainer::build_chunk(ModelChunk& ch, MemoryLedger& ledger, int slots) {
   const auto& t = deck_.train;
   const TensorParallelLayout tp{grid_.shape().tp, grid_.coord().tp, deck_.parallel.sequence_parallel};
   const AdamWConfig adam{float(t.beta1), float(t.beta2), float(t.eps), float(t.weight_decay),
-                         weights_};
+                         weights_, grads_};
   GptModelOptions o;
   o.tp = tp;
   o.tensor_comm = &grid_.tensor();
@@ -79,6 +80,7 @@ void Trainer::build_chunk(ModelChunk& ch, MemoryLedger& ledger, int slots) {
   o.activations = make_activation_policy(t.recompute, t.partition_activations, tp.size, tp.sp(),
                                          deck_.precision.dtype);
   o.weights = weights_;
+  o.grads = grads_;
   if (deck_.zero.stage > 0) {
     // Every unit splits into dp equal, vector-aligned slices.
     o.unit_align = std::size_t(grid_.shape().dp) * TensorTable::kAlign;
@@ -86,7 +88,7 @@ void Trainer::build_chunk(ModelChunk& ch, MemoryLedger& ledger, int slots) {
     ch.zero_plan = std::make_unique<ZeroPlan>(ch.zero_table, grid_.shape().dp, grid_.coord().dp,
                                               std::size_t(deck_.zero.persistence_threshold));
     ch.zero_storage = std::make_unique<ZeroStorage>(deck_.zero.stage, ch.zero_table, *ch.zero_plan,
-                                                    backend_, ledger, grid_.data(), weights_);
+                                                    backend_, ledger, grid_.data(), weights_, grads_);
     o.storage = ch.zero_storage.get();
   }
   ch.model = std::make_unique<GptModel>(deck_.model, t.micro_batch, backend_, ledger, o);
@@ -99,7 +101,7 @@ void Trainer::build_chunk(ModelChunk& ch, MemoryLedger& ledger, int slots) {
     ch.dp_comm = std::make_unique<DataParallelComm>(
         grid_.data(), ch.model->grads(),
         plan_grad_buckets(ch.model->param_table(),
-                          std::size_t(deck_.parallel.bucket_mb * 1024 * 1024)));
+                          std::size_t(deck_.parallel.bucket_mb * 1024 * 1024), dtype_size(grads_)));
     if (!gather_mode_ || ch.dp_comm->is_root())
       ch.optimizer = std::make_unique<AdamW>(ch.model->param_table(), backend_, ledger, adam);
     if (ch.optimizer && weights_ != DType::f32)
@@ -147,7 +149,9 @@ void Trainer::sum_tied_embedding() {
     group->all_reduce(ch.zero_storage->owned_grads(wte.unit), plan.slice(u), DType::f32,
                       ReduceOp::sum);
   } else if (ch.optimizer) {
-    group->all_reduce(ch.model->grads().f32(wte), wte.numel, DType::f32, ReduceOp::sum);
+    Arena& g = ch.model->grads();
+    group->all_reduce(static_cast<char*>(g.data()) + wte.offset * dtype_size(g.dtype()), wte.numel,
+                      g.dtype(), ReduceOp::sum);
   }
 }
 
@@ -165,7 +169,7 @@ void Trainer::update(float lr, StepStats& s) {
       const auto& table = ch.model->param_table();
       for (const TensorInfo& t : table.tensors())
         if (t.primary && (t.split_dim >= 0 || tp_root))
-          ss += backend_.sum_squares(ch.model->grads().f32(t), t.numel);
+          ss += ch.optimizer->grad_sum_squares(ch.model->grads(), t.offset, t.numel);
     }
   }
   // Shards of the model: owned ZeRO slices over the data group, tensor shards
@@ -194,8 +198,7 @@ void Trainer::update(float lr, StepStats& s) {
         if (rescale) ch.zero_opt->scale_grads(coef);
         ch.zero_opt->step(lr);
       } else if (ch.optimizer) {
-        if (rescale) backend_.scale(ch.model->grads().f32(), coef, ch.model->grads().numel());
-        ch.optimizer->step(ch.model->params(), ch.model->grads(), lr);
+        ch.optimizer->step(ch.model->params(), ch.model->grads(), lr, rescale ? coef : 1.0f);
       }
     }
   }
@@ -214,8 +217,8 @@ bool Trainer::agree_overflow() {
   for (ModelChunk& ch : chunks_) {
     if (ch.zero_storage)
       local += backend_.sum_squares(ch.zero_storage->owned_grads_all(), ch.zero_plan->shard_size());
-    else if (ch.optimizer || !gather_mode_)
-      local += backend_.sum_squares(ch.model->grads().f32(), ch.model->grads().numel());
+    else if (ch.optimizer)
+      local += ch.optimizer->grad_sum_squares(ch.model->grads(), 0, ch.model->grads().numel());
   }
   double bad = std::isfinite(local) ? 0.0 : 1.0;
   grid_.world().all_reduce(&bad, 1, DType::f64, ReduceOp::max);
@@ -226,10 +229,12 @@ void Trainer::inject_gradient_fault(int step) {
   // TRIDENT_FAULT_INJECT=grad:inf@STEP on a rank: one of its gradients becomes inf.
   if (!fault_armed("grad", "inf", step)) return;
   ModelChunk& ch = chunks_.front();
-  float* g = ch.zero_storage ? ch.zero_storage->owned_grads_all()
-                             : ch.optimizer || ch.dp_comm ? ch.model->grads().f32() : nullptr;
   const float inf = INFINITY;
-  if (g) backend_.copy_from_host(g, &inf, sizeof(float));
+  if (ch.zero_storage) return backend_.copy_from_host(ch.zero_storage->owned_grads_all(), &inf, 4);
+  // inf in the gradients' own type (f32, bf16 or f16)
+  const std::uint16_t inf16 = grads_ == DType::bf16 ? 0x7f80 : 0x7c00;
+  backend_.copy_from_host(ch.model->grads().data(), grads_ == DType::f32 ? (const void*)&inf : &inf16,
+                          dtype_size(grads_));
 }
 
 std::int64_t Trainer::optimizer_steps() const {

@@ -121,6 +121,7 @@ class Trainer {
   std::vector<std::int32_t> tokens_, targets_;
   PhaseTimes times_;
   DType weights_ = DType::f32;
+  DType grads_ = DType::f32;  // precision.reduce_dtype: how gradients are stored and reduced
   std::optional<LossScaler> scaler_;
 };
 

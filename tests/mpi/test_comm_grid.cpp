@@ -4,12 +4,15 @@
 #include <mpi.h>
 #include <fmt/format.h>
 
+#include <cmath>
+#include <cstring>
 #include <numeric>
 #include <vector>
 
 #include "comm/agree.hpp"
 #include "comm/mpi_communicator.hpp"
 #include "core/error.hpp"
+#include "core/half.hpp"
 #include "grid/grid.hpp"
 #include "support/test_support.hpp"
 
@@ -58,6 +61,37 @@ TEST(Collectives, EveryOperationComputesItsDefinition) {
   std::uint64_t wrap = ~std::uint64_t(0);
   c->all_reduce(&wrap, 1, DType::u64, ReduceOp::sum);
   EXPECT_EQ(wrap, std::uint64_t(0) - std::uint64_t(n));
+}
+
+TEST(Collectives, SixteenBitSumsRoundEachAdditionToNearestEven) {
+  // bf16/fp16 gradients (precision.reduce_dtype) are summed in 16 bits: each
+  // addition in f32, rounded to nearest even. Rank r contributes 1 + r/128
+  // (exact in both types); the sum n + n(n-1)/256 needs more bits than bf16
+  // keeps at n = 4, so the result is within two units of the last place.
+  auto c = make_communicator(MPI_COMM_WORLD, "world");
+  const int r = c->rank(), n = c->size();
+  for (DType t : {DType::bf16, DType::f16}) {
+    auto to16 = [t](float x) { return t == DType::bf16 ? f32_to_bf16(x) : f32_to_f16(x); };
+    auto to32 = [t](std::uint16_t h) { return t == DType::bf16 ? bf16_to_f32(h) : f16_to_f32(h); };
+    std::vector<std::uint16_t> v(3, to16(1.0f + r / 128.0f));
+    v[2] = to16(r == 0 ? 65504.0f : 0.0f);  // fp16's largest: stays finite
+    c->all_reduce(v.data(), v.size(), t, ReduceOp::sum);
+    const float exact = n + n * (n - 1) / 256.0f;
+    EXPECT_NEAR(to32(v[0]), exact, exact * (t == DType::bf16 ? 1.0f / 64 : 1.0f / 512));
+    EXPECT_EQ(v[0], v[1]);
+    EXPECT_EQ(to32(v[2]), to32(to16(65504.0f)));
+    // Every rank holds the same bits (replicas stay identical).
+    std::vector<std::uint16_t> all(std::size_t(n) * 3);
+    c->all_gather(v.data(), all.data(), 3, DType::u16);
+    for (int i = 0; i < n; ++i)
+      EXPECT_EQ(std::memcmp(all.data() + 3 * i, v.data(), 6), 0) << dtype_name(t) << " rank " << i;
+    // fp16 overflow: two ranks' 65504 sum to inf, as on a GPU.
+    if (t == DType::f16 && n >= 2) {
+      std::uint16_t big = to16(r < 2 ? 65504.0f : 0.0f);
+      c->all_reduce(&big, 1, t, ReduceOp::sum);
+      EXPECT_TRUE(std::isinf(to32(big)));
+    }
+  }
 }
 
 TEST(Collectives, CountCallsBytesAndSequence) {

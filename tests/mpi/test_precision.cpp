@@ -77,26 +77,37 @@ TEST(Precision, SixteenBitTracksFp32SeriallyAndIn3D) {
        {"parallel.tp=2", "parallel.pp=2", "parallel.sequence_parallel=true", "zero.stage=1"}}};
   for (const Layout& L : layouts) {
     if (L.ranks > trident::testing::world_size()) continue;
-    auto run = [&](const char* dtype) {
+    auto run = [&](const char* dtype, const char* reduce) {
       std::vector<std::string> s = L.sets;
       s.push_back(fmt::format("precision.dtype=\"{}\"", dtype));
+      s.push_back(fmt::format("precision.reduce_dtype=\"{}\"", reduce));
       return losses(L.ranks, s, 50);
     };
-    const auto f32 = run("fp32"), bf16 = run("bf16"), f16 = run("fp16");
+    const auto f32 = run("fp32", "fp32"), bf16 = run("bf16", "fp32"), f16 = run("fp16", "fp32");
+    // Gradients stored, accumulated and reduced in 16 bits as well.
+    const auto bf16_g = run("bf16", "bf16"), f16_g = run("fp16", "fp16");
     if (world_rank() != 0) continue;
     const double e_bf16 = max_rel(bf16, f32), e_f16 = max_rel(f16, f32);
+    const double e_bf16_g = max_rel(bf16_g, f32), e_f16_g = max_rel(f16_g, f32);
     if (std::getenv("TRIDENT_TEST_VERBOSE"))
       for (std::size_t i = 0; i < f32.size(); ++i)
-        std::printf("%zu %.5f %.5f %.5f\n", i, f32[i], bf16[i], f16[i]);
-    std::printf("%s: loss %.4f -> %.4f (fp32), %.4f (bf16), %.4f (fp16); max relative "
-                "difference over 50 steps: bf16 %.2e, fp16 %.2e\n", L.name, f32.front(),
-                f32.back(), bf16.back(), f16.back(), e_bf16, e_f16);
+        std::printf("%zu %.5f %.5f %.5f %.5f %.5f\n", i, f32[i], bf16[i], f16[i], bf16_g[i],
+                    f16_g[i]);
+    std::printf("%s: loss %.4f -> %.4f (fp32), %.4f (bf16), %.4f (fp16), %.4f (bf16 grads), "
+                "%.4f (fp16 grads); max relative difference over 50 steps: bf16 %.2e, fp16 "
+                "%.2e, bf16 grads %.2e, fp16 grads %.2e\n", L.name, f32.front(), f32.back(),
+                bf16.back(), f16.back(), bf16_g.back(), f16_g.back(), e_bf16, e_f16, e_bf16_g,
+                e_f16_g);
     EXPECT_LT(f32.back(), f32.front() - 1.0);  // it learns
     // bf16 keeps 8 bits of mantissa, fp16 11: the stated tolerances.
-    EXPECT_LT(e_bf16, 5e-3) << L.name;  // measured <= 1e-3
+    EXPECT_LT(e_bf16, 5e-3) << L.name;  // measured <= 1.2e-3
     EXPECT_LT(e_f16, 2e-3) << L.name;   // measured <= 3e-4
+    EXPECT_LT(e_bf16_g, 5e-3) << L.name;  // measured <= 1.1e-3
+    EXPECT_LT(e_f16_g, 2e-3) << L.name;
     EXPECT_GT(e_bf16, 0.0);  // 16-bit arithmetic really happened
     EXPECT_GT(e_f16, 0.0);
+    EXPECT_NE(bf16_g, bf16);  // and the gradients' 16 bits changed something
+    EXPECT_NE(f16_g, f16);
   }
 }
 
@@ -145,15 +156,15 @@ std::vector<float> local_weights(Trainer& tr) {
   return all;
 }
 
-TEST(Precision, InjectedOverflowSkipsTheStepEverywhereAndHalvesTheScale) {
-  // dp2 tp2 pp2 with ZeRO-2, fp16; rank 5 alone gets an inf gradient at
-  // steps 3 and 4 (hysteresis 2: the second overflow halves the scale).
+// dp2 tp2 pp2, fp16; rank 5 alone gets an inf gradient at steps 3 and 4
+// (hysteresis 2: the second overflow halves the scale). `layout` adds to it.
+void expect_overflow_skips(const std::vector<std::string>& layout) {
   const int ranks = std::min(8, trident::testing::world_size());
   MPI_Comm comm = first_ranks(ranks);
   if (comm == MPI_COMM_NULL) return;
   std::vector<std::string> sets = {"precision.dtype=\"fp16\"", "precision.initial_scale=1024"};
-  if (ranks == 8)
-    sets.insert(sets.end(), {"parallel.tp=2", "parallel.pp=2", "zero.stage=2"});
+  if (ranks == 8) sets.insert(sets.end(), {"parallel.tp=2", "parallel.pp=2"});
+  sets.insert(sets.end(), layout.begin(), layout.end());
   Deck d = make_deck(sets, ranks);
   Grid grid(comm, resolve_layout(d, ranks));
   auto be = make_cpu_backend(1);
@@ -187,6 +198,37 @@ TEST(Precision, InjectedOverflowSkipsTheStepEverywhereAndHalvesTheScale) {
   EXPECT_EQ(scales[3], 1024.0);  // first overflow: hysteresis 2 -> 1
   EXPECT_EQ(scales[4], 512.0);   // second: halved
   EXPECT_EQ(scales[5], 512.0);
+  MPI_Comm_free(&comm);
+}
+
+TEST(Precision, InjectedOverflowSkipsTheStepEverywhereAndHalvesTheScale) {
+  expect_overflow_skips({"zero.stage=2"});  // inf in an owned f32 slice
+  // inf in a gradient stored in fp16 (reduced in fp16, unpacked by the optimizer)
+  expect_overflow_skips({"precision.reduce_dtype=\"fp16\""});
+}
+
+TEST(Precision, SixteenBitGradientsTakeTwoBytes) {
+  MPI_Comm comm = first_ranks(1);
+  if (comm == MPI_COMM_NULL) return;
+  Deck d = make_deck({"precision.dtype=\"bf16\"", "precision.reduce_dtype=\"bf16\""}, 1);
+  Grid grid(comm, resolve_layout(d, 1));
+  auto be = make_cpu_backend(1);
+  MemoryLedger ledger;
+  TokenDataset data(d.data.train, d.model.seq_len, "data.train");
+  Trainer tr(d, grid, *be, ledger, data, nullptr);
+  tr.step(0);
+  const Arena& g = tr.chunks().front().model->grads();
+  EXPECT_EQ(g.dtype(), DType::bf16);
+  EXPECT_EQ(g.bytes(), 2 * g.numel());
+  // Resident 16-bit gradients and their f32 working copies: below f32 gradients.
+  EXPECT_LT(ledger.peak(MemCategory::gradients), 4 * g.numel());
+  // After backward the stored gradients are finite and not all zero.
+  std::vector<float> host(g.numel());
+  copy_to_host_as_f32(*be, host.data(), g.data(), g.dtype(), g.numel());
+  double ss = 0;
+  for (float x : host) ss += double(x) * x;
+  EXPECT_TRUE(std::isfinite(ss));
+  EXPECT_GT(ss, 0.0);
   MPI_Comm_free(&comm);
 }
 

@@ -164,12 +164,14 @@ TEST_F(Resume, EveryParallelismContinuesBitExactly) {
 
 // 16-bit runs save their f32 masters and the loss scaler: fp16 with a live
 // scale (it grows every 4 clean steps, so it changes before and after the
-// checkpoint) in dp2 tp2 pp2 with ZeRO-2, and bf16 at dp=2, continue bit for bit.
+// checkpoint) in dp2 tp2 pp2 with ZeRO-2, and bf16 at dp=2 with bf16
+// gradients, continue bit for bit.
 TEST(ResumePrecision, SixteenBitRunsContinueBitExactly) {
   const std::vector<std::string> fp16 = {"parallel.tp=2", "parallel.pp=2", "zero.stage=2",
                                          "precision.dtype=\"fp16\"", "precision.initial_scale=256",
                                          "precision.growth_interval=4"};
-  const std::vector<std::string> bf16 = {"precision.dtype=\"bf16\""};
+  const std::vector<std::string> bf16 = {"precision.dtype=\"bf16\"",
+                                         "precision.reduce_dtype=\"bf16\""};
   const int ranks = std::min(8, trident::testing::world_size());
   const Trained f = train(ranks, "fp16_3d", fp16);
   const Trained f_again = train(ranks, "fp16_3d_again", fp16, step_file("fp16_3d", kSaveAt));
@@ -177,7 +179,7 @@ TEST(ResumePrecision, SixteenBitRunsContinueBitExactly) {
   const Trained b_again = train(2, "bf16_dp2_again", bf16, step_file("bf16_dp2", kSaveAt));
   if (!is_root()) return;
   expect_bit_exact(f_again, f, "fp16 dp2 tp2 pp2 ZeRO-2, live loss scale");
-  expect_bit_exact(b_again, b, "bf16 dp=2");
+  expect_bit_exact(b_again, b, "bf16 dp=2, bf16 gradients");
 }
 
 TEST_F(Resume, CheckpointsReshardAcrossEveryParallelism) {

@@ -90,42 +90,58 @@ TEST(Zero, EveryStageTrainsLikePlainDataParallelism) {
 }
 
 TEST(Zero, MeasuredBytesEqualTheEstimatorExactly) {
-  // fp32, and 16-bit weights (2-byte resident parameters, f32 working copies
-  // of the units in use, f32 masters).
-  for (const std::string dtype : {"fp32", "bf16"})
+  // fp32; 16-bit weights (2-byte resident parameters, f32 working copies of
+  // the units in use, f32 masters); and 16-bit gradients besides (stored in
+  // 16 bits at stages 0-1, reduced in 16 bits at every stage).
+  const std::pair<std::string, std::string> precisions[] = {
+      {"fp32", "fp32"}, {"bf16", "fp32"}, {"bf16", "bf16"}};
+  for (const auto& [dtype, reduce] : precisions)
     for (const std::string tp : {"1", "2"}) {
       for (int stage = 0; stage <= 3; ++stage) {
         ZeroRun z;
         run(MPI_COMM_WORLD, {"parallel.tp=" + tp, "zero.stage=" + std::to_string(stage),
-                             "precision.dtype=\"" + dtype + "\""}, z, 1);
+                             "precision.dtype=\"" + dtype + "\"",
+                             "precision.reduce_dtype=\"" + reduce + "\""}, z, 1);
         for (MemCategory c : {MemCategory::parameters, MemCategory::gradients,
                               MemCategory::optimizer, MemCategory::activations,
                               MemCategory::buffers})
           EXPECT_EQ(double(z.ledger.peak(c)), z.estimate.bytes[int(c)])
-              << dtype << " tp " << tp << " stage " << stage << " " << mem_category_name(c);
+              << dtype << "/" << reduce << " tp " << tp << " stage " << stage << " " << mem_category_name(c);
         EXPECT_EQ(double(z.ledger.peak_total()), z.estimate.peak());
       }
     }
 }
 
-TEST(Zero, SixteenBitWeightsTrainAlikeAndHalveTheParameterTraffic) {
+TEST(Zero, SixteenBitWeightsAndGradientsTrainAlikeAndHalveTheTraffic) {
   // bf16 weights under every stage: the losses of bf16 plain data
   // parallelism, and every parameter all-gather moves 2 bytes an element.
+  // With bf16 gradients too, every gradient reduce-scatter moves 2 bytes an
+  // element; stage 1 reduces the step's 16-bit sums as stage 0 does (same
+  // losses), stages 2-3 reduce each micro-batch in 16 bits and accumulate
+  // the slices in f32 (within 1e-4 of stage 0, whose sums are 16-bit).
   const int steps = 6;
-  const std::vector<std::string> bf16 = {"precision.dtype=\"bf16\"", "train.micro_batch=1"};
-  ZeroRun base;
-  run(MPI_COMM_WORLD, bf16, base, steps);
-  for (int stage = 1; stage <= 3; ++stage) {
-    auto sets = bf16;
-    sets.push_back("zero.stage=" + std::to_string(stage));
-    ZeroRun z;
-    run(MPI_COMM_WORLD, sets, z, steps);
-    for (int s = 0; s < steps; ++s)
-      EXPECT_NEAR(z.losses[s], base.losses[s], 1e-5 * base.losses[s]) << "stage " << stage << " step " << s;
-    // Stage 3 gathers each unit for forward and backward of each micro-batch.
-    const int micro_batches = 8 / world_size();
-    const std::uint64_t gathered = (stage < 3 ? 1 : 2 * micro_batches) * z.partitioned * 2;
-    EXPECT_EQ(z.data.bytes_of(CommOp::all_gather), steps * gathered) << "stage " << stage;
+  const int micro_batches = 8 / world_size();
+  for (const std::string reduce : {"fp32", "bf16"}) {
+    const std::vector<std::string> bf16 = {"precision.dtype=\"bf16\"", "train.micro_batch=1",
+                                           "precision.reduce_dtype=\"" + reduce + "\""};
+    ZeroRun base;
+    run(MPI_COMM_WORLD, bf16, base, steps);
+    for (int stage = 1; stage <= 3; ++stage) {
+      auto sets = bf16;
+      sets.push_back("zero.stage=" + std::to_string(stage));
+      ZeroRun z;
+      run(MPI_COMM_WORLD, sets, z, steps);
+      const double tol = reduce == "bf16" && stage >= 2 ? 1e-4 : 1e-5;
+      for (int s = 0; s < steps; ++s)
+        EXPECT_NEAR(z.losses[s], base.losses[s], tol * base.losses[s])
+            << reduce << " stage " << stage << " step " << s;
+      // Stage 3 gathers each unit for forward and backward of each micro-batch.
+      const std::uint64_t gathered = (stage < 3 ? 1 : 2 * micro_batches) * z.partitioned * 2;
+      EXPECT_EQ(z.data.bytes_of(CommOp::all_gather), steps * gathered) << "stage " << stage;
+      const std::uint64_t esz = reduce == "bf16" ? 2 : 4;
+      const std::uint64_t reduced = (stage < 2 ? 1 : micro_batches) * z.partitioned * esz;
+      EXPECT_EQ(z.data.bytes_of(CommOp::reduce_scatter), steps * reduced) << "stage " << stage;
+    }
   }
 }
 

@@ -78,6 +78,17 @@ TEST(Deck, ImpossibleValuesNameKeyAndFix) {
   EXPECT_NE(error_of(kBase, {"model.vocab=70000"}).find("uint16"), std::string::npos);
   EXPECT_NE(error_of("[model]\nlayers = 2\n").find("[data] train is required"), std::string::npos);
   EXPECT_NE(error_of(kBase + "[model\n").find("TOML syntax error"), std::string::npos);
+  // Gradients are reduced in fp32 or in the weights' own 16-bit type.
+  const std::string reduce =
+      error_of(kBase, {"precision.dtype=\"bf16\"", "precision.reduce_dtype=\"fp16\""});
+  EXPECT_NE(reduce.find("[precision] reduce_dtype = \"fp16\" with precision.dtype = \"bf16\""),
+            std::string::npos) << reduce;
+  EXPECT_NE(reduce.find("use \"fp32\" or \"bf16\""), std::string::npos) << reduce;
+  EXPECT_NE(error_of(kBase, {"precision.reduce_dtype=\"bf16\""}).find("use \"fp32\""),
+            std::string::npos);
+  EXPECT_EQ(parse_deck(kBase, "t.toml", {"precision.dtype=\"fp16\"",
+                                         "precision.reduce_dtype=\"fp16\""}).precision.reduce_dtype,
+            "fp16");
 }
 
 TEST(Deck, CheckpointKeys) {

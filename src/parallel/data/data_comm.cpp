@@ -12,9 +12,11 @@ DataParallelComm::DataParallelComm(Communicator& data, Arena& grads,
 
 void DataParallelComm::grads_ready_from(std::size_t first_ready) {
   if (data_.size() == 1) return;
+  const std::size_t esz = dtype_size(grads_.dtype());
   for (std::size_t i : readiness_.mark_ready_from(first_ready)) {
     const GradBucket& b = buckets_[i];
-    pending_[i] = data_.iall_reduce(grads_.f32() + b.begin, b.size(), DType::f32, ReduceOp::sum);
+    pending_[i] = data_.iall_reduce(static_cast<char*>(grads_.data()) + b.begin * esz, b.size(),
+                                    grads_.dtype(), ReduceOp::sum);
   }
   // MPI progresses non-blocking collectives inside MPI calls: poke them.
   for (auto& r : pending_) data_.test(r);
@@ -31,7 +33,7 @@ double DataParallelComm::finish() {
 }
 
 void DataParallelComm::reduce_grads_to_root() {
-  if (data_.size() > 1) data_.reduce(grads_.f32(), grads_.numel(), DType::f32, ReduceOp::sum, 0);
+  if (data_.size() > 1) data_.reduce(grads_.data(), grads_.numel(), grads_.dtype(), ReduceOp::sum, 0);
 }
 
 void DataParallelComm::broadcast_params(Arena& params) {

@@ -2,9 +2,9 @@
 
 namespace trident {
 
-Request ZeroComm::reduce_unit(const ZeroUnit& u, float* full, float* slice) {
-  if (u.persistent) return data_.iall_reduce(full, u.size(), DType::f32, ReduceOp::sum);
-  return data_.ireduce_scatter(full, slice, plan_.slice(u), DType::f32, ReduceOp::sum);
+Request ZeroComm::reduce_unit(const ZeroUnit& u, void* full, void* slice, DType t) {
+  if (u.persistent) return data_.iall_reduce(full, u.size(), t, ReduceOp::sum);
+  return data_.ireduce_scatter(full, slice, plan_.slice(u), t, ReduceOp::sum);
 }
 
 Request ZeroComm::gather_unit(const ZeroUnit& u, const void* slice, void* full, DType t) {

@@ -10,9 +10,9 @@ namespace trident {
 class ZeroComm {
  public:
   ZeroComm(Communicator& data, const ZeroPlan& plan) : data_(data), plan_(plan) {}
-  // full: the unit's u.size() gradients; slice: receives this rank's summed
-  // slice (a persistent unit is summed in place in `full`, slice unused).
-  Request reduce_unit(const ZeroUnit& u, float* full, float* slice);
+  // full: the unit's u.size() gradients (of type t); slice: receives this
+  // rank's summed slice (a persistent unit is summed in place in `full`).
+  Request reduce_unit(const ZeroUnit& u, void* full, void* slice, DType t = DType::f32);
   // slice: this rank's u.size()/dp parameters (of type t); full: receives the
   // whole unit. `slice` may be full's own slot for this rank (in place).
   Request gather_unit(const ZeroUnit& u, const void* slice, void* full, DType t = DType::f32);

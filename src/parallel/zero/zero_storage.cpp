@@ -6,14 +6,16 @@ namespace trident {
 
 ZeroStorage::ZeroStorage(int stage, const TensorTable& table, const ZeroPlan& plan,
                          ComputeBackend& backend, MemoryLedger& ledger, Communicator& data,
-                         DType weights)
-    : stage_(stage), weights_(weights), table_(table), plan_(plan), backend_(backend),
+                         DType weights, DType grads)
+    : stage_(stage), weights_(weights), grads_(grads), table_(table), plan_(plan), backend_(backend),
       ledger_(ledger), comm_(data, plan) {
   large_slot_ = large_slot_elements(plan);
   small_slot_ = small_slot_elements(plan);
   if (stage <= 2) p_full_ = Arena(backend, ledger, MemCategory::parameters, table.size(), weights);
   else p_shard_ = Arena(backend, ledger, MemCategory::parameters, plan.shard_size(), weights);
-  if (stage == 1) g_full_ = Arena(backend, ledger, MemCategory::gradients, table.size());
+  if (stage == 1) g_full_ = Arena(backend, ledger, MemCategory::gradients, table.size(), grads);
+  if (stage == 1 && grads != DType::f32)
+    grad_working_ = WorkingCopies(backend, ledger, table, MemCategory::gradients);
   g_shard_ = Arena(backend, ledger, MemCategory::gradients, plan.shard_size());
   auto fill = [&](std::vector<std::unique_ptr<Slot>>& pool, int n, MemCategory cat, DType t) {
     for (int i = 0; i < n; ++i) {
@@ -27,9 +29,15 @@ ZeroStorage::ZeroStorage(int stage, const TensorTable& table, const ZeroPlan& pl
   if (weights != DType::f32) working_ = WorkingCopies(backend, ledger, table);
   if (stage >= 2) {
     fill(g_slots_, kGradSlots, MemCategory::gradients, DType::f32);
-    for (int i = 0; i < kRecvBuffers; ++i)
-      recv_buffers_.emplace_back(backend, ledger, MemCategory::buffers, large_slot_ / plan.dp());
+    if (grads != DType::f32)
+      for (auto& s : g_slots_)
+        s->bits = Arena(backend, ledger, MemCategory::gradients, s->mem.numel(), grads);
   }
+  // Summed slices land here (stage 1 reduce-scatters f32 straight into its slices).
+  if (stage >= 2 || grads != DType::f32)
+    for (int i = 0; i < kRecvBuffers; ++i)
+      recv_buffers_.emplace_back(backend, ledger, MemCategory::buffers, large_slot_ / plan.dp(),
+                                 grads);
 }
 
 std::size_t ZeroStorage::large_slot_elements(const ZeroPlan& plan) {
@@ -90,8 +98,13 @@ float* ZeroStorage::param(const TensorInfo& t) {
 }
 
 float* ZeroStorage::grad(const TensorInfo& t) {
-  if (stage_ == 1) return g_full_.f32() + t.offset;
   const int u = unit_of(t);
+  if (stage_ == 1 && sixteen_grads()) {
+    float* g = grad_working_.find(u);
+    if (!g) throw std::logic_error("ZeRO: gradients of " + t.name + " used before need_grads");
+    return g + (t.offset - plan_.units()[u].begin);
+  }
+  if (stage_ == 1) return g_full_.f32() + t.offset;
   Slot* s = find(g_slots_, u);
   if (!s) throw std::logic_error("ZeRO: gradients of " + t.name + " have no slot");
   return s->mem.f32() + (t.offset - plan_.units()[u].begin);
@@ -166,7 +179,13 @@ void ZeroStorage::done_params(int u) {
 }
 
 void ZeroStorage::need_grads(int u) {
-  if (stage_ == 1 || find(g_slots_, u)) return;
+  if (stage_ == 1) {  // 16-bit: the unit's accumulated gradients as f32, until done_grads
+    if (sixteen_grads() && !grad_working_.find(u))
+      grad_working_.acquire(u, grad_bytes(g_full_, plan_.units()[u].begin), grads_,
+                            plan_.units()[u].size());
+    return;
+  }
+  if (find(g_slots_, u)) return;
   Slot* s = acquire(g_slots_, u);
   backend_.zero(s->mem.data(), plan_.units()[u].size() * sizeof(float));
 }
@@ -174,27 +193,31 @@ void ZeroStorage::need_grads(int u) {
 void ZeroStorage::done_grads(int u, bool last) {
   const ZeroUnit& U = plan_.units()[u];
   if (stage_ == 1) {
+    if (sixteen_grads())
+      grad_working_.write_back_and_release(u, grad_bytes(g_full_, U.begin), grads_, U.size());
     if (!last) return;  // stage 1 accumulates in full gradients: one reduction per step
-    Reduction r{u, nullptr, U.persistent ? nullptr : owned_grads(u), {}};
-    r.req = comm_.reduce_unit(U, g_full_.f32() + U.begin, r.recv);
+    void* recv = U.persistent ? nullptr : sixteen_grads() ? free_recv_buffer() : owned_grads(u);
+    Reduction r{u, nullptr, recv, {}};
+    r.req = comm_.reduce_unit(U, grad_bytes(g_full_, U.begin), r.recv, grads_);
     reductions_.push_back(std::move(r));
     return;
   }
   Slot* s = find(g_slots_, u);
   s->unit = -2 - u;  // reducing: invisible to find(), recycled on completion
-  float* recv = U.persistent ? nullptr : free_recv_buffer();
+  void* recv = U.persistent ? nullptr : free_recv_buffer();
   Reduction r{u, s, recv, {}};
-  r.req = comm_.reduce_unit(U, s->mem.f32(), recv);
+  if (sixteen_grads()) backend_.convert(s->bits.data(), grads_, s->mem.data(), DType::f32, U.size());
+  r.req = comm_.reduce_unit(U, sixteen_grads() ? s->bits.data() : s->mem.data(), recv, grads_);
   reductions_.push_back(std::move(r));
   comm_.test(reductions_.front().req);  // drive progress of the oldest
 }
 
-float* ZeroStorage::free_recv_buffer() {
+void* ZeroStorage::free_recv_buffer() {
   for (;;) {
     for (auto& a : recv_buffers_) {
       bool used = false;
-      for (const auto& r : reductions_) used = used || r.recv == a.f32();
-      if (!used) return a.f32();
+      for (const auto& r : reductions_) used = used || r.recv == a.data();
+      if (!used) return a.data();
     }
     complete_oldest_reduction();  // frees the oldest reduction's buffer
   }
@@ -206,12 +229,21 @@ void ZeroStorage::complete_oldest_reduction() {
   comm_.wait(r.req);
   const ZeroUnit& U = plan_.units()[r.unit];
   float* owned = owned_grads(r.unit);
-  if (stage_ == 1) {
-    if (U.persistent) backend_.copy(owned, g_full_.f32() + U.begin, U.size() * sizeof(float));
-    return;  // partitioned: the reduce-scatter wrote the owned slice directly
+  const std::size_t n = plan_.slice(U);
+  if (stage_ == 1) {  // one reduction per step: the sum is the owned slice
+    if (U.persistent) backend_.convert(owned, DType::f32, grad_bytes(g_full_, U.begin), grads_, n);
+    else if (sixteen_grads()) backend_.convert(owned, DType::f32, r.recv, grads_, n);
+    return;  // f32 partitioned: the reduce-scatter wrote the owned slice directly
   }
-  const float* summed = U.persistent ? r.slot->mem.f32() : r.recv;
-  backend_.add(owned, owned, summed, plan_.slice(U));  // accumulate over micro-batches
+  // 16-bit: the sum is widened into the slot's f32 memory (idle since the
+  // reduction took its 16-bit copy) before it is accumulated.
+  const float* summed = U.persistent ? r.slot->mem.f32() : static_cast<const float*>(r.recv);
+  if (sixteen_grads()) {
+    backend_.convert(r.slot->mem.data(), DType::f32, U.persistent ? r.slot->bits.data() : r.recv,
+                     grads_, n);
+    summed = r.slot->mem.f32();
+  }
+  backend_.add(owned, owned, summed, n);  // accumulate over micro-batches
   r.slot->unit = -1;
 }
 

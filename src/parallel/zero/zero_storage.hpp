@@ -10,7 +10,9 @@
 // Persistent (small) units are whole everywhere and all-reduced.
 // With 16-bit weights the resident parameters (full or slices) are bf16/fp16,
 // stage 3 gathers 16-bit units, and a unit in use is unpacked into an f32
-// working copy (WorkingCopies); gradients and the owned slices stay f32.
+// working copy (WorkingCopies). A 16-bit precision.reduce_dtype reduces
+// gradients in 16 bits (stage 1 also stores its full gradients so, with f32
+// working copies like the weights'); the owned, summed slices stay f32.
 #pragma once
 #include <deque>
 #include <memory>
@@ -38,7 +40,8 @@ class ZeroStorage final : public ModelStorage {
   static std::size_t small_slot_elements(const ZeroPlan& plan);  // any unit but the token embedding
 
   ZeroStorage(int stage, const TensorTable& table, const ZeroPlan& plan, ComputeBackend& backend,
-              MemoryLedger& ledger, Communicator& data, DType weights = DType::f32);
+              MemoryLedger& ledger, Communicator& data, DType weights = DType::f32,
+              DType grads = DType::f32);
   DType param_dtype() const { return weights_; }
   int stage() const { return stage_; }
   const ZeroPlan& plan() const { return plan_; }
@@ -66,6 +69,7 @@ class ZeroStorage final : public ModelStorage {
  private:
   struct Slot {
     Arena mem;
+    Arena bits;  // gradient slots with a 16-bit reduce_dtype: what is reduced
     int unit = -1;
     int users = 0;
     Request pending;  // a gather in flight into this slot
@@ -73,7 +77,7 @@ class ZeroStorage final : public ModelStorage {
   struct Reduction {
     int unit;
     Slot* slot;     // stages 2-3: the gradient slot to recycle afterwards
-    float* recv;    // where the summed slice lands before it is accumulated
+    void* recv;     // where the summed slice lands before it is accumulated
     Request req;
   };
   Slot* find(std::vector<std::unique_ptr<Slot>>& pool, int unit);
@@ -87,11 +91,15 @@ class ZeroStorage final : public ModelStorage {
     return static_cast<char*>(a.data()) + element * dtype_size(weights_);
   }
   void complete_oldest_reduction();
-  float* free_recv_buffer();
+  void* free_recv_buffer();
+  bool sixteen_grads() const { return grads_ != DType::f32; }
+  void* grad_bytes(Arena& a, std::size_t element) {
+    return static_cast<char*>(a.data()) + element * dtype_size(a.dtype());
+  }
   int unit_of(const TensorInfo& t) const { return plan_.unit_of_offset(t.offset); }
 
   int stage_;
-  DType weights_;
+  DType weights_, grads_;
   const TensorTable& table_;
   const ZeroPlan& plan_;
   ComputeBackend& backend_;
@@ -101,7 +109,8 @@ class ZeroStorage final : public ModelStorage {
   Arena p_full_, g_full_, p_shard_, g_shard_;
   std::vector<std::unique_ptr<Slot>> p_slots_, g_slots_;
   std::vector<Arena> recv_buffers_;
-  WorkingCopies working_;  // 16-bit weights only
+  WorkingCopies working_;       // 16-bit weights only
+  WorkingCopies grad_working_;  // stage 1 with 16-bit gradients only
   std::deque<Reduction> reductions_;
 };
 
