@@ -48,8 +48,11 @@ int estimate_command(const EstimateOptions& o) {
                "{} x seq_len {}\n", deck.path, o.world, shape.tp, shape.pp, shape.dp,
                deck.train.micro_batch, m.seq_len);
     const MemoryEstimate base = estimate_memory(deck, shape, 0);
-    fmt::print("model: {:.2f} M parameters (global); bytes per rank below are Trident's fp32 "
-               "arenas, padding and ZeRO slots included\n\n", base.parameters / 1e6);
+    const auto& pr = deck.precision;
+    fmt::print("model: {:.2f} M parameters (global); bytes per rank below are Trident's arenas "
+               "(weights {}, gradients {}{}), padding, ZeRO slots and f32 working copies "
+               "included\n\n", base.parameters / 1e6, pr.dtype, pr.reduce_dtype,
+               pr.dtype == "fp32" ? "" : ", f32 masters");
     fmt::print("{:<8}{:>12}{:>12}{:>12}{:>14}{:>14}{:>12}{:>12}{}\n", "zero", "params", "grads",
                "optimizer", "model state", "activations", "buffers", "peak",
                limit > 0 ? fmt::format("  fits {}", format_bytes(limit)) : "");
