@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "compute/backend.hpp"
+#include "compute/cpu/half_convert.hpp"
 #include "compute/cpu/kernels.hpp"
 #include "core/half.hpp"
 
@@ -52,26 +53,16 @@ class CpuBackend final : public ComputeBackend {
     if (st == dt) {
       std::memcpy(dst, src, n * dtype_size(st));
     } else if (to16) {
-      const float* s = static_cast<const float*>(src);
-      auto* d = static_cast<std::uint16_t*>(dst);
-      const bool bf = dt == DType::bf16;
-#pragma omp parallel for schedule(static) if (n > 65536)
-      for (std::size_t i = 0; i < n; ++i) d[i] = bf ? f32_to_bf16(s[i]) : f32_to_f16(s[i]);
+      cpu::to_16bit(static_cast<std::uint16_t*>(dst), static_cast<const float*>(src), n, dt);
     } else if (from16) {
-      const auto* s = static_cast<const std::uint16_t*>(src);
-      float* d = static_cast<float*>(dst);
-      const bool bf = st == DType::bf16;
-#pragma omp parallel for schedule(static) if (n > 65536)
-      for (std::size_t i = 0; i < n; ++i) d[i] = bf ? bf16_to_f32(s[i]) : f16_to_f32(s[i]);
+      cpu::from_16bit(static_cast<float*>(dst), static_cast<const std::uint16_t*>(src), n, st);
     } else {
       throw std::invalid_argument(fmt::format("convert: {} to {} is not supported",
                                               dtype_name(st), dtype_name(dt)));
     }
   }
   void round_to(float* x, DType t, std::size_t n) override {
-    if (t == DType::f32) return;
-#pragma omp parallel for schedule(static) if (n > 65536)
-    for (std::size_t i = 0; i < n; ++i) x[i] = round_to_dtype(x[i], t);
+    if (t != DType::f32) cpu::round_to_16bit(x, n, t);
   }
 
   void embedding_forward(float* out, const std::int32_t* tok, const float* wte, int lo, int count,
