@@ -5,7 +5,13 @@ namespace trident {
 PipelineComm::PipelineComm(Communicator& pipeline, int chunks) : pipe_(pipeline), chunks_(chunks) {}
 
 int PipelineComm::tag(int mb, int receiver, bool forward) const {
-  return ((mb * chunks_ * stages() + receiver) * 2 + (forward ? 0 : 1)) & 0x3fffffff;
+  // Evaluation numbers its micro-batches -1, -2, ...: they get a tag range of
+  // their own, so an evaluation between pipedream steps, whose stream is never
+  // flushed, cannot take a message still in flight for training.
+  const bool eval = mb < 0;
+  const long long k = eval ? -1LL - mb : mb;
+  const long long t = (k * chunks_ * stages() + receiver) * 2 + (forward ? 0 : 1);
+  return int(t & 0x1fffffff) | (eval ? 0x20000000 : 0);
 }
 
 // The previous virtual stage of (chunk, s) is (chunk, s-1), or the last stage

@@ -5,7 +5,8 @@
 // stage can only wait for something its peer has already sent or will send
 // without waiting on this stage, so no schedule here can deadlock. Tags name
 // the micro-batch, the receiving virtual stage and the direction, so a
-// message is never taken for another.
+// message is never taken for another; evaluation's micro-batches are
+// numbered -1, -2, ... and have tags of their own.
 #pragma once
 #include <vector>
 

@@ -1,0 +1,161 @@
+// One step of the asynchronous pipedream schedule (PipeDream, Narayanan et al.
+// 2019): a continuous 1F1B stream over global micro-batches g = step*m + i.
+// No flush: the forwards a stage runs ahead, with their activations and
+// stashed weights, carry over into the next step. Every backward runs on the
+// weights its forward used (the stash) and is followed at once by this
+// stage's own update: the micro-batch's gradients are summed over the data
+// group, clipped by this stage's norm, and AdamW steps with the step's LR.
+// The tied embedding is untied: the first and last stage each update their
+// own copy with their own gradient (summing them would make the two stages
+// wait for each other after every micro-batch).
+#include <fmt/format.h>
+
+#include <cmath>
+
+#include "core/timer.hpp"
+#include "optim/schedule.hpp"
+#include "train/trainer.hpp"
+
+namespace trident {
+
+void Trainer::audit(int g, bool forward) {
+  if (!audit_on_) return;
+  const std::uint64_t sum = arena_checksum(backend_, chunks_.front().model->params());
+  if (forward) {
+    audit_.at_forward[g] = sum;
+    return;
+  }
+  ++audit_.checked;
+  audit_.mismatched += audit_.at_forward.at(g) != sum;
+  audit_.at_forward.erase(g);
+}
+
+double Trainer::pipedream_forward(ModelChunk& c, int g, float dloss, bool warm_up) {
+  GptModel& m = *c.model;
+  const std::size_t n = m.boundary_elements();
+  // The p - s micro-batches in flight are consecutive: g mod p - s is free.
+  const int slot = g % int(c.busy.size());
+  for (Request& r : c.sends[std::size_t(slot)]) pcomm_.wait(r);  // a send may still read it
+  c.sends[std::size_t(slot)].clear();
+  const int step = g / micro_batches_, i = g % micro_batches_;
+  load(train_data_, window_of(std::uint64_t(step), deck_.train.batch, i * deck_.train.micro_batch));
+  if (!pcomm_.first_virtual(0)) {
+    ScopedTimer timer(times_.comm);
+    TraceScope ts(trace_, fmt::format("recv F{}", g), "recv");
+    pcomm_.recv_forward(m.input_buffer(slot), n, g, 0);
+  }
+  // A warm-up forward's weights change before its backward while its slot is
+  // not yet refilled by restore(): copy them now.
+  if (warm_up) c.stash->keep(g, m.params());
+  audit(g, true);
+  double loss = 0;
+  {
+    ScopedTimer timer(times_.forward);
+    TraceScope ts(trace_, fmt::format("F{}", g), "forward");
+    loss = m.forward(slot, tokens_.data(), targets_.data(), dloss);
+  }
+  if (!pcomm_.last_virtual(0))
+    c.sends[std::size_t(slot)].push_back(pcomm_.send_forward(m.output(slot), n, g, 0));
+  return loss;
+}
+
+double Trainer::pipedream_backward(ModelChunk& c, int g, float lr) {
+  GptModel& m = *c.model;
+  const std::size_t n = m.boundary_elements();
+  const int slot = g % int(c.busy.size());
+  if (!pcomm_.last_virtual(0)) {
+    ScopedTimer timer(times_.comm);
+    TraceScope ts(trace_, fmt::format("recv B{}", g), "recv");
+    pcomm_.recv_backward(m.output_grad_buffer(), n, g, 0);
+  }
+  c.stash->swap_in(g, m.params());
+  audit(g, false);
+  m.grads().zero();
+  {
+    ScopedTimer timer(times_.backward);
+    TraceScope ts(trace_, fmt::format("B{}", g), "backward");
+    m.backward(slot, [&c](std::size_t off) { c.dp_comm->grads_ready_from(off); }, true);
+  }
+  if (!pcomm_.first_virtual(0))
+    c.sends[std::size_t(slot)].push_back(pcomm_.send_backward(m.input_grad(slot), n, g, 0));
+  c.stash->restore(g, m.params());
+  // The update is not pipeline work: its time is kept out of the bubble.
+  const double t0 = now_seconds();
+  struct Excluded {
+    double& total;
+    double t0;
+    ~Excluded() { total += now_seconds() - t0; }
+  } excluded{update_seconds_, t0};
+  {
+    ScopedTimer timer(times_.comm);
+    TraceScope ts(trace_, "all-reduce", "allreduce");
+    c.dp_comm->finish();
+  }
+  ScopedTimer timer(times_.optimizer);
+  TraceScope ts(trace_, "optimizer", "optimizer");
+  // This stage's norm: every tensor here is its own (wte included, untied);
+  // tensors replicated over the tensor group count once.
+  const bool tp_root = grid_.coord().tp == 0;
+  double ss = 0;
+  for (const TensorInfo& t : m.param_table().tensors())
+    if (t.split_dim >= 0 || tp_root) ss += backend_.sum_squares(m.grads().f32(t), t.numel);
+  if (grid_.tensor().size() > 1) grid_.tensor().all_reduce(&ss, 1, DType::f64, ReduceOp::sum);
+  const double clip = deck_.train.grad_clip, norm = std::sqrt(ss);
+  if (clip > 0 && clip / (norm + 1e-6) < 1.0)
+    backend_.scale(m.grads().f32(), float(clip / (norm + 1e-6)), m.grads().numel());
+  c.optimizer->step(m.params(), m.grads(), lr);
+  return ss;
+}
+
+StepStats Trainer::pipedream_step(int step) {
+  const double t0 = now_seconds();
+  const auto& t = deck_.train;
+  ModelChunk& c = chunks_.front();
+  StepStats s;
+  s.step = step;
+  s.lr = lr_at(step, t.steps, t.warmup, t.lr, t.min_lr);
+  // Each micro-batch is one update: its tokens' losses are averaged over the
+  // dp * micro_batch sequences the data group sums.
+  const float dloss =
+      1.0f / float(std::int64_t(grid_.shape().dp) * t.micro_batch * deck_.model.seq_len);
+  const auto actions = pipedream_actions(grid_.shape().pp, grid_.coord().pp, micro_batches_, step,
+                                         !stream_started_, (long long)t.steps * micro_batches_);
+  const int ahead = pipedream_in_flight(grid_.shape().pp, grid_.coord().pp) - 1;
+  const bool warming = !stream_started_;
+  stream_started_ = true;
+  double sums[2] = {0, 0};  // loss, the step's last gradient sum of squares
+  int forwards = 0;
+  for (const PipelineAction& a : actions) {
+    if (a.forward)
+      sums[0] += pipedream_forward(c, a.micro_batch, dloss, warming && forwards++ < ahead);
+    else
+      sums[1] = pipedream_backward(c, a.micro_batch, float(s.lr));
+  }
+  times_.pipeline += now_seconds() - t0 - update_seconds_;
+  update_seconds_ = 0;
+  {
+    ScopedTimer timer(times_.comm);
+    // Only the last stage computed the loss; the norm is over every stage.
+    if (grid_.pipeline().size() > 1)
+      grid_.pipeline().all_reduce(sums, 2, DType::f64, ReduceOp::sum);
+    grid_.data().all_reduce(&sums[0], 1, DType::f64, ReduceOp::sum);
+  }
+  s.loss = sums[0] / (double(t.batch) * deck_.model.seq_len);
+  s.grad_norm = std::sqrt(sums[1]);
+  // Between steps the forwards run ahead occupy all slots but the last
+  // backward's: evaluation uses that one. Its sends were received this step
+  // (the reduction above is passed once every stage is done with it), and at
+  // the run's last step so were all others: waiting for them cannot block.
+  const int in_flight = int(c.busy.size());
+  eval_slot_ = int(((long long)(step + 1) * micro_batches_ - 1) % in_flight);
+  for (int k = 0; k < in_flight; ++k) {
+    if (k != eval_slot_ && step + 1 < t.steps) continue;
+    for (Request& r : c.sends[std::size_t(k)]) pcomm_.wait(r);
+    c.sends[std::size_t(k)].clear();
+  }
+  backend_.synchronize();
+  s.seconds = now_seconds() - t0;
+  return s;
+}
+
+}  // namespace trident
