@@ -22,8 +22,9 @@ class AdamW {
   AdamW(const TensorTable& table, ComputeBackend& backend, MemoryLedger& ledger, AdamWConfig cfg);
   // With 16-bit weights: take the masters from the (not yet rounded) parameters.
   void init_masters(const Arena& params);
-  // One update of every tensor in the table; the step count advances by one.
-  void step(Arena& params, const Arena& grads, float lr);
+  // One update of every tensor in the table but `frozen` (a copy another rank
+  // owns: pipedream's last-stage tied embedding); the step count advances by one.
+  void step(Arena& params, const Arena& grads, float lr, const TensorInfo* frozen = nullptr);
   std::int64_t steps_taken() const { return t_; }
   void set_steps_taken(std::int64_t t) { t_ = t; }  // restoring a checkpoint
   Arena& first_moment() { return m_; }

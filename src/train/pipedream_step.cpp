@@ -5,9 +5,13 @@
 // weights its forward used (the stash) and is followed at once by this
 // stage's own update: the micro-batch's gradients are summed over the data
 // group, clipped by this stage's norm, and AdamW steps with the step's LR.
-// The tied embedding is untied: the first and last stage each update their
-// own copy with their own gradient (summing them would make the two stages
-// wait for each other after every micro-batch).
+// The tied embedding stays tied without the two end stages ever waiting for
+// each other mid-step: stage 0 owns it and updates it with the whole gradient,
+// its own plus the head's share, which the last stage sends after each
+// backward (it has always arrived: the last stage's backward of g precedes
+// stage 0's). The last stage's copy is frozen in its optimizer and refreshed
+// from stage 0's at each step's end, so the head runs on the embedding as of
+// the last step boundary.
 #include <fmt/format.h>
 
 #include <cmath>
@@ -28,6 +32,29 @@ void Trainer::audit(int g, bool forward) {
   ++audit_.checked;
   audit_.mismatched += audit_.at_forward.at(g) != sum;
   audit_.at_forward.erase(g);
+}
+
+void Trainer::pass_head_grad(ModelChunk& c, int g) {
+  if (!grid_.embedding()) return;
+  GptModel& m = *c.model;
+  const TensorInfo& wte = m.param_table().at("wte");
+  ScopedTimer timer(times_.comm);
+  if (pcomm_.first_virtual(0)) {  // after the data group's sum, as the synchronous tie does
+    pcomm_.recv_head_grad(c.head_grad_in.f32(), wte.numel, g);
+    backend_.add(m.grads().f32(wte), m.grads().f32(wte), c.head_grad_in.f32(), wte.numel);
+    return;
+  }
+  const std::size_t k = std::size_t(g) % c.head_grads_out.size();
+  pcomm_.wait(c.head_sends[k]);  // taken by stage 0 p micro-batches ago
+  backend_.copy(c.head_grads_out[k].data(), m.grads().f32(wte), wte.numel * sizeof(float));
+  c.head_sends[k] = pcomm_.send_head_grad(c.head_grads_out[k].f32(), wte.numel, g);
+}
+
+void Trainer::refresh_head(ModelChunk& c) {
+  Communicator* ends = grid_.embedding();
+  if (!ends) return;
+  const TensorInfo& wte = c.model->param_table().at("wte");
+  ends->broadcast(c.model->params().f32(wte), wte.numel, DType::f32, 0);  // stage 0 is rank 0
 }
 
 double Trainer::pipedream_forward(ModelChunk& c, int g, float dloss, bool warm_up) {
@@ -91,19 +118,22 @@ double Trainer::pipedream_backward(ModelChunk& c, int g, float lr) {
     TraceScope ts(trace_, "all-reduce", "allreduce");
     c.dp_comm->finish();
   }
+  pass_head_grad(c, g);
   ScopedTimer timer(times_.optimizer);
   TraceScope ts(trace_, "optimizer", "optimizer");
-  // This stage's norm: every tensor here is its own (wte included, untied);
-  // tensors replicated over the tensor group count once.
+  // This stage's norm: the last stage's copy of the embedding is stage 0's
+  // (not primary); tensors replicated over the tensor group count once.
   const bool tp_root = grid_.coord().tp == 0;
   double ss = 0;
   for (const TensorInfo& t : m.param_table().tensors())
-    if (t.split_dim >= 0 || tp_root) ss += backend_.sum_squares(m.grads().f32(t), t.numel);
+    if (t.primary && (t.split_dim >= 0 || tp_root))
+      ss += backend_.sum_squares(m.grads().f32(t), t.numel);
   if (grid_.tensor().size() > 1) grid_.tensor().all_reduce(&ss, 1, DType::f64, ReduceOp::sum);
   const double clip = deck_.train.grad_clip, norm = std::sqrt(ss);
   if (clip > 0 && clip / (norm + 1e-6) < 1.0)
     backend_.scale(m.grads().f32(), float(clip / (norm + 1e-6)), m.grads().numel());
-  c.optimizer->step(m.params(), m.grads(), lr);
+  const bool head_copy = grid_.embedding() && !pcomm_.first_virtual(0);
+  c.optimizer->step(m.params(), m.grads(), lr, head_copy ? &m.param_table().at("wte") : nullptr);
   return ss;
 }
 
@@ -140,6 +170,7 @@ StepStats Trainer::pipedream_step(int step) {
       grid_.pipeline().all_reduce(sums, 2, DType::f64, ReduceOp::sum);
     grid_.data().all_reduce(&sums[0], 1, DType::f64, ReduceOp::sum);
   }
+  refresh_head(c);
   s.loss = sums[0] / (double(t.batch) * deck_.model.seq_len);
   s.grad_norm = std::sqrt(sums[1]);
   // Between steps the forwards run ahead occupy all slots but the last
@@ -153,6 +184,8 @@ StepStats Trainer::pipedream_step(int step) {
     for (Request& r : c.sends[std::size_t(k)]) pcomm_.wait(r);
     c.sends[std::size_t(k)].clear();
   }
+  if (step + 1 >= t.steps)
+    for (Request& r : c.head_sends) pcomm_.wait(r);
   backend_.synchronize();
   s.seconds = now_seconds() - t0;
   return s;

@@ -41,9 +41,17 @@ Trainer::Trainer(const Deck& deck, Grid& grid, ComputeBackend& backend, MemoryLe
     build_chunk(ch, ledger, max_in_flight(actions_, c));
   }
   if (schedule_ == ScheduleKind::pipedream) {  // one chunk, full storage (the deck checks)
-    GptModel& m = *chunks_.front().model;
-    chunks_.front().stash = std::make_unique<WeightStash>(
-        backend_, ledger, m.params().numel(), pipedream_in_flight(p, s) - 1, m.params().dtype());
+    ModelChunk& ch = chunks_.front();
+    GptModel& m = *ch.model;
+    ch.stash = std::make_unique<WeightStash>(backend_, ledger, m.params().numel(),
+                                             pipedream_in_flight(p, s) - 1, m.params().dtype());
+    if (grid.embedding()) {  // the last stage runs at most p micro-batches ahead of stage 0
+      const std::size_t n = m.param_table().at("wte").numel;
+      for (int k = 0; k < (s == 0 ? 0 : p); ++k)
+        ch.head_grads_out.emplace_back(backend_, ledger, MemCategory::buffers, n);
+      ch.head_sends.resize(ch.head_grads_out.size());
+      if (s == 0) ch.head_grad_in = Arena(backend_, ledger, MemCategory::buffers, n);
+    }
   }
   adopt_parameters_as_masters();
   const std::size_t bt = std::size_t(deck.train.micro_batch) * deck.model.seq_len;

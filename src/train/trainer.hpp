@@ -59,6 +59,12 @@ struct ModelChunk {
   std::vector<bool> busy;                     // per slot
   int backwards_left = 0;                     // in this step's schedule
   std::unique_ptr<WeightStash> stash;         // pipedream
+  // pipedream with a tied embedding: the last stage's head gradients on their
+  // way to stage 0 (one per micro-batch stage 0 may not have taken yet), and
+  // stage 0's landing buffer.
+  std::vector<Arena> head_grads_out;
+  std::vector<Request> head_sends;
+  Arena head_grad_in;
 };
 
 // Tests: did each pipedream backward see the weights its forward saw?
@@ -113,6 +119,8 @@ class Trainer {
   double pipedream_forward(ModelChunk& c, int g, float dloss, bool warm_up);  // its loss sum
   double pipedream_backward(ModelChunk& c, int g, float lr);  // the gradients' sum of squares
   void audit(int g, bool forward);
+  void pass_head_grad(ModelChunk& c, int g);
+  void refresh_head(ModelChunk& c);
   int acquire_slot(ModelChunk& c, int mb);
   void release_slot(ModelChunk& c, int mb);
   void sum_tied_embedding();

@@ -36,4 +36,13 @@ Request PipelineComm::send_backward(const float* buf, std::size_t n, int mb, int
   return pipe_.isend(buf, n, DType::f32, prev, tag(mb, virtual_stage(chunk) - 1, false));
 }
 
+// Receiver "virtual stage" V = stages * chunks, which no activation goes to.
+Request PipelineComm::send_head_grad(const float* buf, std::size_t n, int mb) {
+  return pipe_.isend(buf, n, DType::f32, 0, tag(mb, chunks_ * stages(), false));
+}
+
+void PipelineComm::recv_head_grad(float* buf, std::size_t n, int mb) {
+  pipe_.recv(buf, n, DType::f32, stages() - 1, tag(mb, chunks_ * stages(), false));
+}
+
 }  // namespace trident

@@ -26,6 +26,10 @@ class PipelineComm {
   Request send_forward(const float* buf, std::size_t n, int mb, int chunk);
   void recv_backward(float* buf, std::size_t n, int mb, int chunk);
   Request send_backward(const float* buf, std::size_t n, int mb, int chunk);
+  // pipedream: the LM head's share of the tied embedding's gradient of
+  // micro-batch mb, from the last stage to the first (which owns the embedding).
+  Request send_head_grad(const float* buf, std::size_t n, int mb);
+  void recv_head_grad(float* buf, std::size_t n, int mb);
   void wait(Request& r) { pipe_.wait(r); }
 
  private:
