@@ -1,7 +1,9 @@
 // The asynchronous pipedream schedule (1F1B with weight stashing): on one
 // stage it is serial training; at pp 2 and 4 the loss falls and stays within
 // kBand of the serial run's (it is not serial training: stage s computes its
-// gradients on weights p - s - 1 updates old); every stage holds one weight
+// gradients on weights p - s - 1 updates old), also with 4 micro-batches per
+// step and with dp 2 or tp 2 inside the stages, and the tied embedding's two
+// copies agree after every step; every stage holds one weight
 // version per micro-batch in flight (p - s), and every backward ran on the
 // weights its forward used, which fails with the stash switched off;
 // combinations it does not support fail in the deck. PipeRun with 4 ranks.
@@ -26,8 +28,13 @@ namespace {
 
 constexpr int kSteps = 30;
 // Largest relative loss difference to the serial run, per step, at pp 2 and 4
-// with one micro-batch per step (measured worst: see the README).
+// with one micro-batch per step. Measured worst: 0.010 (pp=2, also with dp=2
+// or tp=2 inside), 0.024 (pp=4).
 constexpr double kBand = 0.05;
+// With m = 4 updates per step, over 5-step means, against pipedream on one
+// stage (the same updates without staleness). Measured worst: 0.118 at pp=2
+// (its one spiked step falls in a window), 0.054 at pp=4.
+constexpr double kWindowBand = 0.15;
 
 const std::string& shard_dir() {
   static const std::string dir = trident::testing::rank_shard_dir("pd", 40000);
@@ -47,6 +54,7 @@ struct PipeRun {
   std::vector<double> losses;
   int copies = 0, peak_versions = 0, slots = 0;
   WeightAudit audit;
+  bool ends_agree = true;  // the first and last stage's embedding copies, bit for bit
 };
 
 PipeRun train(MPI_Comm comm, const std::vector<std::string>& sets, bool stash = true) {
@@ -66,6 +74,13 @@ PipeRun train(MPI_Comm comm, const std::vector<std::string>& sets, bool stash = 
   if (c.stash) run.copies = c.stash->copies(), run.peak_versions = c.stash->peak_versions();
   run.slots = int(c.busy.size());
   run.audit = tr.weight_audit();
+  if (Communicator* ends = grid.embedding()) {
+    const TensorInfo& wte = c.model->param_table().at("wte");
+    std::vector<float> mine(c.model->params().f32(wte), c.model->params().f32(wte) + wte.numel);
+    std::vector<float> first = mine;
+    ends->broadcast(first.data(), first.size(), DType::f32, 0);
+    run.ends_agree = first == mine;
+  }
   return run;
 }
 
@@ -101,6 +116,57 @@ TEST(PipeDream, OneStageIsSerialAndMoreStagesStayNearIt) {
                   serial.losses.front(), serial.losses.back());
     MPI_Comm_free(&comm);
   }
+}
+
+// Compares means over windows of `window` steps: with one-sequence updates a
+// hard window of text can spike one step's loss, in any run, at a step that
+// staleness shifts; the windows compare the trend.
+void expect_band(const PipeRun& run, const PipeRun& ref, double band, std::size_t window,
+                 const std::string& what, MPI_Comm comm) {
+  double worst = 0;
+  const std::size_t n = ref.losses.size();
+  for (std::size_t s = 0; s + window <= n; s += window) {
+    const double a = mean(run.losses, s, s + window), b = mean(ref.losses, s, s + window);
+    worst = std::max(worst, std::abs(a - b) / b);
+    EXPECT_LE(std::abs(a - b) / b, band) << what << " steps " << s << "+" << window;
+  }
+  EXPECT_LT(mean(run.losses, n - 5, n), 0.8 * mean(run.losses, 0, 5)) << what;
+  EXPECT_TRUE(run.ends_agree) << what << ": the embedding copies differ";
+  int r = 0;
+  MPI_Comm_rank(comm, &r);
+  if (r == 0)
+    std::printf("%s: worst relative loss difference (%zu-step means) %.2e; loss %.4f -> %.4f (reference %.4f -> "
+                "%.4f)\n", what.c_str(), window, worst, run.losses.front(), run.losses.back(),
+                ref.losses.front(), ref.losses.back());
+}
+
+TEST(PipeDream, ManyMicroBatchesAndOtherLayoutsStayNearTheirReference) {
+  // m = 4 updates per step: the reference is pipedream on one stage, the same
+  // updates without staleness.
+  const std::vector<std::string> m4 = {"parallel.schedule=\"pipedream\"", "train.batch=4"};
+  const PipeRun ref = train(MPI_COMM_SELF, m4);
+  for (int pp : {2, 4}) {
+    if (pp > world_size()) continue;
+    MPI_Comm comm = first_ranks(pp);
+    if (comm == MPI_COMM_NULL) continue;
+    std::vector<std::string> sets = m4;
+    sets.push_back(fmt::format("parallel.pp={}", pp));
+    expect_band(train(comm, sets), ref, kWindowBand, 5, fmt::format("pp={} m=4", pp), comm);
+    MPI_Comm_free(&comm);
+  }
+  if (world_size() < 4) return;
+  MPI_Comm comm = first_ranks(4);
+  if (comm == MPI_COMM_NULL) return;
+  // dp 2 and tp 2 inside the stages: one micro-batch per step per data rank.
+  const PipeRun serial2 = train(MPI_COMM_SELF, {"train.batch=2"});
+  for (const char* inner : {"parallel.dp=2", "parallel.tp=2"}) {
+    const bool dp = std::string(inner) == "parallel.dp=2";
+    const PipeRun run = train(comm, {"parallel.schedule=\"pipedream\"", "parallel.pp=2", inner,
+                                     dp ? "train.batch=2" : "train.batch=1"});
+    expect_band(run, dp ? serial2 : train(MPI_COMM_SELF, {}), kBand, 1,
+                fmt::format("pp=2 {}", inner), comm);
+  }
+  MPI_Comm_free(&comm);
 }
 
 TEST(PipeDream, EachStageHoldsOneWeightVersionPerMicroBatchInFlight) {

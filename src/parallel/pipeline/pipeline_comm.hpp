@@ -5,8 +5,8 @@
 // stage can only wait for something its peer has already sent or will send
 // without waiting on this stage, so no schedule here can deadlock. Tags name
 // the micro-batch, the receiving virtual stage and the direction, so a
-// message is never taken for another; evaluation's micro-batches are
-// numbered -1, -2, ... and have tags of their own.
+// message is never taken for another; evaluation's micro-batches (numbered
+// -1, -2, ...) and pipedream's head gradients have tag spaces of their own.
 #pragma once
 #include <vector>
 
@@ -34,7 +34,10 @@ class PipelineComm {
 
  private:
   int virtual_stage(int chunk) const { return chunk * stages() + stage(); }
-  int tag(int mb, int receiver_virtual_stage, bool forward) const;
+  // Tag spaces (the top bits): training's activations and gradients,
+  // evaluation's, and pipedream's head gradients to stage 0.
+  static constexpr int kTrainTags = 0, kEvalTags = 1, kHeadTags = 2;
+  int tag(int mb, int receiver_virtual_stage, bool forward, int space = kTrainTags) const;
   Communicator& pipe_;
   int chunks_;
 };
