@@ -61,9 +61,12 @@ MemoryEstimate estimate_memory(const Deck& deck, const GridShape& shape, int sta
     const double n = double(table.size());
     if (stage == 0) {
       at(MemCategory::parameters) += n * f;
-      // pipedream: stage 0 stashes the weights of its pp - 1 forwards ahead.
-      if (deck.parallel.schedule == "pipedream")
+      // pipedream: stage 0 stashes the weights of its pp - 1 forwards ahead,
+      // and receives the head's embedding gradients in a buffer of their own.
+      if (deck.parallel.schedule == "pipedream") {
         at(MemCategory::parameters) += (shape.pp - 1) * n * f;
+        if (shape.pp > 1) at(MemCategory::buffers) += double(table.at("wte").numel) * f;
+      }
       at(MemCategory::gradients) += n * f;
       at(MemCategory::optimizer) += 2 * n * f;  // rank 0 updates in both dp modes
     } else {

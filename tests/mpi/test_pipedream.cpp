@@ -55,6 +55,7 @@ struct PipeRun {
   int copies = 0, peak_versions = 0, slots = 0;
   WeightAudit audit;
   bool ends_agree = true;  // the first and last stage's embedding copies, bit for bit
+  double param_bytes = 0, live_bytes = 0;  // parameters on the ledger, the live arena
 };
 
 PipeRun train(MPI_Comm comm, const std::vector<std::string>& sets, bool stash = true) {
@@ -73,6 +74,8 @@ PipeRun train(MPI_Comm comm, const std::vector<std::string>& sets, bool stash = 
   for (int s = 0; s < d.train.steps; ++s) run.losses.push_back(tr.step(s).loss);
   if (c.stash) run.copies = c.stash->copies(), run.peak_versions = c.stash->peak_versions();
   run.slots = int(c.busy.size());
+  run.param_bytes = double(ledger.peak(MemCategory::parameters));
+  run.live_bytes = double(c.model->params().bytes());
   run.audit = tr.weight_audit();
   if (Communicator* ends = grid.embedding()) {
     const TensorInfo& wte = c.model->param_table().at("wte");
@@ -181,6 +184,7 @@ TEST(PipeDream, EachStageHoldsOneWeightVersionPerMicroBatchInFlight) {
     EXPECT_EQ(run.slots, pp - s) << "activations in flight, stage " << s;
     EXPECT_EQ(run.peak_versions, pp - s) << "weight versions, stage " << s;
     EXPECT_EQ(run.copies, pp - s - 1) << "stashed copies beside the live weights, stage " << s;
+    EXPECT_EQ(run.param_bytes, (pp - s) * run.live_bytes) << "parameter bytes, stage " << s;
     std::printf("pp=%d stage %d: %d micro-batches in flight, %d weight versions (%d stashed)\n",
                 pp, s, run.slots, run.peak_versions, run.copies);
     MPI_Comm_free(&comm);
@@ -204,6 +208,9 @@ TEST(PipeDream, EveryBackwardRunsOnTheWeightsOfItsForward) {
   const PipeRun bare = train(comm, sets, false);
   if (s < pp - 1) EXPECT_GT(bare.audit.mismatched, 0) << "stage " << s;
   else EXPECT_EQ(bare.audit.mismatched, 0);
+  std::printf("stage %d: %d of %d backwards on their forward's weights with the stash, %d "
+              "without\n", s, stashed.audit.checked - stashed.audit.mismatched,
+              stashed.audit.checked, bare.audit.checked - bare.audit.mismatched);
   MPI_Comm_free(&comm);
 }
 
