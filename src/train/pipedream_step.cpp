@@ -191,4 +191,22 @@ StepStats Trainer::pipedream_step(int step) {
   return s;
 }
 
+void Trainer::stop_stream(int done) {
+  if (schedule_ != ScheduleKind::pipedream || !stream_started_) return;
+  ModelChunk& c = chunks_.front();
+  GptModel& m = *c.model;
+  // Stage s - 1 ran one forward further ahead than stage s has taken: g =
+  // done*m + p - s - 1, bound for the slot the step left free.
+  const int p = grid_.shape().pp, s = grid_.coord().pp;
+  const long long g = (long long)done * micro_batches_ + (p - s - 1);
+  if (s > 0 && g < (long long)deck_.train.steps * micro_batches_)
+    pcomm_.recv_forward(m.input_buffer(eval_slot_), m.boundary_elements(), int(g), 0);
+  for (auto& slot_sends : c.sends) {
+    for (Request& r : slot_sends) pcomm_.wait(r);
+    slot_sends.clear();
+  }
+  for (Request& r : c.head_sends) pcomm_.wait(r);
+  stream_started_ = false;  // a later step warms up again
+}
+
 }  // namespace trident

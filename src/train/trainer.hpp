@@ -81,6 +81,9 @@ class Trainer {
 
   StepStats step(int step);
   double evaluate();  // mean validation loss over train.eval_sequences (collective)
+  // A run stopping before train.steps (a signal), after `done` steps: pipedream
+  // takes the forwards sent ahead so every send completes. Others: nothing.
+  void stop_stream(int done);
 
   // The first (usually only) chunk's model and ZeRO parts.
   GptModel& model() { return *chunks_.front().model; }
