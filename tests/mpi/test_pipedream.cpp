@@ -2,7 +2,7 @@
 // stage it is serial training; at pp 2 and 4 the loss falls and stays within
 // kBand of the serial run's (it is not serial training: stage s computes its
 // gradients on weights p - s - 1 updates old), also with 4 micro-batches per
-// step and with dp 2 or tp 2 inside the stages, and the tied embedding's two
+// step, with dp 2 or tp 2 inside the stages and in bf16, and the tied embedding's two
 // copies agree after every step; every stage holds one weight
 // version per micro-batch in flight (p - s), and every backward ran on the
 // weights its forward used, which fails with the stash switched off;
@@ -162,6 +162,15 @@ TEST(PipeDream, ManyMicroBatchesAndOtherLayoutsStayNearTheirReference) {
     sets.push_back(fmt::format("parallel.pp={}", pp));
     expect_band(train(comm, sets), ref, kWindowBand, 5, fmt::format("pp={} m=4", pp), comm);
     MPI_Comm_free(&comm);
+  }
+  {  // bf16: the last stage's frozen embedding copy follows stage 0's through its master
+    MPI_Comm comm = first_ranks(2);
+    if (comm != MPI_COMM_NULL) {
+      const std::string bf16 = "precision.dtype=\"bf16\"";
+      expect_band(train(comm, {"parallel.schedule=\"pipedream\"", "parallel.pp=2", bf16}),
+                  train(MPI_COMM_SELF, {bf16}), kBand, 1, "pp=2 bf16", comm);
+      MPI_Comm_free(&comm);
+    }
   }
   if (world_size() < 4) return;
   MPI_Comm comm = first_ranks(4);
