@@ -6,7 +6,8 @@
 // copies agree after every step; every stage holds one weight
 // version per micro-batch in flight (p - s), and every backward ran on the
 // weights its forward used, which fails with the stash switched off;
-// evaluating between steps does not disturb the stream;
+// evaluating between steps does not disturb the stream; the stream's schedule
+// runs every micro-batch once with p - s in flight;
 // combinations it does not support fail in the deck. PipeRun with 4 ranks.
 #include <gtest/gtest.h>
 #include <mpi.h>
@@ -255,6 +256,43 @@ TEST(PipeDream, EvaluationBetweenStepsLeavesTheStreamAlone) {
   ASSERT_EQ(evaluated.val_losses.size(), 6u);
   EXPECT_LT(evaluated.val_losses.back(), evaluated.val_losses.front());
   MPI_Comm_free(&comm);
+}
+
+TEST(PipeDream, TheStreamRunsEveryMicroBatchOnceWithPMinusSInFlight) {
+  for (int p : {1, 2, 4}) {
+    for (int m : {1, 3, 8}) {
+      for (int s = 0; s < p; ++s) {
+        const int steps = 5;
+        const long long end = (long long)steps * m;
+        std::vector<int> forwards, backwards;
+        int live = 0, peak = 0;
+        for (int step = 0; step < steps; ++step) {
+          std::vector<int> last_stage_forwards;
+          for (const PipelineAction& a : pipedream_actions(p, s, m, step, step == 0, end)) {
+            if (a.forward) {
+              if (s == p - 1) last_stage_forwards.push_back(a.micro_batch);
+              forwards.push_back(a.micro_batch), ++live;
+            } else {
+              // Its forward ran before, on this stage.
+              EXPECT_NE(std::find(forwards.begin(), forwards.end(), a.micro_batch), forwards.end());
+              backwards.push_back(a.micro_batch), --live;
+            }
+            peak = std::max(peak, live);
+          }
+          if (s == p - 1) {  // the last stage's forwards are exactly the step's micro-batches
+            std::vector<int> own(m);
+            for (int i = 0; i < m; ++i) own[i] = step * m + i;
+            EXPECT_EQ(last_stage_forwards, own);
+          }
+        }
+        std::vector<int> all(end);
+        for (int g = 0; g < end; ++g) all[g] = g;
+        EXPECT_EQ(forwards, all) << "p=" << p << " m=" << m << " s=" << s;
+        EXPECT_EQ(backwards, all) << "p=" << p << " m=" << m << " s=" << s;
+        EXPECT_EQ(peak, std::min<long long>(pipedream_in_flight(p, s), end));
+      }
+    }
+  }
 }
 
 TEST(PipeDream, UnsupportedCombinationsFailInTheDeck) {
