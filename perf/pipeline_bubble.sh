@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Pipeline bubble: measured idle fraction (1 - (forward + backward) / schedule
 # wall time, every rank) against theory, (p-1)/(m+p-1) for gpipe and 1f1b and
-# (p-1)/(v*m+p-1) for interleaved, for a few (p, m).
+# (p-1)/(v*m+p-1) for interleaved, for a few (p, m); and pipedream, whose
+# theory is 0 (never flushed): its row shows what the per-step loss reduction
+# and the per-micro-batch updates leave idle (no ratio).
 #   usage: perf/pipeline_bubble.sh [DECK] [P...]
 # Give each rank its own core (p <= cores): with shared cores a waiting rank
 # also waits for CPU and the measurement is meaningless.
@@ -15,7 +17,7 @@ echo "machine: $(nproc) cores; deck $deck (d_model 256, 8 layers, micro_batch 1)
 printf '%-3s %-12s %-3s %-3s %10s %10s %8s\n' p schedule m v measured theory ratio
 for p in $pps; do
   for m in $p $((2 * p)) $((4 * p)); do
-    for sched in gpipe 1f1b interleaved; do
+    for sched in gpipe 1f1b interleaved pipedream; do
       v=1; [ "$sched" = interleaved ] && v=2
       out=$(mpirun -np "$p" --bind-to core "$bin" train "$deck" --set parallel.pp="$p" \
         --set parallel.schedule="$sched" --set parallel.virtual_stages="$v" --set model.layers=8 \
@@ -25,7 +27,7 @@ for p in $pps; do
       line=$(grep '^pipeline bubble' <<<"$out")
       meas=$(sed -E 's/.*measured ([0-9.]+)%.*/\1/' <<<"$line")
       theo=$(sed -E 's/.*theory ([0-9.]+)%.*/\1/' <<<"$line")
-      ratio=$(python3 -c "print(f'{float($meas)/max(float($theo),1e-9):.2f}')")
+      ratio=$(python3 -c "t = float($theo); print(f'{float($meas)/t:.2f}' if t > 0 else '-')")
       printf '%-3s %-12s %-3s %-3s %9s%% %9s%% %8s\n' "$p" "$sched" "$m" "$v" "$meas" "$theo" "$ratio"
     done
   done

@@ -48,9 +48,12 @@ void print_banner(const Deck& deck, Grid& grid, const ComputeBackend& backend,
              m.layers, m.d_model, m.heads, m.seq_len, m.vocab, gpt_num_parameters(m) / 1e6,
              gpt_flops_per_token(m) / 1e6);
   fmt::print("train: {} steps, batch {} x {} tokens = {} tokens/step, micro_batch {} "
-             "({} accumulation steps), lr {:g} (warmup {}, min {:g})\n",
+             "({} {}), lr {:g} (warmup {}, min {:g})\n",
              t.steps, t.batch, m.seq_len, std::int64_t(t.batch) * m.seq_len, t.micro_batch,
-             t.batch / (grid.shape().dp * t.micro_batch), t.lr, t.warmup, t.min_lr);
+             t.batch / (grid.shape().dp * t.micro_batch),
+             // pipedream updates after every micro-batch instead of accumulating
+             deck.parallel.schedule == "pipedream" ? "updates per step" : "accumulation steps",
+             t.lr, t.warmup, t.min_lr);
   const auto& pr = deck.precision;
   const bool partitioned = t.recompute == "full" && t.partition_activations &&
                            grid.shape().tp > 1 && !deck.parallel.sequence_parallel;
@@ -173,6 +176,7 @@ int train(const TrainOptions& o, Communicator& boot) {
       metrics.write(rec);
     }
     if (checkpoints.after_step(step + 1)) {  // a stop signal: saved, now exit cleanly
+      trainer.stop_stream(step + 1);
       if (grid.is_root()) fmt::print("{}\n", checkpoints.stop_message());
       return kExitOk;
     }

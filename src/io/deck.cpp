@@ -148,10 +148,10 @@ void read_rest(DeckReader& r, Deck& d) {
   r.get("parallel", "partition", p.partition);
   r.get("parallel", "p2p_gbps", p.p2p_gbps);
   r.require(p.schedule == "naive" || p.schedule == "gpipe" || p.schedule == "1f1b" ||
-                p.schedule == "interleaved",
+                p.schedule == "interleaved" || p.schedule == "pipedream",
             "parallel", "schedule",
-            fmt::format("= \"{}\" is not a schedule; use \"naive\", \"gpipe\", \"1f1b\" or "
-                        "\"interleaved\"", p.schedule));
+            fmt::format("= \"{}\" is not a schedule; use \"naive\", \"gpipe\", \"1f1b\", "
+                        "\"interleaved\" or \"pipedream\"", p.schedule));
   r.require(p.partition == "uniform" || p.partition == "parameters" || p.partition == "profile",
             "parallel", "partition",
             fmt::format("= \"{}\" is not a partition; use \"uniform\", \"parameters\" or "
@@ -173,6 +173,23 @@ void read_rest(DeckReader& r, Deck& d) {
   r.require(d.zero.persistence_threshold >= 0, "zero", "persistence_threshold", "must be >= 0");
   r.require(d.zero.stage == 0 || p.dp_mode == "allreduce", "zero", "stage",
             "needs parallel.dp_mode = \"allreduce\" (gather mode keeps everything on rank 0)");
+  if (p.schedule == "pipedream") {
+    // Each stage updates alone after every micro-batch: nothing may need the
+    // other stages (fp16's overflow vote) or a whole step's gradients (ZeRO).
+    const std::string why = "with parallel.schedule = \"pipedream\" (asynchronous per-micro-batch "
+                            "updates); ";
+    r.require(d.zero.stage == 0, "zero", "stage",
+              fmt::format("= {} is not supported {}set zero.stage = 0", d.zero.stage, why));
+    r.require(p.dp_mode == "allreduce", "parallel", "dp_mode",
+              fmt::format("= \"{}\" is not supported {}use \"allreduce\"", p.dp_mode, why));
+    r.require(d.precision.dtype != "fp16", "precision", "dtype",
+              fmt::format("= \"fp16\" is not supported {}its loss scaler skips whole steps on "
+                          "every rank; use \"bf16\" or \"fp32\"", why));
+    // The head's share of the tied embedding's gradient travels as f32.
+    r.require(d.precision.reduce_dtype == "fp32", "precision", "reduce_dtype",
+              fmt::format("= \"{}\" is not supported {}use \"fp32\"", d.precision.reduce_dtype,
+                          why));
+  }
   r.get("output", "metrics", d.output.metrics);
   r.get("output", "log_every", d.output.log_every);
   r.require(d.output.log_every >= 1, "output", "log_every", "must be at least 1");

@@ -77,6 +77,12 @@ MemoryEstimate estimate_memory(const Deck& deck, const GridShape& shape, int sta
     if (grads != DType::f32 && stage <= 1) at(MemCategory::gradients) += working;
     if (stage == 0) {
       at(MemCategory::parameters) += n * w;
+      // pipedream: stage 0 stashes the weights of its pp - 1 forwards ahead,
+      // and receives the head's embedding gradients in a buffer of their own.
+      if (deck.parallel.schedule == "pipedream") {
+        at(MemCategory::parameters) += (shape.pp - 1) * n * w;
+        if (shape.pp > 1) at(MemCategory::buffers) += double(table.at("wte").numel) * f;
+      }
       at(MemCategory::gradients) += n * g;
       at(MemCategory::optimizer) += (2 + masters) * n * f;  // rank 0 updates in both dp modes
       at(MemCategory::buffers) += double(GradView::buffer_elements(grads, table.size())) * f;

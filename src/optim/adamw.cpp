@@ -22,12 +22,19 @@ void AdamW::refresh_weights(Arena& params) {
     backend_.convert(params.data(), params.dtype(), master_.data(), DType::f32, params.numel());
 }
 
-void AdamW::step(Arena& params, const Arena& grads, float lr, float grad_scale) {
+void AdamW::step(Arena& params, const Arena& grads, float lr, float grad_scale,
+                 const TensorInfo* frozen) {
   ++t_;
   const float bc1 = 1.0f - static_cast<float>(std::pow(double(cfg_.beta1), double(t_)));
   const float bc2 = 1.0f - static_cast<float>(std::pow(double(cfg_.beta2), double(t_)));
   Arena& target = master_.numel() ? master_ : params;
+  // A frozen tensor's master follows its weights, so the refresh below keeps them.
+  if (frozen && master_.numel())
+    backend_.convert(master_.f32(*frozen), DType::f32,
+                     static_cast<const char*>(params.data()) + frozen->offset * dtype_size(params.dtype()),
+                     params.dtype(), frozen->numel);
   for (const TensorInfo& t : table_.tensors()) {
+    if (frozen && t.offset == frozen->offset) continue;
     view_.for_chunks(grads, t.offset, t.numel, [&](float* g, std::size_t off, std::size_t n) {
       if (grad_scale != 1.0f) backend_.scale(g, grad_scale, n);
       backend_.adamw(target.f32(t) + off, g, m_.f32(t) + off, v_.f32(t) + off, n, lr, cfg_.beta1,

@@ -27,10 +27,12 @@ class AdamW {
   // (e.g. the initial parameters), and the weights as the masters' rounding.
   void init_masters(const std::vector<float>& host);
   void refresh_weights(Arena& params);
-  // One update of every tensor in the table with the gradients times
+  // One update of every tensor in the table but `frozen` (a copy another rank
+  // owns: pipedream's last-stage tied embedding) with the gradients times
   // grad_scale (unscaling and clipping); the step count advances by one.
   // f32 gradients are scaled in place.
-  void step(Arena& params, const Arena& grads, float lr, float grad_scale = 1.0f);
+  void step(Arena& params, const Arena& grads, float lr, float grad_scale = 1.0f,
+            const TensorInfo* frozen = nullptr);
   // Sum of squares of n gradients from element `first`, in f32.
   double grad_sum_squares(const Arena& grads, std::size_t first, std::size_t n) {
     return view_.sum_squares(grads, first, n);

@@ -86,6 +86,7 @@ double Trainer::run_schedule(int step, float dloss) {
 }
 
 StepStats Trainer::step(int step) {
+  if (schedule_ == ScheduleKind::pipedream) return pipedream_step(step);
   const double t0 = now_seconds();
   const auto& t = deck_.train;
   // Each token's loss enters the global mean with weight 1/(batch * seq_len);

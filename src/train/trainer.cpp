@@ -41,6 +41,19 @@ Trainer::Trainer(const Deck& deck, Grid& grid, ComputeBackend& backend, MemoryLe
     ch.spec = StageSpec{partition_[vs], partition_[vs + 1] - partition_[vs], vs == 0, vs == V - 1};
     build_chunk(ch, ledger, max_in_flight(actions_, c));
   }
+  if (schedule_ == ScheduleKind::pipedream) {  // one chunk, full storage (the deck checks)
+    ModelChunk& ch = chunks_.front();
+    GptModel& m = *ch.model;
+    ch.stash = std::make_unique<WeightStash>(backend_, ledger, m.params().numel(),
+                                             pipedream_in_flight(p, s) - 1, m.params().dtype());
+    if (grid.embedding()) {  // the last stage runs at most p micro-batches ahead of stage 0
+      const std::size_t n = m.param_table().at("wte").numel;
+      for (int k = 0; k < (s == 0 ? 0 : p); ++k)
+        ch.head_grads_out.emplace_back(backend_, ledger, MemCategory::buffers, n);
+      ch.head_sends.resize(ch.head_grads_out.size());
+      if (s == 0) ch.head_grad_in = Arena(backend_, ledger, MemCategory::buffers, n);
+    }
+  }
   const std::size_t bt = std::size_t(deck.train.micro_batch) * deck.model.seq_len;
   tokens_.resize(bt);
   targets_.resize(bt);
@@ -264,10 +277,11 @@ double Trainer::evaluate() {
     for (std::size_t c = 0; c < chunks_.size(); ++c) {
       GptModel& m = *chunks_[c].model;
       const std::size_t n = m.boundary_elements();
-      if (!pcomm_.first_virtual(int(c))) pcomm_.recv_forward(m.input_buffer(0), n, k, int(c));
-      sum += m.forward(0, tokens_.data(), targets_.data(), 0.0f);
+      const int slot = eval_slot_, mb = -1 - k;  // see PipelineComm::tag
+      if (!pcomm_.first_virtual(int(c))) pcomm_.recv_forward(m.input_buffer(slot), n, mb, int(c));
+      sum += m.forward(slot, tokens_.data(), targets_.data(), 0.0f);
       if (!pcomm_.last_virtual(int(c))) {
-        Request r = pcomm_.send_forward(m.output(0), n, k, int(c));
+        Request r = pcomm_.send_forward(m.output(slot), n, mb, int(c));
         pcomm_.wait(r);
       }
     }

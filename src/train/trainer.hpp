@@ -3,6 +3,7 @@
 // interleaving), each with its storage, optimizer and data-parallel reduction.
 #pragma once
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -18,6 +19,7 @@
 #include "parallel/pipeline/partition.hpp"
 #include "parallel/pipeline/pipeline_comm.hpp"
 #include "parallel/pipeline/schedule.hpp"
+#include "parallel/pipeline/weight_stash.hpp"
 #include "parallel/zero/zero_optimizer.hpp"
 #include "parallel/zero/zero_plan.hpp"
 #include "parallel/zero/zero_storage.hpp"
@@ -56,6 +58,19 @@ struct ModelChunk {
   std::vector<std::vector<Request>> sends;    // per slot: sends still reading it
   std::vector<bool> busy;                     // per slot
   int backwards_left = 0;                     // in this step's schedule
+  std::unique_ptr<WeightStash> stash;         // pipedream
+  // pipedream with a tied embedding: the last stage's head gradients on their
+  // way to stage 0 (one per micro-batch stage 0 may not have taken yet), and
+  // stage 0's landing buffer.
+  std::vector<Arena> head_grads_out;
+  std::vector<Request> head_sends;
+  Arena head_grad_in;
+};
+
+// Tests: did each pipedream backward see the weights its forward saw?
+struct WeightAudit {
+  int checked = 0, mismatched = 0;
+  std::map<int, std::uint64_t> at_forward;  // micro-batch -> checksum, until its backward
 };
 
 class Trainer {
@@ -66,6 +81,9 @@ class Trainer {
 
   StepStats step(int step);
   double evaluate();  // mean validation loss over train.eval_sequences (collective)
+  // A run stopping before train.steps (a signal), after `done` steps: pipedream
+  // takes the forwards sent ahead so every send completes. Others: nothing.
+  void stop_stream(int done);
 
   // The first (usually only) chunk's model and ZeRO parts.
   GptModel& model() { return *chunks_.front().model; }
@@ -81,6 +99,9 @@ class Trainer {
   std::int64_t optimizer_steps() const;
   void set_optimizer_steps(std::int64_t t);
   const PhaseTimes& times() const { return times_; }
+  // Tests (pipedream): checksum the weights at every forward and backward.
+  void audit_weights(bool on) { audit_on_ = on; }
+  const WeightAudit& weight_audit() const { return audit_; }
   DType weight_dtype() const { return weights_; }
   LossScaler* loss_scaler() { return scaler_ ? &*scaler_ : nullptr; }  // fp16 only
   // With 16-bit weights: the weights become the rounding of the f32 masters
@@ -97,6 +118,12 @@ class Trainer {
   void choose_partition(MemoryLedger& ledger);
   void load(const TokenDataset& data, std::uint64_t first_window);
   double run_schedule(int step, float dloss);  // returns this rank's loss sum
+  StepStats pipedream_step(int step);
+  double pipedream_forward(ModelChunk& c, int g, float dloss, bool warm_up);  // its loss sum
+  double pipedream_backward(ModelChunk& c, int g, float lr);  // the gradients' sum of squares
+  void audit(int g, bool forward);
+  void pass_head_grad(ModelChunk& c, int g);
+  void refresh_head(ModelChunk& c);
   int acquire_slot(ModelChunk& c, int mb);
   void release_slot(ModelChunk& c, int mb);
   void sum_tied_embedding();
@@ -123,6 +150,13 @@ class Trainer {
   DType weights_ = DType::f32;
   DType grads_ = DType::f32;  // precision.reduce_dtype: how gradients are stored and reduced
   std::optional<LossScaler> scaler_;
+  bool stream_started_ = false;  // pipedream: warmed up (the stream is never flushed)
+  double update_seconds_ = 0;    // pipedream: this step's updates, inside the stream
+  // The activation slot evaluation may use: 0, or under pipedream the one no
+  // micro-batch in flight occupies between steps.
+  int eval_slot_ = 0;
+  bool audit_on_ = false;
+  WeightAudit audit_;
 };
 
 }  // namespace trident

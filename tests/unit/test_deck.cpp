@@ -191,3 +191,35 @@ TEST(Deck, DeviceAndCollectivesKeys) {
             std::string::npos);
 #endif
 }
+
+TEST(Deck, PipeDreamRefusesWhatItDoesNotSupport) {
+  auto error = [](std::vector<std::string> sets, int world) {
+    sets.insert(sets.begin(), "parallel.schedule=\"pipedream\"");
+    try {
+      Deck d = parse_deck(kBase, "t.toml", sets);
+      resolve_layout(d, world);
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_EQ(error({"parallel.pp=2"}, 2), "");
+  EXPECT_EQ(error({"parallel.pp=2", "precision.dtype=\"bf16\""}, 2), "");
+  EXPECT_NE(error({"zero.stage=1"}, 2).find("[zero] stage = 1 is not supported with "
+                                            "parallel.schedule = \"pipedream\""),
+            std::string::npos);
+  EXPECT_NE(error({"parallel.dp_mode=\"gather\""}, 2)
+                .find("[parallel] dp_mode = \"gather\" is not supported with parallel.schedule"),
+            std::string::npos);
+  EXPECT_NE(error({"precision.dtype=\"fp16\""}, 1).find("[precision] dtype = \"fp16\" is not "
+                                                        "supported"),
+            std::string::npos);
+  EXPECT_NE(error({"precision.dtype=\"bf16\"", "precision.reduce_dtype=\"bf16\""}, 1)
+                .find("[precision] reduce_dtype = \"bf16\" is not supported"),
+            std::string::npos);
+  EXPECT_NE(error({"parallel.pp=2", "parallel.virtual_stages=2"}, 2)
+                .find("virtual_stages = 2 needs schedule = \"interleaved\""),
+            std::string::npos);
+  EXPECT_NE(error({"parallel.schedule=\"pipedrem\""}, 1).find("\"interleaved\" or \"pipedream\""),
+            std::string::npos);
+}

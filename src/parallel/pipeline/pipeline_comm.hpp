@@ -5,7 +5,8 @@
 // stage can only wait for something its peer has already sent or will send
 // without waiting on this stage, so no schedule here can deadlock. Tags name
 // the micro-batch, the receiving virtual stage and the direction, so a
-// message is never taken for another.
+// message is never taken for another; evaluation's micro-batches (numbered
+// -1, -2, ...) and pipedream's head gradients have tag spaces of their own.
 #pragma once
 #include <vector>
 
@@ -25,11 +26,18 @@ class PipelineComm {
   Request send_forward(const float* buf, std::size_t n, int mb, int chunk);
   void recv_backward(float* buf, std::size_t n, int mb, int chunk);
   Request send_backward(const float* buf, std::size_t n, int mb, int chunk);
+  // pipedream: the LM head's share of the tied embedding's gradient of
+  // micro-batch mb, from the last stage to the first (which owns the embedding).
+  Request send_head_grad(const float* buf, std::size_t n, int mb);
+  void recv_head_grad(float* buf, std::size_t n, int mb);
   void wait(Request& r) { pipe_.wait(r); }
 
  private:
   int virtual_stage(int chunk) const { return chunk * stages() + stage(); }
-  int tag(int mb, int receiver_virtual_stage, bool forward) const;
+  // Tag spaces (the top bits): training's activations and gradients,
+  // evaluation's, and pipedream's head gradients to stage 0.
+  static constexpr int kTrainTags = 0, kEvalTags = 1, kHeadTags = 2;
+  int tag(int mb, int receiver_virtual_stage, bool forward, int space = kTrainTags) const;
   Communicator& pipe_;
   int chunks_;
 };

@@ -10,6 +10,7 @@ ScheduleKind parse_schedule(const std::string& n) {
   if (n == "gpipe") return ScheduleKind::gpipe;
   if (n == "1f1b") return ScheduleKind::one_f_one_b;
   if (n == "interleaved") return ScheduleKind::interleaved;
+  if (n == "pipedream") return ScheduleKind::pipedream;
   throw std::invalid_argument(n);
 }
 
@@ -19,6 +20,7 @@ const char* schedule_name(ScheduleKind k) {
     case ScheduleKind::gpipe: return "gpipe";
     case ScheduleKind::one_f_one_b: return "1f1b";
     case ScheduleKind::interleaved: return "interleaved";
+    case ScheduleKind::pipedream: return "pipedream";
   }
   return "?";
 }
@@ -56,7 +58,22 @@ std::vector<PipelineAction> build_schedule(ScheduleKind kind, int p, int s, int 
       for (int k = total - warm; k < total; ++k) B(mb_of(k), bchunk(k));
       break;
     }
+    case ScheduleKind::pipedream:
+      return pipedream_actions(p, s, m, 0, true, m + p);
   }
+  return a;
+}
+
+std::vector<PipelineAction> pipedream_actions(int p, int s, int m, int step, bool warm_up,
+                                              long long end) {
+  std::vector<PipelineAction> a;
+  const long long first = (long long)step * m, ahead = pipedream_in_flight(p, s) - 1;
+  auto F = [&](long long g) {
+    if (g < end) a.push_back({true, int(g), 0});
+  };
+  if (warm_up)
+    for (long long k = 0; k < ahead; ++k) F(first + k);
+  for (long long g = first; g < first + m; ++g) F(g + ahead), a.push_back({false, int(g), 0});
   return a;
 }
 
@@ -74,6 +91,9 @@ double theoretical_bubble(ScheduleKind kind, int p, int m, int v) {
   switch (kind) {
     case ScheduleKind::naive: return double(p - 1) / p;  // one stage busy at a time
     case ScheduleKind::interleaved: return double(p - 1) / (double(v) * m + p - 1);
+    // No flush: the steady state has no bubble. (The step's loss reduction
+    // still lets backwards ripple through once per step; measured, not modelled.)
+    case ScheduleKind::pipedream: return 0.0;
     default: return double(p - 1) / (m + p - 1);
   }
 }

@@ -7,14 +7,18 @@
 //    backwards (PipeDream-Flush, Narayanan et al. 2021): at most
 //    stages - stage micro-batches in flight instead of m;
 //  - interleaved: 1F1B over v model chunks per rank (Megatron-LM, Narayanan et
-//    al. 2021, section 2.2): chunk c of stage s is virtual stage c*p + s.
+//    al. 2021, section 2.2): chunk c of stage s is virtual stage c*p + s;
+//  - pipedream: asynchronous 1F1B with weight stashing (Narayanan et al. 2019):
+//    one continuous stream over global micro-batch g = step*m + i, never
+//    flushed; stage s runs p - s - 1 forwards ahead of its backwards, so p - s
+//    micro-batches (and weight versions) are in flight on it.
 #pragma once
 #include <string>
 #include <vector>
 
 namespace trident {
 
-enum class ScheduleKind { naive, gpipe, one_f_one_b, interleaved };
+enum class ScheduleKind { naive, gpipe, one_f_one_b, interleaved, pipedream };
 ScheduleKind parse_schedule(const std::string& name);  // throws std::invalid_argument
 const char* schedule_name(ScheduleKind k);
 
@@ -24,8 +28,18 @@ struct PipelineAction {
   int chunk = 0;  // model chunk on this rank (interleaved), else 0
 };
 
+// One step's actions; pipedream: its first step from a cold start.
 std::vector<PipelineAction> build_schedule(ScheduleKind kind, int stages, int stage,
                                            int micro_batches, int chunks);
+// Pipedream, step `step` of the stream, micro-batches numbered globally
+// (step * m + i): with `warm_up` (the stream's first step, also after a
+// resume) the p - s - 1 forwards that run ahead first, then m pairs
+// F(g + p - s - 1), B(g) over the step's g. Forwards of micro-batches at or
+// past `end` (the run's last) are left out: there is no data for them.
+std::vector<PipelineAction> pipedream_actions(int stages, int stage, int micro_batches, int step,
+                                              bool warm_up, long long end);
+// Micro-batches in flight on a stage under pipedream: its forwards ahead + 1.
+inline int pipedream_in_flight(int stages, int stage) { return stages - stage; }
 // The most micro-batches a chunk holds activations for at once under `actions`.
 int max_in_flight(const std::vector<PipelineAction>& actions, int chunk);
 // Theory: idle fraction of a step for p stages, m micro-batches, v chunks.
