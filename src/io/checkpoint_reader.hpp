@@ -6,11 +6,13 @@
 // agreed across ranks: every rank throws AgreedError with exit code 2.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "comm/communicator.hpp"
 #include "io/checkpoint_schema.hpp"
+#include "io/direct_io.hpp"
 #include "io/h5.hpp"
 #include "io/io_phases.hpp"
 #include "io/tensor_slice.hpp"
@@ -62,15 +64,22 @@ class CheckpointReader {
   const IoPhases& phases() const { return phases_; }
 
  private:
-  // Reads the slice piece by piece (padding zeroed); adds the counted
-  // elements' checksum and number to sum and count.
+  // Reads the slice (padding zeroed); adds the counted elements' checksum
+  // and number to sum and count. A slice that is one file range is read
+  // direct (whole blocks around it: buffered reads of its ends would start
+  // the kernel's readahead of megabytes read again direct); the rest through
+  // HDF5.
   void read_slice(hid_t dataset, DType dtype, const TensorSlice& slice, bool counted,
                   std::uint64_t& sum, std::uint64_t& count);
+  // Through HDF5, piece by piece, each summed right after its read.
+  void read_pieces(hid_t dataset, DType dtype, const TensorSlice& slice, bool counted,
+                   std::uint64_t& sum, std::uint64_t& count);
 
   Communicator& comm_;
   std::string path_;
   std::size_t piece_bytes_;
   H5Handle file_, transfer_;
+  std::unique_ptr<DirectFile> direct_;  // null where the file system has no O_DIRECT
   CheckpointMeta meta_;
   std::vector<StoredDataset> read_;
   std::vector<std::uint64_t> sums_;  // per dataset read: partial checksum, elements counted

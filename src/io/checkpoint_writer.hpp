@@ -8,11 +8,13 @@
 // anywhere throws AgreedError everywhere.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "comm/communicator.hpp"
 #include "io/checkpoint_schema.hpp"
+#include "io/direct_io.hpp"
 #include "io/h5.hpp"
 #include "io/io_phases.hpp"
 #include "io/tensor_slice.hpp"
@@ -53,14 +55,18 @@ class CheckpointWriter {
   void start_writeback(hid_t dataset, const TensorSlice& slice,
                        const std::vector<SliceBox>& boxes, std::size_t elem_bytes);
   H5Handle create_dataset(const DatasetSpec& spec);
-  // Writes the slice piece by piece; returns its checksum, each piece summed
-  // just before it is written (on this thread, while it is in cache).
+  // Writes the slice; returns its checksum. A slice that is one file range
+  // goes direct but for its ends; the rest through HDF5.
   std::uint64_t write_slice(hid_t dataset, DType dtype, const TensorSlice& slice);
+  // Through HDF5, piece by piece, each summed just before it is written (on
+  // this thread, while it is in cache).
+  std::uint64_t write_pieces(hid_t dataset, DType dtype, const TensorSlice& slice);
 
   Communicator& comm_;
   std::string path_;
   std::size_t piece_bytes_;
   int sync_fd_ = -1;  // a plain descriptor of the file, for early writeback
+  std::unique_ptr<DirectFile> direct_;  // null where the file system has no O_DIRECT
   H5Handle file_, transfer_;
   std::vector<std::pair<std::string, H5Handle>> groups_;
   std::vector<H5Handle> datasets_;

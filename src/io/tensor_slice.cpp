@@ -121,26 +121,38 @@ void for_each_run(const TensorInfo& t, const SliceBox& b, const RunFn& fn) {
   }
 }
 
+TensorSlice sub_slice(const TensorSlice& s, std::size_t lo, std::size_t hi, std::size_t esz) {
+  TensorSlice part = s;
+  part.lo = lo, part.hi = hi;
+  part.data = static_cast<char*>(s.data) + (lo - s.lo) * esz;
+  return part;
+}
+
+std::optional<FileRun> contiguous_run(const TensorSlice& s) {
+  if (s.empty()) return std::nullopt;
+  std::optional<FileRun> run;
+  bool contiguous = true;
+  for (const SliceBox& b : slice_boxes(*s.shard, s.lo, s.hi))
+    for_each_run(*s.shard, b, [&](std::size_t l, std::uint64_t g, std::size_t len) {
+      if (!run) run = FileRun{l, l, g};
+      // Consecutive in memory and in the global tensor: no gap on either side.
+      else if (l != run->hi || g != run->first + (run->hi - run->lo)) contiguous = false;
+      run->hi = l + len;
+    });
+  return contiguous ? run : std::nullopt;
+}
+
 std::vector<std::pair<std::size_t, std::size_t>> slice_pieces(const TensorSlice& s,
                                                               std::size_t esz,
                                                               std::uint64_t file_offset,
                                                               std::size_t piece_bytes) {
   std::vector<std::pair<std::size_t, std::size_t>> pieces;
   if (s.empty()) return pieces;
-  const auto boxes = slice_boxes(*s.shard, s.lo, s.hi);
-  bool contiguous = boxes_numel(boxes) == s.hi - s.lo;  // no padding inside
-  std::uint64_t first = 0, next = 0;
-  bool started = false;
-  for (const SliceBox& b : boxes)
-    for_each_run(*s.shard, b, [&](std::size_t, std::uint64_t g, std::size_t len) {
-      if (!started) first = g, started = true;
-      else if (g != next) contiguous = false;
-      next = g + len;
-    });
+  const std::optional<FileRun> run = contiguous_run(s);
   const std::size_t per_piece = std::max<std::size_t>(1, piece_bytes / esz);
   std::size_t lo = s.lo;
-  if (contiguous && started) {  // a first, shorter piece up to a piece boundary in the file
-    const std::uint64_t at = file_offset + first * esz, to_boundary = piece_bytes - at % piece_bytes;
+  if (run && run->lo == s.lo) {  // a first, shorter piece up to a piece boundary in the file
+    const std::uint64_t at = file_offset + run->first * esz, to_boundary = piece_bytes - at % piece_bytes;
     const std::size_t head = std::size_t(to_boundary / esz);
     if (to_boundary % piece_bytes != 0 && head > 0 && head < s.hi - lo)
       pieces.emplace_back(lo, lo + head), lo += head;

@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -52,6 +53,20 @@ void for_each_run(const TensorInfo& shard, const SliceBox& box, const RunFn& fn)
 
 // Elements the boxes cover (the range minus its padding).
 std::size_t boxes_numel(const std::vector<SliceBox>& boxes);
+
+// Elements [lo, hi) of the slice (within its range), as a slice of their own.
+TensorSlice sub_slice(const TensorSlice& s, std::size_t lo, std::size_t hi, std::size_t elem_bytes);
+
+// Elements [lo, hi) of a slice's range holding global elements [first, ...)
+// in order: one range of the file.
+struct FileRun {
+  std::size_t lo = 0, hi = 0;
+  std::uint64_t first = 0;
+};
+// When the slice's elements other than padding are one contiguous run of its
+// global tensor (a row-split shard, a ZeRO range; padding only before or
+// after them), that run.
+std::optional<FileRun> contiguous_run(const TensorSlice& s);
 
 // The range [lo, hi) of a slice cut into pieces of at most piece_bytes for
 // I/O, in order. When the range is one contiguous run of the global tensor

@@ -49,7 +49,10 @@ struct Global {
 };
 const std::vector<Global> kTensors = {{"a", {10, 6}, DType::f32}, {"b", {7, 9}, DType::f32},
                                       {"c", {13}, DType::f32},    {"d", {3, 4, 5}, DType::f32},
-                                      {"e", {5, 6}, DType::bf16}};
+                                      {"e", {5, 6}, DType::bf16},
+                                      // Large enough for direct I/O of whole file blocks
+                                      // (DirectFile::kMinBytes), with buffered ends.
+                                      {"f", {70, 1001}, DType::f32}};
 
 float value_f32(const std::string& name, std::uint64_t g) { return float(name[0]) + 0.25f * g; }
 std::uint16_t value_u16(std::uint64_t g) { return std::uint16_t(g * 7 + 3); }
