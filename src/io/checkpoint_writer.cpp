@@ -189,6 +189,7 @@ void CheckpointWriter::finish() {
             "must have exactly one counted copy)", path_, names_[i], sums_[2 * i + 1], numel_[i]));
     }
     try {
+      if (direct_) phases_.time("direct write", [&] { direct_->drain(); });
       phases_.time("attributes", [&] {
         for (std::size_t i = 0; i < names_.size(); ++i)
           h5_write_attr(datasets_[i].get(), "checksum", sums_[2 * i]);

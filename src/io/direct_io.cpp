@@ -43,22 +43,26 @@ DirectFile::DirectFile(const std::string& path, bool for_write) {
 }
 
 DirectFile::~DirectFile() {
+  for (auto& f : in_flight_)
+    if (f.valid()) f.wait();  // before its buffer goes (an error is reported by drain())
   if (fd_ >= 0) ::close(fd_);
   for (char* b : bounce_) std::free(b);
 }
 
 void DirectFile::write(std::uint64_t at, const char* src, std::size_t len, const PieceFn& piece) {
-  std::future<std::size_t> in_flight[2];  // destroyed (joined) before this returns or throws
-  for (std::size_t k = 0, from = 0; from < len; ++k, from += kPieceBytes) {
+  for (std::size_t from = 0; from < len; from += kPieceBytes, next_ ^= 1) {
     const std::size_t n = std::min(kPieceBytes, len - from);
-    std::future<std::size_t>& slot = in_flight[k % 2];
+    std::future<std::size_t>& slot = in_flight_[next_];
     if (slot.valid()) slot.get();  // this bounce buffer's last write is done
-    char* b = bounce_[k % 2];
+    char* b = bounce_[next_];
     std::memcpy(b, src + from, n);
     piece(b, from, n);
     slot = std::async(std::launch::async, transfer_all, fd_, b, n, at + from, true);
   }
-  for (auto& slot : in_flight)
+}
+
+void DirectFile::drain() {
+  for (auto& slot : in_flight_)
     if (slot.valid()) slot.get();
 }
 

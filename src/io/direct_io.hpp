@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <future>
 #include <string>
 #include <utility>
 
@@ -18,7 +19,7 @@ namespace trident {
 class DirectFile {
  public:
   static constexpr std::size_t kBlock = 4096;           // offsets and lengths: multiples
-  static constexpr std::size_t kPieceBytes = 8u << 20;  // bytes per transfer
+  static constexpr std::size_t kPieceBytes = 2u << 20;  // bytes per transfer
   static constexpr std::size_t kMinBytes = 32u << 10;   // smaller writes go buffered
 
   // Opens `path` (existing) for direct writes or reads; !ok() where the file
@@ -32,8 +33,13 @@ class DirectFile {
   // piece(data, from, bytes): bytes [from, from + bytes) of the range at data.
   using PieceFn = std::function<void(const char*, std::size_t, std::size_t)>;
   // Writes src[0, len) at file offset `at`; piece() sees each piece's bounce
-  // copy, the exact bytes then written. Throws RuntimeFailure.
+  // copy, the exact bytes then written. Returns once src is copied: the last
+  // transfers go on while the caller prepares the next range (one pipeline
+  // across all of a file's ranges). Throws RuntimeFailure, also for an
+  // earlier range's transfer.
   void write(std::uint64_t at, const char* src, std::size_t len, const PieceFn& piece);
+  // Waits for every write in flight; throws if one failed.
+  void drain();
   // Reads [at, at + len) into dst (any offset and length: whole blocks around
   // it are read); piece() sees each piece once it is in dst, cut where the
   // range crosses a multiple of kPieceBytes in the file.
@@ -42,6 +48,8 @@ class DirectFile {
  private:
   int fd_ = -1;
   char* bounce_[2] = {nullptr, nullptr};
+  std::future<std::size_t> in_flight_[2];  // the last write from each bounce buffer
+  std::size_t next_ = 0;                   // the bounce buffer the next piece goes in
 };
 
 // Of the element range [lo, hi) of a slice that is one contiguous range of
