@@ -44,6 +44,7 @@ float value_at(std::size_t set, std::size_t i) { return float(set + 1) * 1e-3f *
 int run(int argc, char** argv) {
   CLI::App app{"checkpoint write/read bandwidth"};
   std::string mode, dir, owner = "root";
+  bool phases = false;
   GptConfig cfg{12, 768, 12, 1024, 50257};
   app.add_option("mode", mode)->required()->check(CLI::IsMember({"write", "read"}));
   app.add_option("dir", dir)->required();
@@ -51,6 +52,7 @@ int run(int argc, char** argv) {
   app.add_option("--d-model", cfg.d_model);
   app.add_option("--vocab", cfg.vocab);
   app.add_option("--owner", owner)->check(CLI::IsMember({"root", "spread"}));
+  app.add_flag("--phases", phases, "print each rank's seconds per phase (to stderr)");
   CLI11_PARSE(app, argc, argv);
 
   int world = 0;
@@ -94,6 +96,7 @@ int run(int argc, char** argv) {
       return 1;
     }
   }
+  if (phases) fmt::print(stderr, "rank {} {}: {}\n", grid.rank(), mode, io.phases.summary());
   if (grid.is_root())
     fmt::print("{} {} bytes {:.3f} s {:.3f} GB/s ({} ranks, owner {})\n", mode, io.bytes,
                io.seconds, double(io.bytes) / io.seconds / 1e9, world, owner);

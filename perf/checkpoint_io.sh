@@ -8,7 +8,9 @@
 # own save_checkpoint / load_checkpoint: temporary file, parallel HDF5, checksums,
 # flush, rename, `latest`. OWNER root: data rank 0 writes everything (data
 # parallelism today); spread: every rank writes 1/RANKS of each tensor (ZeRO).
-# fio side: one job, 1 MiB blocks, write ended by fsync (as a checkpoint is).
+# fio side: one job, 1 MiB blocks, write ended by fsync (as a checkpoint is),
+# both through the page cache and direct (O_DIRECT, as trident moves its bulk):
+# the ratio is against the faster of the two, the disk's own speed either way.
 # The page cache is dropped before every write and read when this runs as root,
 # so reads come from the disk; each figure is the median of REPEATS.
 set -euo pipefail
@@ -33,9 +35,10 @@ echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -
 echo "disk: $(df -hT "$dir" | awk 'NR==2 {print $1, $2, $3}') at $dir"
 echo "versions: $(mpirun --version | head -1), HDF5 $(h5dump --version 2>/dev/null | awk '{print $NF}'), $(fio --version), kernel $(uname -r)"
 [ -w /proc/sys/vm/drop_caches ] || echo "note: not root, page cache not dropped: reads may come from memory"
-echo "command: mpirun -np $ranks $bench write|read $dir/ck --owner $owner; fio --rw=write|read --bs=1M --end_fsync=1"
+echo "command: mpirun -np $ranks $bench write|read $dir/ck --owner $owner; fio --rw=write|read --bs=1M --end_fsync=1 [--direct=1]"
+echo "load: $(uptime | sed 's/.*load/load/')"
 
-tw=() tr=() fw=() fr=()
+tw=() tr=() fw=() fr=() dw=() dr=()
 trident_pass() {
   rm -rf "$dir/ck"
   drop_caches
@@ -46,14 +49,18 @@ trident_pass() {
   tr+=("$(mpirun -np "$ranks" --oversubscribe "$bench" read "$dir/ck" --owner "$owner" | awk '{print $6}')")
   rm -rf "$dir/ck"
 }
+fio_run() {  # RW DIRECT -> GB/s
+  drop_caches
+  fio --name="$1" --filename="$dir/fio.dat" --rw="$1" --bs=1M --size="$bytes" --direct="$2" \
+      --ioengine=psync --end_fsync=1 --output-format=json | fio_gbps "$1"
+}
 fio_pass() {
   rm -f "$dir/fio.dat"
-  drop_caches
-  fw+=("$(fio --name=write --filename="$dir/fio.dat" --rw=write --bs=1M --size="$bytes" \
-          --ioengine=psync --end_fsync=1 --output-format=json | fio_gbps write)")
-  drop_caches
-  fr+=("$(fio --name=read --filename="$dir/fio.dat" --rw=read --bs=1M --size="$bytes" \
-          --ioengine=psync --output-format=json | fio_gbps read)")
+  fw+=("$(fio_run write 0)")
+  fr+=("$(fio_run read 0)")
+  rm -f "$dir/fio.dat"
+  dw+=("$(fio_run write 1)")
+  dr+=("$(fio_run read 1)")
   rm -f "$dir/fio.dat"
 }
 trident_pass  # the first pass also learns the checkpoint's size for fio
@@ -61,17 +68,18 @@ tw=() tr=()
 for r in $(seq 1 "$repeats"); do
   # Alternate which goes first, so neither always follows the other's writes.
   if [ $((r % 2)) = 1 ]; then trident_pass; fio_pass; else fio_pass; trident_pass; fi
-  printf 'repeat %d: trident write %.2f read %.2f GB/s | fio write %.2f read %.2f GB/s\n' \
-    "$r" "${tw[-1]}" "${tr[-1]}" "${fw[-1]}" "${fr[-1]}"
+  printf 'repeat %d: trident write %.2f read %.2f | fio write %.2f read %.2f | fio direct write %.2f read %.2f GB/s | %s\n' \
+    "$r" "${tw[-1]}" "${tr[-1]}" "${fw[-1]}" "${fr[-1]}" "${dw[-1]}" "${dr[-1]}" "$(uptime | sed 's/.*load/load/')"
 done
 rmdir "$dir" 2>/dev/null || true
 python3 - "$bytes" "$ranks" "$owner" "$(median "${tw[@]}")" "$(median "${tr[@]}")" \
-  "$(median "${fw[@]}")" "$(median "${fr[@]}")" <<'PY'
+  "$(median "${fw[@]}")" "$(median "${fr[@]}")" "$(median "${dw[@]}")" "$(median "${dr[@]}")" <<'PY'
 import sys
 b, ranks, owner = int(sys.argv[1]), sys.argv[2], sys.argv[3]
-tw, tr, fw, fr = map(float, sys.argv[4:8])
+tw, tr, fw, fr, dw, dr = map(float, sys.argv[4:10])
 print(f"\ncheckpoint of {b / 1e9:.2f} GB, {ranks} rank(s), owner {owner} (medians)")
-print(f"{'':8}{'trident GB/s':>14}{'fio GB/s':>10}{'ratio':>8}")
-print(f"{'write':8}{tw:>14.2f}{fw:>10.2f}{tw / fw:>8.2f}")
-print(f"{'read':8}{tr:>14.2f}{fr:>10.2f}{tr / fr:>8.2f}")
+print(f"{'':8}{'trident GB/s':>14}{'fio GB/s':>10}{'fio direct':>12}{'ratio':>8}")
+print(f"{'write':8}{tw:>14.2f}{fw:>10.2f}{dw:>12.2f}{tw / max(fw, dw):>8.2f}")
+print(f"{'read':8}{tr:>14.2f}{fr:>10.2f}{dr:>12.2f}{tr / max(fr, dr):>8.2f}")
+print("ratio: trident / the faster fio")
 PY

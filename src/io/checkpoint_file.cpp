@@ -55,9 +55,9 @@ H5Handle open_checkpoint_file(Communicator& comm, const std::string& path) {
                   H5Fclose);
 }
 
-H5Handle collective_transfer() {
+H5Handle independent_transfer() {
   H5Handle dxpl(h5_check(H5Pcreate(H5P_DATASET_XFER), "H5Pcreate"), H5Pclose);
-  h5_check(H5Pset_dxpl_mpio(dxpl.get(), H5FD_MPIO_COLLECTIVE), "H5Pset_dxpl_mpio");
+  h5_check(H5Pset_dxpl_mpio(dxpl.get(), H5FD_MPIO_INDEPENDENT), "H5Pset_dxpl_mpio");
   return dxpl;
 }
 

@@ -1,6 +1,6 @@
 // Opening checkpoint files with parallel HDF5 on MPI-IO, and the pieces the
-// writer and reader share: collective transfer properties, element types,
-// selections of a slice's boxes.
+// writer and reader share: transfer properties, element types, selections of
+// a slice's boxes.
 #pragma once
 #include <optional>
 #include <string>
@@ -17,8 +17,10 @@ namespace trident {
 H5Handle create_checkpoint_file(Communicator& comm, const std::string& path);
 H5Handle open_checkpoint_file(Communicator& comm, const std::string& path);
 
-// A transfer property list for collective MPI-IO reads and writes.
-H5Handle collective_transfer();
+// A transfer property list for independent MPI-IO reads and writes: each rank
+// moves only its own elements (disjoint file ranges when written), so no rank
+// waits for another per piece.
+H5Handle independent_transfer();
 
 // In memory and in the file: f32 as IEEE little-endian, 16-bit types as uint16.
 hid_t memory_type(DType t);

@@ -3,7 +3,6 @@
 #include <fmt/format.h>
 
 #include <filesystem>
-#include <future>
 
 #include "comm/agree.hpp"
 #include "core/error.hpp"
@@ -41,14 +40,16 @@ herr_t collect_dataset(hid_t, const char* name, const H5O_info_t* info, void* da
 
 }  // namespace
 
-CheckpointReader::CheckpointReader(Communicator& comm, std::string path)
-    : comm_(comm), path_(std::move(path)) {
+CheckpointReader::CheckpointReader(Communicator& comm, std::string path, std::size_t piece_bytes)
+    : comm_(comm), path_(std::move(path)), piece_bytes_(piece_bytes) {
   run_agreed(comm_, [&] {
     if (!std::filesystem::is_regular_file(path_))
       throw InputError(fmt::format("{}: no such checkpoint file", path_));
     try {
-      file_ = open_checkpoint_file(comm_, path_);
-      transfer_ = collective_transfer();
+      file_ = phases_.time("open", [&] { return open_checkpoint_file(comm_, path_); });
+      transfer_ = independent_transfer();
+      direct_ = std::make_unique<DirectFile>(path_, false);
+      if (!direct_->ok()) direct_.reset();
       if (h5_read_i64(file_.get(), "complete").value_or(0) != 1)
         throw InputError(fmt::format("{}: the checkpoint is incomplete (no complete = 1 marker: "
                                      "its writer was interrupted); resume from another one",
@@ -66,52 +67,29 @@ CheckpointReader::CheckpointReader(Communicator& comm, std::string path)
 
 CheckpointReader::~CheckpointReader() { file_.reset(); }
 
-void CheckpointReader::join_checksum() {
-  if (pending_.valid()) sums_[pending_at_] = pending_.get();
-}
-
 void CheckpointReader::read(const DatasetSpec& spec, const TensorSlice& slice) {
-  join_checksum();
   run_agreed(comm_, [&] {
     try {
       if (H5Lexists(file_.get(), spec.path.c_str(), H5P_DEFAULT) <= 0)
         throw InputError(fmt::format("{}: dataset {} is missing", path_, spec.path));
+      const double t0 = now_seconds();
       H5Handle d(h5_check(H5Dopen2(file_.get(), spec.path.c_str(), H5P_DEFAULT), "open"),
                  H5Dclose);
       StoredDataset stored = describe(d.get(), spec.path);
+      phases_.add("dataset open", now_seconds() - t0);
       if (h5_dims(stored.spec.shape) != h5_dims(spec.shape) || stored.spec.dtype != spec.dtype)
         throw InputError(fmt::format("{}: dataset {} is {} {} but the model needs {} {}", path_,
                                      spec.path, dtype_name(stored.spec.dtype),
                                      format_shape(stored.spec.shape), dtype_name(spec.dtype),
                                      format_shape(spec.shape)));
-      const std::size_t esz = dtype_size(spec.dtype);
-      std::vector<SliceBox> boxes;
-      std::size_t n = 0;
-      void* buf = &staging_;  // any non-null address for an empty part
-      if (!slice.empty()) {
-        boxes = slice_boxes(*slice.shard, slice.lo, slice.hi);
-        n = boxes_numel(boxes);
-        buf = slice.data;
-        if (n != slice.hi - slice.lo) {  // padding inside the range: read packed, then spread
-          staging_.resize(n * esz);
-          buf = staging_.data();
-        }
-      }
-      H5Handle file_space = select_file_boxes(d.get(), boxes);
-      H5Handle mem_space = packed_memory_space(n);
-      h5_check(H5Dread(d.get(), memory_type(spec.dtype), mem_space.get(), file_space.get(),
-                       transfer_.get(), buf),
-               "read");
-      if (!slice.empty() && buf != slice.data) unpack_slice(slice, boxes, esz, buf);
-      const bool counted = slice.counted && n > 0;
-      sums_.push_back(0);
-      sums_.push_back(counted ? n : 0);
-      // Summed right here, on the data just read. (Summing on another thread
-      // while the next dataset is read raced in tests; correctness first.)
-      if (counted) sums_[sums_.size() - 2] = checksum_slice(slice, boxes, esz);
+      const bool counted = slice.counted && !slice.empty();
+      std::uint64_t sum = 0, count = 0;
+      if (!slice.empty()) read_slice(d.get(), spec.dtype, slice, counted, sum, count);
+      sums_.push_back(sum);
+      sums_.push_back(count);
       std::uint64_t numel = 1;
       for (hsize_t x : h5_dims(spec.shape)) numel *= x;
-      bytes_ += numel * esz;
+      bytes_ += numel * dtype_size(spec.dtype);
       read_.push_back(std::move(stored));
     } catch (const RuntimeFailure& e) {
       throw InputError(fmt::format("{}: dataset {}: {}", path_, spec.path, e.what()));
@@ -119,8 +97,64 @@ void CheckpointReader::read(const DatasetSpec& spec, const TensorSlice& slice) {
   });
 }
 
+void CheckpointReader::read_slice(hid_t dataset, DType dtype, const TensorSlice& slice,
+                                  bool counted, std::uint64_t& sum, std::uint64_t& count) {
+  const std::size_t esz = dtype_size(dtype);
+  const haddr_t at = H5Dget_offset(dataset);
+  const std::optional<FileRun> run = contiguous_run(slice);
+  // Direct pieces are cut on blocks, multiples of the element size: they start
+  // on elements when the tensor does.
+  if (!direct_ || !run || at == HADDR_UNDEF || at % esz != 0)
+    return read_pieces(dataset, dtype, slice, counted, sum, count);
+  // Padding around the run: zeroed there, nothing read.
+  read_pieces(dataset, dtype, sub_slice(slice, slice.lo, run->lo, esz), counted, sum, count);
+  read_pieces(dataset, dtype, sub_slice(slice, run->hi, slice.hi, esz), counted, sum, count);
+  const std::uint64_t g = run->first;
+  phases_.time("direct read", [&] {
+    direct_->read(at + g * esz, static_cast<char*>(slice.data) + (run->lo - slice.lo) * esz,
+                  (run->hi - run->lo) * esz, [&](const char* p, std::size_t from, std::size_t n) {
+                    if (!counted) return;
+                    sum += phases_.time("checksum", [&] {
+                      return checksum_run(p, esz, g + from / esz, n / esz);
+                    });
+                    count += n / esz;
+                  });
+  });
+}
+
+void CheckpointReader::read_pieces(hid_t dataset, DType dtype, const TensorSlice& slice,
+                                   bool counted, std::uint64_t& sum, std::uint64_t& count) {
+  const std::size_t esz = dtype_size(dtype);
+  const haddr_t at = H5Dget_offset(dataset);
+  for (const auto& [lo, hi] : slice_pieces(slice, esz, at == HADDR_UNDEF ? 0 : at, piece_bytes_)) {
+    const TensorSlice piece = sub_slice(slice, lo, hi, esz);
+    const std::vector<SliceBox> boxes = slice_boxes(*slice.shard, lo, hi);
+    const std::size_t n = boxes_numel(boxes);
+    void* buf = piece.data;
+    if (n != hi - lo) {  // padding inside the piece: read packed, then spread
+      staging_.resize(std::max<std::size_t>(n, 1) * esz);
+      buf = staging_.data();
+    }
+    if (n > 0) {
+      H5Handle file_space = select_file_boxes(dataset, boxes);
+      H5Handle mem_space = packed_memory_space(n);
+      phases_.time("read", [&] {
+        h5_check(H5Dread(dataset, memory_type(dtype), mem_space.get(), file_space.get(),
+                         transfer_.get(), buf),
+                 "read");
+      });
+    }
+    if (buf != piece.data) unpack_slice(piece, boxes, esz, buf);
+    // Summed right after its read, on this thread, while the kernel reads
+    // ahead the next piece: the disk stays busy and the data is in cache.
+    if (counted && n > 0) {
+      sum += phases_.time("checksum", [&] { return checksum_slice(piece, boxes, esz); });
+      count += n;
+    }
+  }
+}
+
 std::vector<ChecksumResult> CheckpointReader::checksums() {
-  join_checksum();
   if (!sums_.empty()) comm_.all_reduce(sums_.data(), sums_.size(), DType::u64, ReduceOp::sum);
   std::vector<ChecksumResult> out;
   for (std::size_t i = 0; i < read_.size(); ++i) {

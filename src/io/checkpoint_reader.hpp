@@ -6,13 +6,15 @@
 // agreed across ranks: every rank throws AgreedError with exit code 2.
 #pragma once
 #include <cstdint>
-#include <future>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "comm/communicator.hpp"
 #include "io/checkpoint_schema.hpp"
+#include "io/direct_io.hpp"
 #include "io/h5.hpp"
+#include "io/io_phases.hpp"
 #include "io/tensor_slice.hpp"
 
 namespace trident {
@@ -33,9 +35,13 @@ struct ChecksumResult {
 
 class CheckpointReader {
  public:
+  // Slices are read in pieces of at most this many bytes, as the writer's: a
+  // read of 1 MiB leaves the kernel's readahead running while it is summed.
+  static constexpr std::size_t kPieceBytes = std::size_t(1) << 20;
+
   // Opens `path` and reads its meta. Refuses missing, truncated, incomplete or
   // other-version files.
-  CheckpointReader(Communicator& comm, std::string path);
+  CheckpointReader(Communicator& comm, std::string path, std::size_t piece_bytes = kPieceBytes);
   ~CheckpointReader();
   CheckpointReader(const CheckpointReader&) = delete;
   CheckpointReader& operator=(const CheckpointReader&) = delete;
@@ -55,20 +61,31 @@ class CheckpointReader {
   // Every dataset in the file, in the order written (collective).
   std::vector<StoredDataset> datasets();
   std::uint64_t bytes() const { return bytes_; }  // dataset bytes read (global view)
+  const IoPhases& phases() const { return phases_; }
 
  private:
-  void join_checksum();
+  // Reads the slice (padding zeroed); adds the counted elements' checksum
+  // and number to sum and count. A slice that is one file range is read
+  // direct (whole blocks around it: buffered reads of its ends would start
+  // the kernel's readahead of megabytes read again direct); the rest through
+  // HDF5.
+  void read_slice(hid_t dataset, DType dtype, const TensorSlice& slice, bool counted,
+                  std::uint64_t& sum, std::uint64_t& count);
+  // Through HDF5, piece by piece, each summed right after its read.
+  void read_pieces(hid_t dataset, DType dtype, const TensorSlice& slice, bool counted,
+                   std::uint64_t& sum, std::uint64_t& count);
 
   Communicator& comm_;
   std::string path_;
+  std::size_t piece_bytes_;
   H5Handle file_, transfer_;
+  std::unique_ptr<DirectFile> direct_;  // null where the file system has no O_DIRECT
   CheckpointMeta meta_;
   std::vector<StoredDataset> read_;
   std::vector<std::uint64_t> sums_;  // per dataset read: partial checksum, elements counted
-  std::vector<char> staging_;
-  std::future<std::uint64_t> pending_;  // the last dataset's checksum, still running
-  std::size_t pending_at_ = 0;          // where in sums_ it goes
+  std::vector<char> staging_;  // a packed piece of a slice that has padding
   std::uint64_t bytes_ = 0;
+  IoPhases phases_;
 };
 
 }  // namespace trident

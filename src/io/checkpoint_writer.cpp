@@ -5,7 +5,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <future>
 
 #include "comm/agree.hpp"
 #include "core/error.hpp"
@@ -18,9 +17,11 @@ CheckpointWriter::CheckpointWriter(Communicator& comm, std::string path, std::si
     : comm_(comm), path_(std::move(path)), piece_bytes_(piece_bytes) {
   run_agreed(comm_, [&] {
     try {
-      file_ = create_checkpoint_file(comm_, path_);
-      transfer_ = collective_transfer();
+      file_ = phases_.time("create", [&] { return create_checkpoint_file(comm_, path_); });
+      transfer_ = independent_transfer();
       sync_fd_ = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
+      direct_ = std::make_unique<DirectFile>(path_, true);
+      if (!direct_->ok()) direct_.reset();
     } catch (const RuntimeFailure& e) {
       throw RuntimeFailure(fmt::format("checkpoint {}: {}", path_, e.what()));
     }
@@ -37,7 +38,7 @@ CheckpointWriter::~CheckpointWriter() {
 void CheckpointWriter::write_meta(const CheckpointMeta& meta) {
   run_agreed(comm_, [&] {
     try {
-      write_checkpoint_meta(file_.get(), meta);
+      phases_.time("meta", [&] { write_checkpoint_meta(file_.get(), meta); });
     } catch (const RuntimeFailure& e) {
       throw RuntimeFailure(fmt::format("checkpoint {}: {}", path_, e.what()));
     }
@@ -65,62 +66,52 @@ void CheckpointWriter::create_groups_for(const std::string& dataset_path) {
   }
 }
 
+H5Handle CheckpointWriter::create_dataset(const DatasetSpec& spec) {
+  create_groups_for(spec.path);
+  const auto dims = h5_dims(spec.shape);
+  H5Handle space(h5_check(H5Screate_simple(int(dims.size()), dims.data(), nullptr),
+                          "H5Screate_simple"),
+                 H5Sclose);
+  H5Handle dcpl(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
+  // Every element is written by some rank: no fill pass over the file.
+  H5Pset_fill_time(dcpl.get(), H5D_FILL_TIME_NEVER);
+  H5Pset_alloc_time(dcpl.get(), H5D_ALLOC_TIME_EARLY);
+  H5Handle d(h5_check(H5Dcreate2(file_.get(), spec.path.c_str(), file_type(spec.dtype),
+                                 space.get(), H5P_DEFAULT, dcpl.get(), H5P_DEFAULT),
+                      "create dataset"),
+             H5Dclose);
+  h5_write_attr(d.get(), "dtype", std::string(dtype_name(spec.dtype)));
+  std::uint64_t numel = 1;
+  for (hsize_t x : dims) numel *= x;
+  bytes_ += numel * dtype_size(spec.dtype);
+  numel_.push_back(numel);
+  return d;
+}
+
 void CheckpointWriter::write(const DatasetSpec& spec, const TensorSlice& slice) {
-  const std::size_t esz = dtype_size(spec.dtype);
   const bool mine = slice.counted && !slice.empty();
-  std::vector<SliceBox> boxes;
-  std::future<std::uint64_t> sum;
-  H5Handle d;
-  auto context = [&](const RuntimeFailure& e) {
-    return RuntimeFailure(fmt::format("checkpoint {}: dataset {}: {}", path_, spec.path, e.what()));
-  };
+  // One agreement per dataset: the writes need no other rank, so they go in
+  // the same step as the (collective) create.
   run_agreed(comm_, [&] {
     try {
-      create_groups_for(spec.path);
-      const auto dims = h5_dims(spec.shape);
-      H5Handle space(h5_check(H5Screate_simple(int(dims.size()), dims.data(), nullptr),
-                              "H5Screate_simple"),
-                     H5Sclose);
-      H5Handle dcpl(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
-      // Every element is written by some rank: no fill pass over the file.
-      H5Pset_fill_time(dcpl.get(), H5D_FILL_TIME_NEVER);
-      H5Pset_alloc_time(dcpl.get(), H5D_ALLOC_TIME_EARLY);
-      d = H5Handle(h5_check(H5Dcreate2(file_.get(), spec.path.c_str(), file_type(spec.dtype),
-                                       space.get(), H5P_DEFAULT, dcpl.get(), H5P_DEFAULT),
-                            "create dataset"),
-                   H5Dclose);
-      h5_write_attr(d.get(), "dtype", std::string(dtype_name(spec.dtype)));
-      std::uint64_t numel = 1;
-      for (hsize_t x : dims) numel *= x;
-      bytes_ += numel * esz;
-      numel_.push_back(numel);
-    } catch (const RuntimeFailure& e) {
-      throw context(e);
-    }
-  });
-  if (mine) {
-    boxes = slice_boxes(*slice.shard, slice.lo, slice.hi);
-    // Summed on this thread when the writes are done (deferred): the data
-    // does not change meanwhile and no other thread reads it.
-    sum = std::async(std::launch::deferred, [&] { return checksum_slice(slice, boxes, esz); });
-  }
-  // Every rank issues as many collective writes as the rank with the most pieces.
-  const std::size_t per_piece = std::max<std::size_t>(1, piece_bytes_ / esz);
-  std::int64_t pieces = mine ? std::int64_t((slice.hi - slice.lo + per_piece - 1) / per_piece) : 0;
-  comm_.all_reduce(&pieces, 1, DType::i64, ReduceOp::max);
-  run_agreed(comm_, [&] {
-    try {
-      for (std::int64_t k = 0; k < pieces; ++k) {
-        const std::size_t lo = mine ? std::min(slice.hi, slice.lo + k * per_piece) : 0;
-        write_piece(d.get(), spec.dtype, slice, lo, mine ? std::min(slice.hi, lo + per_piece) : lo);
+      H5Handle d = phases_.time("dataset create", [&] { return create_dataset(spec); });
+      std::uint64_t sum = 0, count = 0;
+      if (mine) {
+        const std::size_t esz = dtype_size(spec.dtype);
+        const auto boxes = slice_boxes(*slice.shard, slice.lo, slice.hi);
+        sum = write_slice(d.get(), spec.dtype, slice);
+        count = boxes_numel(boxes);
+        // Direct writes leave nothing in the page cache to start writing back.
+        if (!direct_)
+          phases_.time("writeback", [&] { start_writeback(d.get(), slice, boxes, esz); });
       }
-      start_writeback(d.get(), slice, boxes, esz);
       names_.push_back(spec.path);
-      sums_.push_back(mine ? sum.get() : 0);
-      sums_.push_back(boxes_numel(boxes));
+      sums_.push_back(sum);
+      sums_.push_back(count);
       datasets_.push_back(std::move(d));
     } catch (const RuntimeFailure& e) {
-      throw context(e);
+      throw RuntimeFailure(
+          fmt::format("checkpoint {}: dataset {}: {}", path_, spec.path, e.what()));
     }
   });
 }
@@ -139,29 +130,53 @@ void CheckpointWriter::start_writeback(hid_t dataset, const TensorSlice& slice,
                   SYNC_FILE_RANGE_WRITE);
 }
 
-void CheckpointWriter::write_piece(hid_t dataset, DType dtype, const TensorSlice& slice,
-                                   std::size_t lo, std::size_t hi) {
+std::uint64_t CheckpointWriter::write_slice(hid_t dataset, DType dtype, const TensorSlice& slice) {
   const std::size_t esz = dtype_size(dtype);
-  std::vector<SliceBox> boxes;
-  std::size_t n = 0;
-  const void* buf = &esz;  // any non-null address for an empty part
-  if (lo < hi) {
-    boxes = slice_boxes(*slice.shard, lo, hi);
-    n = boxes_numel(boxes);
-    buf = static_cast<const char*>(slice.data) + (lo - slice.lo) * esz;
+  const haddr_t at = H5Dget_offset(dataset);
+  const std::optional<FileRun> run = contiguous_run(slice);
+  if (!direct_ || !run || at == HADDR_UNDEF) return write_pieces(dataset, dtype, slice);
+  // The run's whole file blocks go direct; its ends (and padding) through HDF5.
+  const auto [a, b] = direct_range(run->lo, run->hi, at + run->first * esz, esz);
+  std::uint64_t sum = write_pieces(dataset, dtype, sub_slice(slice, slice.lo, a, esz)) +
+                      write_pieces(dataset, dtype, sub_slice(slice, b, slice.hi, esz));
+  if (a == b) return sum;
+  const std::uint64_t g = run->first + (a - run->lo);  // global index of element a
+  phases_.time("direct write", [&] {
+    direct_->write(at + g * esz, static_cast<const char*>(slice.data) + (a - slice.lo) * esz,
+                   (b - a) * esz, [&](const char* p, std::size_t from, std::size_t n) {
+                     sum += phases_.time("checksum", [&] {
+                       return checksum_run(p, esz, g + from / esz, n / esz);
+                     });
+                   });
+  });
+  return sum;
+}
+
+std::uint64_t CheckpointWriter::write_pieces(hid_t dataset, DType dtype, const TensorSlice& slice) {
+  const std::size_t esz = dtype_size(dtype);
+  const haddr_t at = H5Dget_offset(dataset);
+  std::uint64_t sum = 0;
+  for (const auto& [lo, hi] : slice_pieces(slice, esz, at == HADDR_UNDEF ? 0 : at, piece_bytes_)) {
+    const TensorSlice piece = sub_slice(slice, lo, hi, esz);
+    const std::vector<SliceBox> boxes = slice_boxes(*slice.shard, lo, hi);
+    const std::size_t n = boxes_numel(boxes);
+    if (n == 0) continue;  // all padding
+    sum += phases_.time("checksum", [&] { return checksum_slice(piece, boxes, esz); });
+    const void* buf = piece.data;
     if (n != hi - lo) {  // padding inside the piece: pack the rest
-      TensorSlice piece = slice;
-      piece.lo = lo, piece.hi = hi, piece.data = const_cast<void*>(buf);
       staging_.resize(n * esz);
       pack_slice(piece, boxes, esz, staging_.data());
       buf = staging_.data();
     }
+    H5Handle file_space = select_file_boxes(dataset, boxes);
+    H5Handle mem_space = packed_memory_space(n);
+    phases_.time("write", [&] {
+      h5_check(H5Dwrite(dataset, memory_type(dtype), mem_space.get(), file_space.get(),
+                        transfer_.get(), buf),
+               "write");
+    });
   }
-  H5Handle file_space = select_file_boxes(dataset, boxes);
-  H5Handle mem_space = packed_memory_space(n);
-  h5_check(H5Dwrite(dataset, memory_type(dtype), mem_space.get(), file_space.get(),
-                    transfer_.get(), buf),
-           "write");
+  return sum;
 }
 
 void CheckpointWriter::finish() {
@@ -174,14 +189,20 @@ void CheckpointWriter::finish() {
             "must have exactly one counted copy)", path_, names_[i], sums_[2 * i + 1], numel_[i]));
     }
     try {
-      for (std::size_t i = 0; i < names_.size(); ++i)
-        h5_write_attr(datasets_[i].get(), "checksum", sums_[2 * i]);
-      datasets_.clear();
-      groups_.clear();
-      // Last: the marker that the file is whole. Readers refuse files without it.
-      h5_write_attr(file_.get(), "complete", std::int64_t(1));
-      h5_check(H5Fflush(file_.get(), H5F_SCOPE_GLOBAL), "flush");  // MPI_File_sync
-      h5_check(H5Fclose(file_.release()), "close");
+      if (direct_) phases_.time("direct write", [&] { direct_->drain(); });
+      phases_.time("attributes", [&] {
+        for (std::size_t i = 0; i < names_.size(); ++i)
+          h5_write_attr(datasets_[i].get(), "checksum", sums_[2 * i]);
+        datasets_.clear();
+        groups_.clear();
+        direct_.reset();
+        // Last: the marker that the file is whole. Readers refuse files without it.
+        h5_write_attr(file_.get(), "complete", std::int64_t(1));
+      });
+      phases_.time("flush", [&] {  // MPI_File_sync
+        h5_check(H5Fflush(file_.get(), H5F_SCOPE_GLOBAL), "flush");
+      });
+      phases_.time("close", [&] { h5_check(H5Fclose(file_.release()), "close"); });
     } catch (const RuntimeFailure& e) {
       throw RuntimeFailure(fmt::format("checkpoint {}: {}", path_, e.what()));
     }

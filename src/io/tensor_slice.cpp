@@ -1,5 +1,6 @@
 #include "io/tensor_slice.hpp"
 
+#include <algorithm>
 #include <cstring>
 
 namespace trident {
@@ -118,6 +119,47 @@ void for_each_run(const TensorInfo& t, const SliceBox& b, const RunFn& fn) {
     while (j > 0 && ++idx[j - 1] == b.count[j - 1]) idx[--j] = 0;
     if (j == 0) break;
   }
+}
+
+TensorSlice sub_slice(const TensorSlice& s, std::size_t lo, std::size_t hi, std::size_t esz) {
+  TensorSlice part = s;
+  part.lo = lo, part.hi = hi;
+  part.data = static_cast<char*>(s.data) + (lo - s.lo) * esz;
+  return part;
+}
+
+std::optional<FileRun> contiguous_run(const TensorSlice& s) {
+  if (s.empty()) return std::nullopt;
+  std::optional<FileRun> run;
+  bool contiguous = true;
+  for (const SliceBox& b : slice_boxes(*s.shard, s.lo, s.hi))
+    for_each_run(*s.shard, b, [&](std::size_t l, std::uint64_t g, std::size_t len) {
+      if (!run) run = FileRun{l, l, g};
+      // Consecutive in memory and in the global tensor: no gap on either side.
+      else if (l != run->hi || g != run->first + (run->hi - run->lo)) contiguous = false;
+      run->hi = l + len;
+    });
+  return contiguous ? run : std::nullopt;
+}
+
+std::vector<std::pair<std::size_t, std::size_t>> slice_pieces(const TensorSlice& s,
+                                                              std::size_t esz,
+                                                              std::uint64_t file_offset,
+                                                              std::size_t piece_bytes) {
+  std::vector<std::pair<std::size_t, std::size_t>> pieces;
+  if (s.empty()) return pieces;
+  const std::optional<FileRun> run = contiguous_run(s);
+  const std::size_t per_piece = std::max<std::size_t>(1, piece_bytes / esz);
+  std::size_t lo = s.lo;
+  if (run && run->lo == s.lo) {  // a first, shorter piece up to a piece boundary in the file
+    const std::uint64_t at = file_offset + run->first * esz, to_boundary = piece_bytes - at % piece_bytes;
+    const std::size_t head = std::size_t(to_boundary / esz);
+    if (to_boundary % piece_bytes != 0 && head > 0 && head < s.hi - lo)
+      pieces.emplace_back(lo, lo + head), lo += head;
+  }
+  for (; lo < s.hi; lo += std::min(per_piece, s.hi - lo))
+    pieces.emplace_back(lo, lo + std::min(per_piece, s.hi - lo));
+  return pieces;
 }
 
 void pack_slice(const TensorSlice& s, const std::vector<SliceBox>& boxes, std::size_t esz,

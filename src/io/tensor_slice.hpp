@@ -10,6 +10,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <optional>
+#include <utility>
 #include <vector>
 
 #include "memory/tensor_table.hpp"
@@ -51,6 +53,29 @@ void for_each_run(const TensorInfo& shard, const SliceBox& box, const RunFn& fn)
 
 // Elements the boxes cover (the range minus its padding).
 std::size_t boxes_numel(const std::vector<SliceBox>& boxes);
+
+// Elements [lo, hi) of the slice (within its range), as a slice of their own.
+TensorSlice sub_slice(const TensorSlice& s, std::size_t lo, std::size_t hi, std::size_t elem_bytes);
+
+// Elements [lo, hi) of a slice's range holding global elements [first, ...)
+// in order: one range of the file.
+struct FileRun {
+  std::size_t lo = 0, hi = 0;
+  std::uint64_t first = 0;
+};
+// When the slice's elements other than padding are one contiguous run of its
+// global tensor (a row-split shard, a ZeRO range; padding only before or
+// after them), that run.
+std::optional<FileRun> contiguous_run(const TensorSlice& s);
+
+// The range [lo, hi) of a slice cut into pieces of at most piece_bytes for
+// I/O, in order. When the range is one contiguous run of the global tensor
+// (a whole row-split shard, a ZeRO range), the cuts fall on multiples of
+// piece_bytes in the file, given where the tensor's bytes start there.
+std::vector<std::pair<std::size_t, std::size_t>> slice_pieces(const TensorSlice& s,
+                                                              std::size_t elem_bytes,
+                                                              std::uint64_t file_offset,
+                                                              std::size_t piece_bytes);
 
 // Between a slice's memory (hi - lo elements, padding included) and a packed
 // buffer holding only the covered elements in order. Unpacking zeroes padding.

@@ -181,7 +181,9 @@ CheckpointIo save_checkpoint(Grid& grid, const std::string& dir, int keep,
       }
     w.finish();
     io.bytes = w.bytes();
+    io.phases = w.phases();
   }
+  const double renamed_from = now_seconds();
   fault_point("ckpt", "before_rename", step);
   // Every rank has closed (and synced) the file: only now may it get its name.
   run_agreed(world, [&] {
@@ -195,6 +197,7 @@ CheckpointIo save_checkpoint(Grid& grid, const std::string& dir, int keep,
     write_latest(dir, name);
     prune_checkpoints(dir, keep);
   });
+  io.phases.add("rename", now_seconds() - renamed_from);
   io.seconds = now_seconds() - t0;
   return io;
 }
@@ -222,7 +225,7 @@ CheckpointIo load_checkpoint(Grid& grid, const std::string& path, const GptConfi
     for (const TensorInfo& g : global.tensors())
       r.read({dataset_path(set.group, g.name), g.global_shape, set.dtype}, set.slice_of(g));
   r.verify();
-  return {path, r.bytes(), now_seconds() - t0};
+  return {path, r.bytes(), now_seconds() - t0, r.phases()};
 }
 
 std::vector<std::string> changed_hyperparameters(const CheckpointMeta& meta, const Deck& deck) {

@@ -14,6 +14,7 @@
 #include "grid/grid.hpp"
 #include "io/checkpoint_schema.hpp"
 #include "io/deck.hpp"
+#include "io/io_phases.hpp"
 #include "io/tensor_slice.hpp"
 #include "memory/arena.hpp"
 #include "train/trainer.hpp"
@@ -56,6 +57,7 @@ struct CheckpointIo {
   std::string path;
   std::uint64_t bytes = 0;
   double seconds = 0;
+  IoPhases phases;  // this rank's time per phase
 };
 
 // Writes `meta` and the sets as the checkpoint of meta.step into `dir`:

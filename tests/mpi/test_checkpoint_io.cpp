@@ -2,7 +2,7 @@
 // flat ranges of shards map to the right global boxes; tensors split along dim
 // 0 or 1 with vocabulary-style padding, replicated, or cut into flat ZeRO-style
 // ranges are written under one layout and read back under every other one,
-// equal to the global tensor, whether written whole or in small pieces;
+// equal to the global tensor, whether written or read whole or in small pieces;
 // padding is never written; checksums do not
 // depend on the layout; corrupt, truncated and incomplete files are refused.
 #include <gtest/gtest.h>
@@ -49,7 +49,10 @@ struct Global {
 };
 const std::vector<Global> kTensors = {{"a", {10, 6}, DType::f32}, {"b", {7, 9}, DType::f32},
                                       {"c", {13}, DType::f32},    {"d", {3, 4, 5}, DType::f32},
-                                      {"e", {5, 6}, DType::bf16}};
+                                      {"e", {5, 6}, DType::bf16},
+                                      // Large enough for direct I/O of whole file blocks
+                                      // (DirectFile::kMinBytes), with buffered ends.
+                                      {"f", {70, 1001}, DType::f32}};
 
 float value_f32(const std::string& name, std::uint64_t g) { return float(name[0]) + 0.25f * g; }
 std::uint16_t value_u16(std::uint64_t g) { return std::uint16_t(g * 7 + 3); }
@@ -201,14 +204,43 @@ TEST(SliceBoxes, CoverExactlyTheRangeWithoutPaddingInOrder) {
       }
 }
 
+TEST(SlicePieces, PartitionTheRangeAndCutContiguousRangesOnFileMultiples) {
+  TensorInfo t;
+  t.global_shape = t.shape = {40, 25};
+  t.numel = 1000;
+  for (std::uint64_t file_offset : {0, 4, 1000})
+    for (std::size_t lo : {0, 3, 333})
+      for (std::size_t piece_bytes : {16, 64, 4000, 1 << 20}) {
+        TensorSlice s = whole_shard(t, &t, true);
+        s.lo = lo;
+        const auto pieces = slice_pieces(s, 4, file_offset, piece_bytes);
+        std::size_t next = lo;
+        for (const auto& [a, b] : pieces) {
+          ASSERT_EQ(a, next);
+          ASSERT_GT(b, a);
+          ASSERT_LE((b - a) * 4, piece_bytes);
+          if (a != lo) EXPECT_EQ((file_offset + a * 4) % piece_bytes, 0u) << a;
+          next = b;
+        }
+        EXPECT_EQ(next, t.numel);
+      }
+  // A column shard is not contiguous in the file: plain cuts from lo.
+  t.split_dim = 1, t.shape = {40, 13};
+  t.numel = 520;
+  const auto pieces = slice_pieces(whole_shard(t, &t, true), 4, 4, 64);
+  ASSERT_EQ(pieces.front(), std::make_pair(std::size_t(0), std::size_t(16)));
+}
+
 TEST_F(ShardedIo, WrittenUnderOneLayoutReadsBackUnderEveryOther) {
   for (const Layout& w : kLayouts) {
     const std::string path = file(std::string("w_") + w.name);
-    // Every other layout writes in pieces of 20 bytes: many collective writes
-    // per tensor, a different number on each rank, padding inside pieces.
+    // Every other layout writes (and reads) in pieces of 20 bytes: many
+    // independent writes per tensor, a different number on each rank,
+    // padding inside pieces.
     write_under(w, path, (&w - kLayouts) % 2 ? 20 : CheckpointWriter::kPieceBytes);
     for (const Layout& r : kLayouts) {
-      CheckpointReader reader(world, path);
+      CheckpointReader reader(world, path,
+                              (&r - kLayouts) % 2 ? 20 : CheckpointReader::kPieceBytes);
       std::vector<Part> parts;
       for (const Global& t : kTensors) {
         parts.push_back(part_of(t, r, world.rank()));
