@@ -3,9 +3,10 @@
 // the same save_checkpoint / load_checkpoint the trainer uses.
 //   mpirun -np N bench_checkpoint write|read DIR [--layers L --d-model C --vocab V]
 //                                                [--owner root|spread]
-// owner root: data rank 0 writes everything (today's data parallelism);
-// spread: each rank writes a 1/N flat range of every tensor (what a ZeRO
-// optimizer does). Reading checks every element and every checksum.
+// owner root: every rank holds everything (plain data parallelism: writing,
+// the replicas share the work; reading, each reads it all); spread: each rank
+// holds and writes a 1/N flat range of every tensor (what a ZeRO optimizer
+// does). Reading checks every element and every checksum.
 // Prints one line: "<mode> <bytes> bytes <seconds> s <GB/s> GB/s".
 #include <fmt/format.h>
 #include <mpi.h>

@@ -6,8 +6,9 @@
 # Trident side: build/perf/bench_checkpoint saves and loads the training state of
 # GPT-2 124M (parameters and both Adam moments: 1.49 GB) through the trainer's
 # own save_checkpoint / load_checkpoint: temporary file, parallel HDF5, checksums,
-# flush, rename, `latest`. OWNER root: data rank 0 writes everything (data
-# parallelism today); spread: every rank writes 1/RANKS of each tensor (ZeRO).
+# flush, rename, `latest`. OWNER root: every rank holds everything (data
+# parallelism: the replicas share the writing, each reads it all); spread:
+# every rank holds and writes 1/RANKS of each tensor (ZeRO).
 # fio side: one job, 1 MiB blocks, write ended by fsync (as a checkpoint is),
 # both through the page cache and direct (O_DIRECT, as trident moves its bulk):
 # the ratio is against the faster of the two, the disk's own speed either way.

@@ -18,11 +18,21 @@ bool counts_copy(const TensorInfo& t, const GridCoord& c, bool replicated_over_d
   return t.primary && (t.split_dim >= 0 || c.tp == 0) && (!replicated_over_data || c.dp == 0);
 }
 
+TensorSlice replica_part(const TensorSlice& whole, const GridCoord& c, int dp, std::size_t esz) {
+  if (whole.empty() || dp == 1) return whole;
+  const std::size_t n = whole.hi - whole.lo;
+  TensorSlice part = sub_slice(whole, whole.lo + n * std::size_t(c.dp) / std::size_t(dp),
+                               whole.lo + n * std::size_t(c.dp + 1) / std::size_t(dp), esz);
+  part.counted = counts_copy(*whole.shard, c, false);
+  return part;
+}
+
 TensorSet dense_set(std::string group, const TensorTable& table, Arena* arena,
                     const GridCoord& coord, bool replicated_over_data) {
   TensorSet set;
   set.group = std::move(group);
   set.dtype = arena ? arena->dtype() : DType::f32;
+  set.replicated_over_data = replicated_over_data;
   set.slice_of = [&table, arena, coord, replicated_over_data](const TensorInfo& global) {
     const TensorInfo* t = table.find(global.name);
     if (!arena || !t) return TensorSlice{};
@@ -96,6 +106,12 @@ std::vector<TensorSet> training_sets(Trainer& trainer, const GridCoord& coord) {
                                  chunked_set(kExpAvgSqGroup, trainer, coord, 2)};
   if (trainer.weight_dtype() != DType::f32)
     sets.push_back(chunked_set(kMasterGroup, trainer, coord, 3));
+  // Whole on every data rank: the parameters but under ZeRO-3, and the
+  // optimizer state without ZeRO unless gather mode keeps it on rank 0 alone.
+  const ZeroStorage* zero = trainer.zero_storage();
+  for (std::size_t k = 0; k < sets.size(); ++k)
+    sets[k].replicated_over_data = k == 0 ? !zero || zero->stage() <= 2
+                                          : !zero && !trainer.gather_mode();
   return sets;
 }
 
@@ -176,7 +192,11 @@ CheckpointIo save_checkpoint(Grid& grid, const std::string& dir, int keep,
     std::size_t done = 0;
     for (const TensorSet& set : sets)
       for (const TensorInfo& g : global.tensors()) {
-        w.write({dataset_path(set.group, g.name), g.global_shape, set.dtype}, set.slice_of(g));
+        w.write({dataset_path(set.group, g.name), g.global_shape, set.dtype},
+                set.replicated_over_data
+                    ? replica_part(set.slice_of(g), grid.coord(), grid.shape().dp,
+                                   dtype_size(set.dtype))
+                    : set.slice_of(g));
         if (++done == total / 2) fault_point("ckpt", "mid_datasets", step);
       }
     w.finish();

@@ -26,7 +26,16 @@ struct TensorSet {
   DType dtype = DType::f32;   // element type in memory and in the file
   // This rank's slice of a global tensor (empty when it holds none of it).
   std::function<TensorSlice(const TensorInfo& global)> slice_of;
+  // Every data rank holds the same slices (plain data parallelism, ZeRO 1-2
+  // parameters). Reading, each reads them whole; writing, the replicas share
+  // the work: data rank r writes the r-th of dp equal parts of each slice.
+  bool replicated_over_data = false;
 };
+
+// Data rank `c.dp`'s part of a slice every one of the `dp` data ranks holds
+// (see TensorSet::replicated_over_data), counted.
+TensorSlice replica_part(const TensorSlice& whole, const GridCoord& c, int dp,
+                         std::size_t elem_bytes);
 
 // Whether this rank's copy of `t` is the one saved and checksummed: exactly
 // one copy of each element over the job. Replicated sets are saved by data
