@@ -21,6 +21,14 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 [ -x "$bench" ] || { echo "error: $bench not found; build first (cmake --build build)"; exit 2; }
 command -v fio > /dev/null || { echo "error: fio not found (Debian: apt-get install fio)"; exit 2; }
 mkdir -p "$dir"
+# Each rank gets its share of the node's cores, as srun --cpus-per-task gives
+# it (mpirun's default binds one rank to one core, however many are free).
+cores=$(nproc)
+if [ "$ranks" -le "$cores" ]; then
+  placement=(--map-by "slot:PE=$((cores / ranks))" --bind-to core)
+else
+  placement=(--oversubscribe --bind-to none)
+fi
 
 drop_caches() {  # and give the device time to finish the last writes (VM disks lag)
   sync
@@ -36,18 +44,18 @@ echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -
 echo "disk: $(df -hT "$dir" | awk 'NR==2 {print $1, $2, $3}') at $dir"
 echo "versions: $(mpirun --version | head -1), HDF5 $(h5dump --version 2>/dev/null | awk '{print $NF}'), $(fio --version), kernel $(uname -r)"
 [ -w /proc/sys/vm/drop_caches ] || echo "note: not root, page cache not dropped: reads may come from memory"
-echo "command: mpirun -np $ranks $bench write|read $dir/ck --owner $owner; fio --rw=write|read --bs=1M --end_fsync=1 [--direct=1]"
+echo "command: mpirun -np $ranks ${placement[*]} $bench write|read $dir/ck --owner $owner; fio --rw=write|read --bs=1M --end_fsync=1 [--direct=1]"
 echo "load: $(uptime | sed 's/.*load/load/')"
 
 tw=() tr=() fw=() fr=() dw=() dr=()
 trident_pass() {
   rm -rf "$dir/ck"
   drop_caches
-  line=$(mpirun -np "$ranks" --oversubscribe "$bench" write "$dir/ck" --owner "$owner")
+  line=$(mpirun -np "$ranks" "${placement[@]}" "$bench" write "$dir/ck" --owner "$owner")
   bytes=$(awk '{print $2}' <<<"$line")
   tw+=("$(awk '{print $6}' <<<"$line")")
   drop_caches
-  tr+=("$(mpirun -np "$ranks" --oversubscribe "$bench" read "$dir/ck" --owner "$owner" | awk '{print $6}')")
+  tr+=("$(mpirun -np "$ranks" "${placement[@]}" "$bench" read "$dir/ck" --owner "$owner" | awk '{print $6}')")
   rm -rf "$dir/ck"
 }
 fio_run() {  # RW DIRECT -> GB/s

@@ -30,6 +30,9 @@ class ComputeBackend {
 
   // Memory on the backend's device.
   virtual void* allocate(std::size_t bytes) = 0;
+  // Whether that memory is host memory the CPU reads and writes in place
+  // (checkpoint files pass device memory through host buffers).
+  virtual bool memory_is_host() const { return true; }
   virtual void release(void* p, std::size_t bytes) = 0;
   virtual void zero(void* p, std::size_t bytes) = 0;
   virtual void copy_to_host(void* host, const void* dev, std::size_t bytes) = 0;

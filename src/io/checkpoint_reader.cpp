@@ -68,38 +68,56 @@ CheckpointReader::CheckpointReader(Communicator& comm, std::string path, std::si
 CheckpointReader::~CheckpointReader() { file_.reset(); }
 
 void CheckpointReader::read(const DatasetSpec& spec, const TensorSlice& slice) {
+  read_all({{spec, slice}});
+}
+
+void CheckpointReader::read_all(const std::vector<SliceRead>& reads,
+                                const std::function<void()>& between_pieces) {
   run_agreed(comm_, [&] {
+    std::vector<DirectFile::ReadRange> ranges;
+    std::vector<DirectRun> runs;
+    for (const auto& [spec, slice] : reads) {
+      try {
+        if (H5Lexists(file_.get(), spec.path.c_str(), H5P_DEFAULT) <= 0)
+          throw InputError(fmt::format("{}: dataset {} is missing", path_, spec.path));
+        const double t0 = now_seconds();
+        H5Handle d(h5_check(H5Dopen2(file_.get(), spec.path.c_str(), H5P_DEFAULT), "open"),
+                   H5Dclose);
+        StoredDataset stored = describe(d.get(), spec.path);
+        phases_.add("dataset open", now_seconds() - t0);
+        if (h5_dims(stored.spec.shape) != h5_dims(spec.shape) || stored.spec.dtype != spec.dtype)
+          throw InputError(fmt::format("{}: dataset {} is {} {} but the model needs {} {}", path_,
+                                       spec.path, dtype_name(stored.spec.dtype),
+                                       format_shape(stored.spec.shape), dtype_name(spec.dtype),
+                                       format_shape(spec.shape)));
+        const std::size_t index = read_.size();
+        read_.push_back(std::move(stored));
+        sums_.push_back(0);  // checksum
+        sums_.push_back(0);  // elements counted
+        if (!slice.empty()) read_slice(d.get(), spec.dtype, slice, index, ranges, runs);
+        std::uint64_t numel = 1;
+        for (hsize_t x : h5_dims(spec.shape)) numel *= x;
+        bytes_ += numel * dtype_size(spec.dtype);
+      } catch (const RuntimeFailure& e) {
+        throw InputError(fmt::format("{}: dataset {}: {}", path_, spec.path, e.what()));
+      }
+    }
     try {
-      if (H5Lexists(file_.get(), spec.path.c_str(), H5P_DEFAULT) <= 0)
-        throw InputError(fmt::format("{}: dataset {} is missing", path_, spec.path));
-      const double t0 = now_seconds();
-      H5Handle d(h5_check(H5Dopen2(file_.get(), spec.path.c_str(), H5P_DEFAULT), "open"),
-                 H5Dclose);
-      StoredDataset stored = describe(d.get(), spec.path);
-      phases_.add("dataset open", now_seconds() - t0);
-      if (h5_dims(stored.spec.shape) != h5_dims(spec.shape) || stored.spec.dtype != spec.dtype)
-        throw InputError(fmt::format("{}: dataset {} is {} {} but the model needs {} {}", path_,
-                                     spec.path, dtype_name(stored.spec.dtype),
-                                     format_shape(stored.spec.shape), dtype_name(spec.dtype),
-                                     format_shape(spec.shape)));
-      const bool counted = slice.counted && !slice.empty();
-      std::uint64_t sum = 0, count = 0;
-      if (!slice.empty()) read_slice(d.get(), spec.dtype, slice, counted, sum, count);
-      sums_.push_back(sum);
-      sums_.push_back(count);
-      std::uint64_t numel = 1;
-      for (hsize_t x : h5_dims(spec.shape)) numel *= x;
-      bytes_ += numel * dtype_size(spec.dtype);
-      read_.push_back(std::move(stored));
-    } catch (const RuntimeFailure& e) {
-      throw InputError(fmt::format("{}: dataset {}: {}", path_, spec.path, e.what()));
+      read_direct(ranges, runs, between_pieces);
+    } catch (const ReadRangeError& e) {
+      throw InputError(fmt::format("{}: dataset {}: {}", path_,
+                                   read_[runs[e.range].index].spec.path, e.what()));
     }
   });
 }
 
 void CheckpointReader::read_slice(hid_t dataset, DType dtype, const TensorSlice& slice,
-                                  bool counted, std::uint64_t& sum, std::uint64_t& count) {
+                                  std::size_t index, std::vector<DirectFile::ReadRange>& ranges,
+                                  std::vector<DirectRun>& runs) {
   const std::size_t esz = dtype_size(dtype);
+  const bool counted = slice.counted;
+  std::uint64_t& sum = sums_[2 * index];
+  std::uint64_t& count = sums_[2 * index + 1];
   const haddr_t at = H5Dget_offset(dataset);
   const std::optional<FileRun> run = contiguous_run(slice);
   // Direct pieces are cut on blocks, multiples of the element size: they start
@@ -109,16 +127,28 @@ void CheckpointReader::read_slice(hid_t dataset, DType dtype, const TensorSlice&
   // Padding around the run: zeroed there, nothing read.
   read_pieces(dataset, dtype, sub_slice(slice, slice.lo, run->lo, esz), counted, sum, count);
   read_pieces(dataset, dtype, sub_slice(slice, run->hi, slice.hi, esz), counted, sum, count);
-  const std::uint64_t g = run->first;
+  ranges.push_back({at + run->first * esz, (run->hi - run->lo) * esz,
+                    static_cast<char*>(slice.data) + (run->lo - slice.lo) * esz});
+  runs.push_back({index, esz, run->first, counted});
+}
+
+void CheckpointReader::read_direct(const std::vector<DirectFile::ReadRange>& ranges,
+                                   const std::vector<DirectRun>& runs,
+                                   const std::function<void()>& between) {
+  if (ranges.empty()) return;
   phases_.time("direct read", [&] {
-    direct_->read(at + g * esz, static_cast<char*>(slice.data) + (run->lo - slice.lo) * esz,
-                  (run->hi - run->lo) * esz, [&](const char* p, std::size_t from, std::size_t n) {
-                    if (!counted) return;
-                    sum += phases_.time("checksum", [&] {
-                      return checksum_run(p, esz, g + from / esz, n / esz);
-                    });
-                    count += n / esz;
-                  });
+    direct_->read_ranges(ranges, [&](std::size_t r, const char* p, std::size_t from,
+                                     std::size_t n) {
+      if (between) between();
+      const DirectRun& run = runs[r];
+      if (!run.counted) return;
+      const std::size_t k = n / run.elem_bytes;
+      sums_[2 * run.index] += phases_.time("checksum", [&] {
+        return checksum_run(p, run.elem_bytes, run.first + from / run.elem_bytes, k,
+                            /*all_threads=*/false);
+      });
+      sums_[2 * run.index + 1] += k;
+    });
   });
 }
 

@@ -6,6 +6,7 @@
 // agreed across ranks: every rank throws AgreedError with exit code 2.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -53,6 +54,18 @@ class CheckpointReader {
   // when the dataset is missing or its shape or dtype differs from `spec`. The
   // slice's memory must stay unchanged until the next read or check.
   void read(const DatasetSpec& spec, const TensorSlice& slice);
+  // A dataset and this rank's slice of it.
+  struct SliceRead {
+    DatasetSpec spec;
+    TensorSlice slice;
+  };
+  // Reads every slice as read() does, in one pass: the slices that are one
+  // range of the file (all but padded tensor-parallel shards) are read as one
+  // direct stream in file order, so the disk never waits between datasets.
+  // `between_pieces`, when given, runs after each piece of the stream (the
+  // caller's background work: the replicas' exchange).
+  void read_all(const std::vector<SliceRead>& reads,
+                const std::function<void()>& between_pieces = {});
   // Checks every dataset read since the last check against its stored
   // checksum (one all-reduce); verify() throws for the first bad one.
   std::vector<ChecksumResult> checksums();
@@ -64,13 +77,22 @@ class CheckpointReader {
   const IoPhases& phases() const { return phases_; }
 
  private:
-  // Reads the slice (padding zeroed); adds the counted elements' checksum
-  // and number to sum and count. A slice that is one file range is read
-  // direct (whole blocks around it: buffered reads of its ends would start
-  // the kernel's readahead of megabytes read again direct); the rest through
-  // HDF5.
-  void read_slice(hid_t dataset, DType dtype, const TensorSlice& slice, bool counted,
-                  std::uint64_t& sum, std::uint64_t& count);
+  // One file range of dataset `index` (in read_) to read direct.
+  struct DirectRun {
+    std::size_t index = 0, elem_bytes = 0;
+    std::uint64_t first = 0;  // global flat index of its first element
+    bool counted = false;
+  };
+  // Reads the slice of dataset `index` (padding zeroed), adding the counted
+  // elements' checksum and number to its sums. A slice that is one file range
+  // is queued in `ranges` and `runs`, to be read direct (whole blocks around
+  // it: buffered reads of its ends would start the kernel's readahead of
+  // megabytes read again direct); the rest is read through HDF5 now.
+  void read_slice(hid_t dataset, DType dtype, const TensorSlice& slice, std::size_t index,
+                  std::vector<DirectFile::ReadRange>& ranges, std::vector<DirectRun>& runs);
+  // Reads the queued ranges as one stream, summing each piece as it lands.
+  void read_direct(const std::vector<DirectFile::ReadRange>& ranges,
+                   const std::vector<DirectRun>& runs, const std::function<void()>& between);
   // Through HDF5, piece by piece, each summed right after its read.
   void read_pieces(hid_t dataset, DType dtype, const TensorSlice& slice, bool counted,
                    std::uint64_t& sum, std::uint64_t& count);

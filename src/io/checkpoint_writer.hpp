@@ -56,7 +56,9 @@ class CheckpointWriter {
                        const std::vector<SliceBox>& boxes, std::size_t elem_bytes);
   H5Handle create_dataset(const DatasetSpec& spec);
   // Writes the slice; returns its checksum. A slice that is one file range
-  // goes direct but for its ends; the rest through HDF5.
+  // goes direct but for its ends (partial file blocks), which DirectFile
+  // writes through the page cache into the dataset's contiguous storage, as
+  // HDF5 would, in its queue; the rest through HDF5.
   std::uint64_t write_slice(hid_t dataset, DType dtype, const TensorSlice& slice);
   // Through HDF5, piece by piece, each summed just before it is written (on
   // this thread, while it is in cache).

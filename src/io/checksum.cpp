@@ -13,10 +13,22 @@ namespace {
 // The hot loop of every checkpoint write and read, built for each vector unit
 // and picked at run time (64-bit multiplies are single instructions with
 // AVX-512DQ): about 3, 5 and 14 GB/s per core for baseline, AVX2, AVX-512.
+// checksum_element, with the index's golden-ratio multiply strength-reduced
+// to an add (consecutive indices): two 64-bit multiplies per element instead
+// of three, which is what AVX2 (no 64-bit vector multiply) pays for most.
 template <class Bits>
 inline std::uint64_t sum_loop(const Bits* p, std::uint64_t first, std::size_t n) {
-  std::uint64_t sum = 0;
-  for (std::size_t i = 0; i < n; ++i) sum += checksum_element(first + i, p[i]);
+  constexpr std::uint64_t kStep = 0x9E3779B97F4A7C15ull;
+  std::uint64_t sum = 0, spread = first * kStep;
+  for (std::size_t i = 0; i < n; ++i, spread += kStep) {
+    std::uint64_t x = spread ^ p[i];
+    x ^= x >> 33;
+    x *= 0xFF51AFD7ED558CCDull;
+    x ^= x >> 33;
+    x *= 0xC4CEB9FE1A85EC53ull;
+    x ^= x >> 33;
+    sum += x;
+  }
   return sum;
 }
 
@@ -58,7 +70,7 @@ std::uint64_t sum_unaligned(const void* data, std::uint64_t first, std::size_t n
 }  // namespace
 
 std::uint64_t checksum_run(const void* data, std::size_t elem_bytes, std::uint64_t first,
-                           std::size_t n) {
+                           std::size_t n, bool all_threads) {
   if (elem_bytes != 4 && elem_bytes != 2)
     throw std::logic_error("checksum_run: unsupported element size");
   auto run = [elem_bytes](const void* p, std::uint64_t f, std::size_t k) {
@@ -68,7 +80,7 @@ std::uint64_t checksum_run(const void* data, std::size_t elem_bytes, std::uint64
   // A rank with cores to spare (one rank writing for a node) sums a large
   // run on all of them: the sum modulo 2^64 does not depend on the split.
   constexpr std::size_t kPart = std::size_t{1} << 16;
-  const int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
+  const int threads = !all_threads || omp_in_parallel() ? 1 : omp_get_max_threads();
   if (threads < 2 || n < 2 * kPart) return run(data, first, n);
   const auto* bytes = static_cast<const char*>(data);
   const std::int64_t parts = std::int64_t((n + kPart - 1) / kPart);

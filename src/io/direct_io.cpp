@@ -5,89 +5,111 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <cstdlib>
 #include <cstring>
-#include <future>
+#include <memory>
+#include <vector>
 
 #include "core/error.hpp"
 
 namespace trident {
+
+DirectFile::DirectFile(const std::string& path, bool for_write) {
+  fd_ = ::open(path.c_str(), (for_write ? O_WRONLY : O_RDONLY) | O_DIRECT | O_CLOEXEC);
+  if (fd_ < 0 || !for_write) return;  // reads make their own queue, per stream
+  buffered_fd_ = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
+  if (buffered_fd_ < 0) {
+    ::close(fd_);
+    fd_ = -1;
+    return;
+  }
+  writes_ = std::make_unique<WriteBehind>(fd_, kQueueDepth, kPieceBytes, kBlock);
+}
+
+DirectFile::~DirectFile() {
+  writes_.reset();  // before the descriptors go (an error is reported by drain())
+  if (buffered_fd_ >= 0) ::close(buffered_fd_);
+  if (fd_ >= 0) ::close(fd_);
+}
+
+void DirectFile::write(std::uint64_t at, const char* src, std::size_t len, const PieceFn& piece) {
+  for (std::size_t from = 0; from < len; from += kPieceBytes) {
+    const std::size_t n = std::min(kPieceBytes, len - from);
+    char* b = writes_->acquire();
+    std::memcpy(b, src + from, n);
+    piece(b, from, n);
+    writes_->submit(b, at + from, n);
+  }
+}
+
+void DirectFile::write_buffered(std::uint64_t at, const char* src, std::size_t len,
+                                const PieceFn& piece) {
+  if (len == 0) return;
+  std::vector<char> copy(src, src + len);
+  piece(copy.data(), 0, len);
+  writes_->submit_copy(buffered_fd_, std::move(copy), at);
+}
+
+void DirectFile::drain() { writes_->drain(); }
+
 namespace {
 
-// Moves n bytes; a read stops early only at the end of the file. Returns the
-// bytes moved.
-std::size_t transfer_all(int fd, char* buf, std::size_t n, std::uint64_t at, bool write) {
-  std::size_t done = 0;
-  while (done < n) {
-    const ssize_t r = write ? ::pwrite(fd, buf + done, n - done, off_t(at + done))
-                            : ::pread(fd, buf + done, n - done, off_t(at + done));
-    if (r < 0 && errno == EINTR) continue;
-    if (r == 0 && !write) break;
-    if (r <= 0)
-      throw RuntimeFailure(fmt::format("direct {} of {} bytes at {}: {}", write ? "write" : "read",
-                                       n - done, at + done,
-                                       r < 0 ? std::strerror(errno) : "no progress"));
-    done += std::size_t(r);
+// Transfers of at most `piece` bytes covering the ranges (in `order`, sorted
+// by offset) and the gaps under `max_gap` between them: whole blocks.
+std::vector<Transfer> plan_transfers(const std::vector<DirectFile::ReadRange>& ranges,
+                                     const std::vector<std::size_t>& order, std::size_t block,
+                                     std::size_t piece, std::size_t max_gap) {
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> extents;
+  for (std::size_t i : order) {
+    const std::uint64_t lo = ranges[i].at / block * block;
+    const std::uint64_t hi = (ranges[i].at + ranges[i].len + block - 1) / block * block;
+    if (!extents.empty() && lo <= extents.back().second + max_gap)
+      extents.back().second = std::max(extents.back().second, hi);
+    else
+      extents.emplace_back(lo, hi);
   }
-  return done;
+  std::vector<Transfer> out;
+  for (const auto& [lo, hi] : extents)
+    for (std::uint64_t at = lo; at < hi; at += piece)
+      out.push_back({at, std::size_t(std::min<std::uint64_t>(piece, hi - at))});
+  return out;
 }
 
 }  // namespace
 
-DirectFile::DirectFile(const std::string& path, bool for_write) {
-  fd_ = ::open(path.c_str(), (for_write ? O_WRONLY : O_RDONLY) | O_DIRECT | O_CLOEXEC);
-  if (fd_ < 0) return;
-  for (char*& b : bounce_) b = static_cast<char*>(std::aligned_alloc(kBlock, kPieceBytes));
-  if (!bounce_[0] || !bounce_[1]) ::close(fd_), fd_ = -1;
-}
-
-DirectFile::~DirectFile() {
-  for (auto& f : in_flight_)
-    if (f.valid()) f.wait();  // before its buffer goes (an error is reported by drain())
-  if (fd_ >= 0) ::close(fd_);
-  for (char* b : bounce_) std::free(b);
-}
-
-void DirectFile::write(std::uint64_t at, const char* src, std::size_t len, const PieceFn& piece) {
-  for (std::size_t from = 0; from < len; from += kPieceBytes, next_ ^= 1) {
-    const std::size_t n = std::min(kPieceBytes, len - from);
-    std::future<std::size_t>& slot = in_flight_[next_];
-    if (slot.valid()) slot.get();  // this bounce buffer's last write is done
-    char* b = bounce_[next_];
-    std::memcpy(b, src + from, n);
-    piece(b, from, n);
-    slot = std::async(std::launch::async, transfer_all, fd_, b, n, at + from, true);
-  }
-}
-
-void DirectFile::drain() {
-  for (auto& slot : in_flight_)
-    if (slot.valid()) slot.get();
-}
-
-void DirectFile::read(std::uint64_t at, char* dst, std::size_t len, const PieceFn& piece) {
-  // Whole blocks around the range; the bytes outside it are dropped.
-  const std::uint64_t start = at / kBlock * kBlock;
-  const std::uint64_t end = (at + len + kBlock - 1) / kBlock * kBlock;
-  std::future<std::size_t> in_flight[2];  // destroyed (joined) before this returns or throws
-  auto issue = [&](std::size_t k) {
-    const std::uint64_t from = start + k * kPieceBytes;
-    if (from < end)
-      in_flight[k % 2] = std::async(std::launch::async, transfer_all, fd_, bounce_[k % 2],
-                                    std::size_t(std::min<std::uint64_t>(kPieceBytes, end - from)),
-                                    from, false);
-  };
-  issue(0);
-  for (std::size_t k = 0; start + k * kPieceBytes < end; ++k) {
-    issue(k + 1);  // into the other buffer, consumed in the previous round
-    const std::size_t got = in_flight[k % 2].get();
-    const std::uint64_t from = std::max(at, start + k * kPieceBytes);
-    const std::uint64_t to = std::min(at + len, start + k * kPieceBytes + kPieceBytes);
-    if (start + k * kPieceBytes + got < to)
-      throw RuntimeFailure(fmt::format("direct read: the file ends before byte {}", to));
-    std::memcpy(dst + (from - at), bounce_[k % 2] + (from - start - k * kPieceBytes), to - from);
-    piece(dst + (from - at), std::size_t(from - at), std::size_t(to - from));
+void DirectFile::read_ranges(const std::vector<ReadRange>& ranges, const RangePieceFn& piece) {
+  std::vector<std::size_t> order;
+  for (std::size_t i = 0; i < ranges.size(); ++i)
+    if (ranges[i].len > 0) order.push_back(i);
+  if (order.empty()) return;
+  std::sort(order.begin(), order.end(),
+            [&](std::size_t a, std::size_t b) { return ranges[a].at < ranges[b].at; });
+  const std::vector<Transfer> transfers =
+      plan_transfers(ranges, order, kBlock, kPieceBytes, kMaxGap);
+  const AlignedBuffers buffers(kQueueDepth, kPieceBytes, kBlock);
+  std::size_t next = 0;  // in order: the first range not yet read whole
+  try {
+    ReadAhead ahead(fd_, transfers, buffers);  // joined before the buffers go
+    for (std::size_t t = 0; t < transfers.size(); ++t) {
+      const auto [data, got] = ahead.wait(t);
+      const std::uint64_t from = transfers[t].at, to = from + transfers[t].len;
+      for (std::size_t i = next; i < order.size() && ranges[order[i]].at < to; ++i) {
+        const ReadRange& r = ranges[order[i]];
+        const std::uint64_t a = std::max(r.at, from), b = std::min(r.at + r.len, to);
+        if (a >= b) continue;
+        if (b > from + got)
+          throw ReadRangeError(order[i], fmt::format("the file ends at byte {}, before byte {}",
+                                                     from + got, b));
+        std::memcpy(r.dst + (a - r.at), data + (a - from), b - a);
+        piece(order[i], r.dst + (a - r.at), std::size_t(a - r.at), std::size_t(b - a));
+      }
+      while (next < order.size() && ranges[order[next]].at + ranges[order[next]].len <= to) ++next;
+      ahead.release(t);
+    }
+  } catch (const ReadRangeError&) {
+    throw;
+  } catch (const RuntimeFailure& e) {  // the reader's: in the first range not read whole
+    throw ReadRangeError(order[std::min(next, order.size() - 1)], e.what());
   }
 }
 

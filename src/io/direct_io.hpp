@@ -3,16 +3,20 @@
 // cores), buffered writes and reads of a fresh 1.5 GB file ran at 0.3 GB/s
 // where direct ones of 1-8 MiB ran at 1.1-1.7 GB/s (fio, README
 // "Checkpoints"): the page cache costs CPU that a loaded node does not have.
-// Data goes through two aligned bounce buffers owned here. While one is on its
-// way to or from the disk (on a helper thread), the caller's hook sees the
-// other, so checksums overlap the transfers, and never on memory in flight.
+// Data goes through aligned bounce buffers. While one is on its way to or from
+// the disk (on a helper thread), the caller's hook sees another, so checksums
+// overlap the transfers, and never run on memory in flight.
 #pragma once
 #include <cstddef>
 #include <cstdint>
 #include <functional>
-#include <future>
+#include <memory>
 #include <string>
 #include <utility>
+#include <vector>
+
+#include "core/error.hpp"
+#include "io/direct_queues.hpp"
 
 namespace trident {
 
@@ -33,23 +37,50 @@ class DirectFile {
   // piece(data, from, bytes): bytes [from, from + bytes) of the range at data.
   using PieceFn = std::function<void(const char*, std::size_t, std::size_t)>;
   // Writes src[0, len) at file offset `at`; piece() sees each piece's bounce
-  // copy, the exact bytes then written. Returns once src is copied: the last
-  // transfers go on while the caller prepares the next range (one pipeline
-  // across all of a file's ranges). Throws RuntimeFailure, also for an
-  // earlier range's transfer.
+  // copy, the exact bytes then written. Returns once src is copied: up to
+  // kQueueDepth pieces go on being written while the caller prepares the next
+  // range (one queue across all of a file's ranges). Throws RuntimeFailure,
+  // also for an earlier range's transfer.
   void write(std::uint64_t at, const char* src, std::size_t len, const PieceFn& piece);
+  // Writes src[0, len) at `at` (any offset and length: the ends of a range,
+  // small tensors) through the page cache, queued in order with the direct
+  // writes: on ext4 a buffered write waits for the inode lock an allocating
+  // direct write holds for its whole transfer, so the caller must not make it.
+  // piece() sees the copy written.
+  void write_buffered(std::uint64_t at, const char* src, std::size_t len, const PieceFn& piece);
   // Waits for every write in flight; throws if one failed.
   void drain();
-  // Reads [at, at + len) into dst (any offset and length: whole blocks around
-  // it are read); piece() sees each piece once it is in dst, cut where the
-  // range crosses a multiple of kPieceBytes in the file.
-  void read(std::uint64_t at, char* dst, std::size_t len, const PieceFn& piece);
+  // One byte range of the file to read into memory.
+  struct ReadRange {
+    std::uint64_t at = 0;
+    std::size_t len = 0;
+    char* dst = nullptr;
+  };
+  // piece(range, data, from, bytes): bytes [from, from + bytes) of ranges[range]
+  // are in its dst (at data). Cuts fall on blocks of the file.
+  using RangePieceFn = std::function<void(std::size_t, const char*, std::size_t, std::size_t)>;
+  // Reads every range (any offsets and lengths; not overlapping) as one
+  // stream in file order: ranges less than kMaxGap apart are read with the
+  // bytes between them, so a whole checkpoint is one sequential read, with
+  // kQueueDepth transfers queued ahead on a reader thread while the caller
+  // copies and sums. Throws ReadRangeError (the first range not read whole)
+  // when the file ends early or a read fails.
+  void read_ranges(const std::vector<ReadRange>& ranges, const RangePieceFn& piece);
+  static constexpr std::size_t kMaxGap = 1u << 20;
+  // Buffers queued between the caller and the disk, each way: 16 MiB keep
+  // the disk busy while the caller creates a run of small datasets.
+  static constexpr int kQueueDepth = 8;
 
  private:
   int fd_ = -1;
-  char* bounce_[2] = {nullptr, nullptr};
-  std::future<std::size_t> in_flight_[2];  // the last write from each bounce buffer
-  std::size_t next_ = 0;                   // the bounce buffer the next piece goes in
+  int buffered_fd_ = -1;                 // for writing only: the same file, no O_DIRECT
+  std::unique_ptr<WriteBehind> writes_;  // for writing only
+};
+
+// A read_ranges failure, with the range it stopped in.
+struct ReadRangeError : RuntimeFailure {
+  ReadRangeError(std::size_t r, const std::string& what) : RuntimeFailure(what), range(r) {}
+  std::size_t range;
 };
 
 // Of the element range [lo, hi) of a slice that is one contiguous range of

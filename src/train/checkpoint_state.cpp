@@ -11,6 +11,7 @@
 #include "io/checkpoint_dir.hpp"
 #include "io/checkpoint_reader.hpp"
 #include "io/checkpoint_writer.hpp"
+#include "train/replica_exchange.hpp"
 
 namespace trident {
 
@@ -109,9 +110,11 @@ std::vector<TensorSet> training_sets(Trainer& trainer, const GridCoord& coord) {
   // Whole on every data rank: the parameters but under ZeRO-3, and the
   // optimizer state without ZeRO unless gather mode keeps it on rank 0 alone.
   const ZeroStorage* zero = trainer.zero_storage();
-  for (std::size_t k = 0; k < sets.size(); ++k)
+  for (std::size_t k = 0; k < sets.size(); ++k) {
     sets[k].replicated_over_data = k == 0 ? !zero || zero->stage() <= 2
                                           : !zero && !trainer.gather_mode();
+    if (!trainer.backend().memory_is_host()) sets[k].staged_through = &trainer.backend();
+  }
   return sets;
 }
 
@@ -190,13 +193,19 @@ CheckpointIo save_checkpoint(Grid& grid, const std::string& dir, int keep,
     w.write_meta(meta);
     const std::size_t total = sets.size() * global.tensors().size();
     std::size_t done = 0;
+    std::vector<char> staging;  // a device slice's host copy
     for (const TensorSet& set : sets)
       for (const TensorInfo& g : global.tensors()) {
-        w.write({dataset_path(set.group, g.name), g.global_shape, set.dtype},
-                set.replicated_over_data
-                    ? replica_part(set.slice_of(g), grid.coord(), grid.shape().dp,
-                                   dtype_size(set.dtype))
-                    : set.slice_of(g));
+        const std::size_t esz = dtype_size(set.dtype);
+        TensorSlice slice = set.replicated_over_data
+                                ? replica_part(set.slice_of(g), grid.coord(), grid.shape().dp, esz)
+                                : set.slice_of(g);
+        if (set.staged_through && !slice.empty()) {
+          staging.resize((slice.hi - slice.lo) * esz);
+          set.staged_through->copy_to_host(staging.data(), slice.data, staging.size());
+          slice.data = staging.data();  // the writer has copied it when write() returns
+        }
+        w.write({dataset_path(set.group, g.name), g.global_shape, set.dtype}, slice);
         if (++done == total / 2) fault_point("ckpt", "mid_datasets", step);
       }
     w.finish();
@@ -241,33 +250,55 @@ CheckpointIo load_checkpoint(Grid& grid, const std::string& path, const GptConfi
                                      "model must match the checkpoint to resume (train keys may "
                                      "change)", path, key, v.first, v.second));
   });
-  for (const TensorSet& set : sets)
-    for (const TensorInfo& g : global.tensors())
-      r.read({dataset_path(set.group, g.name), g.global_shape, set.dtype}, set.slice_of(g));
-  r.verify();
-  return {path, r.bytes(), now_seconds() - t0, r.phases()};
-}
-
-std::vector<std::string> changed_hyperparameters(const CheckpointMeta& meta, const Deck& deck) {
-  std::vector<std::string> out;
-  const TrainSection &was = meta.train, &now = deck.train;
-  auto check = [&](const char* key, auto before, auto after) {
-    if (before != after)
-      out.push_back(fmt::format("train.{} = {} in the deck, {} in the checkpoint", key, after,
-                                before));
+  // A set the data replicas all hold is read in parts, one per replica, and
+  // the parts are exchanged over the data group while the next set is read:
+  // the file is read once per data group, not once per replica.
+  struct Staged {  // a device slice read into host memory
+    ComputeBackend* backend;
+    void* device;
+    std::vector<char> host;
   };
-  check("steps", was.steps, now.steps);
-  check("batch", was.batch, now.batch);
-  check("warmup", was.warmup, now.warmup);
-  check("lr", was.lr, now.lr);
-  check("min_lr", was.min_lr, now.min_lr);
-  check("weight_decay", was.weight_decay, now.weight_decay);
-  check("grad_clip", was.grad_clip, now.grad_clip);
-  check("beta1", was.beta1, now.beta1);
-  check("beta2", was.beta2, now.beta2);
-  check("eps", was.eps, now.eps);
-  check("seed", was.seed, now.seed);
-  return out;
+  std::vector<Staged> staged;
+  ReplicaExchange exchange(grid);
+  const int dp = grid.shape().dp;
+  try {
+    for (const TensorSet& set : sets) {
+      std::vector<CheckpointReader::SliceRead> reads;
+      std::vector<TensorSlice> shared;
+      const std::size_t esz = dtype_size(set.dtype);
+      for (const TensorInfo& g : global.tensors()) {
+        const DatasetSpec spec{dataset_path(set.group, g.name), g.global_shape, set.dtype};
+        TensorSlice whole = set.slice_of(g);
+        if (set.staged_through && !whole.empty()) {
+          staged.push_back({set.staged_through, whole.data,
+                            std::vector<char>((whole.hi - whole.lo) * esz)});
+          whole.data = staged.back().host.data();  // stays put when `staged` grows
+        }
+        if (!set.replicated_over_data || dp == 1 || whole.empty()) {
+          reads.push_back({spec, whole});
+          continue;
+        }
+        reads.push_back({spec, replica_part(whole, grid.coord(), dp, esz)});
+        shared.push_back(whole);
+      }
+      r.read_all(reads, [&] { exchange.progress(); });
+      for (const TensorSlice& whole : shared) exchange.add(whole, esz);
+      exchange.progress();
+    }
+  } catch (...) {
+    exchange.finish();  // the peers' parts are in flight to and from this rank
+    throw;
+  }
+  const double shared_from = now_seconds();
+  const bool sharing = !exchange.empty();
+  exchange.finish();
+  r.verify();
+  CheckpointIo io{path, r.bytes(), 0, r.phases()};
+  if (sharing) io.phases.add("share replicas (after the reads)", now_seconds() - shared_from);
+  for (const Staged& st : staged)
+    st.backend->copy_from_host(st.device, st.host.data(), st.host.size());
+  io.seconds = now_seconds() - t0;
+  return io;
 }
 
 }  // namespace trident

@@ -27,9 +27,14 @@ struct TensorSet {
   // This rank's slice of a global tensor (empty when it holds none of it).
   std::function<TensorSlice(const TensorInfo& global)> slice_of;
   // Every data rank holds the same slices (plain data parallelism, ZeRO 1-2
-  // parameters). Reading, each reads them whole; writing, the replicas share
-  // the work: data rank r writes the r-th of dp equal parts of each slice.
+  // parameters). The replicas share the work: data rank r writes, and reads,
+  // the r-th of dp equal parts of each slice; after a read the parts are
+  // broadcast over the data group.
   bool replicated_over_data = false;
+  // Non-null when the slices are in this backend's device memory: they pass
+  // through host buffers, one tensor at a time on save, all of them on load
+  // (the set's share of the state in host memory for the load's duration).
+  ComputeBackend* staged_through = nullptr;
 };
 
 // Data rank `c.dp`'s part of a slice every one of the `dp` data ranks holds
@@ -87,8 +92,5 @@ CheckpointIo load_checkpoint(Grid& grid, const std::string& path, const GptConfi
 // The meta of a checkpoint written after `step` steps of this run.
 CheckpointMeta training_meta(const Deck& deck, Grid& grid, Trainer& trainer, int step,
                              std::int64_t tokens_seen);
-
-// "train.lr = 0.001 in the deck, 0.01 in the checkpoint", one per changed key.
-std::vector<std::string> changed_hyperparameters(const CheckpointMeta& meta, const Deck& deck);
 
 }  // namespace trident

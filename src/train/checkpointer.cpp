@@ -111,4 +111,26 @@ std::string Checkpointer::stop_message() const {
                      deck_.path);
 }
 
+std::vector<std::string> changed_hyperparameters(const CheckpointMeta& meta, const Deck& deck) {
+  std::vector<std::string> out;
+  const TrainSection &was = meta.train, &now = deck.train;
+  auto check = [&](const char* key, auto before, auto after) {
+    if (before != after)
+      out.push_back(fmt::format("train.{} = {} in the deck, {} in the checkpoint", key, after,
+                                before));
+  };
+  check("steps", was.steps, now.steps);
+  check("batch", was.batch, now.batch);
+  check("warmup", was.warmup, now.warmup);
+  check("lr", was.lr, now.lr);
+  check("min_lr", was.min_lr, now.min_lr);
+  check("weight_decay", was.weight_decay, now.weight_decay);
+  check("grad_clip", was.grad_clip, now.grad_clip);
+  check("beta1", was.beta1, now.beta1);
+  check("beta2", was.beta2, now.beta2);
+  check("eps", was.eps, now.eps);
+  check("seed", was.seed, now.seed);
+  return out;
+}
+
 }  // namespace trident

@@ -7,8 +7,10 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "grid/grid.hpp"
+#include "io/checkpoint_schema.hpp"
 #include "io/deck.hpp"
 #include "train/stop_signal.hpp"
 #include "train/trainer.hpp"
@@ -48,5 +50,8 @@ class Checkpointer {
   int stopped_at_ = 0;
   std::string last_path_;
 };
+
+// "train.lr = 0.001 in the deck, 0.01 in the checkpoint", one per changed key.
+std::vector<std::string> changed_hyperparameters(const CheckpointMeta& meta, const Deck& deck);
 
 }  // namespace trident

@@ -94,6 +94,7 @@ class Trainer {
   const std::vector<double>& predicted_stage_costs() const { return predicted_costs_; }
   ScheduleKind schedule() const { return schedule_; }
   bool gather_mode() const { return gather_mode_; }  // parallel.dp_mode = "gather"
+  ComputeBackend& backend() { return backend_; }
   int micro_batches() const { return micro_batches_; }
   // Optimizer steps taken (the same on every rank that updates; 0 where none
   // does, as off the root in gather mode), and setting it on resume.

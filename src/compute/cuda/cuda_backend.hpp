@@ -32,6 +32,7 @@ class CudaBackend final : public ComputeBackend {
   CudaBackend& operator=(const CudaBackend&) = delete;
 
   std::string name() const override { return "cuda"; }
+  bool memory_is_host() const override { return false; }
   std::string describe() const override;
   std::string kernel_report() override { return timer_.report(); }
   cudaStream_t stream() const { return stream_; }

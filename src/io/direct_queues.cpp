@@ -1,0 +1,179 @@
+#include "io/direct_queues.hpp"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+
+#include "core/error.hpp"
+
+namespace trident {
+
+std::size_t transfer_all(int fd, char* buf, std::size_t n, std::uint64_t at, bool write) {
+  std::size_t done = 0;
+  while (done < n) {
+    const ssize_t r = write ? ::pwrite(fd, buf + done, n - done, off_t(at + done))
+                            : ::pread(fd, buf + done, n - done, off_t(at + done));
+    if (r < 0 && errno == EINTR) continue;
+    if (r == 0 && !write) break;
+    if (r <= 0)
+      throw RuntimeFailure(fmt::format("direct {} of {} bytes at {}: {}", write ? "write" : "read",
+                                       n - done, at + done,
+                                       r < 0 ? std::strerror(errno) : "no progress"));
+    done += std::size_t(r);
+  }
+  return done;
+}
+
+void write_all(int fd, const char* buf, std::size_t n, std::uint64_t at) {
+  transfer_all(fd, const_cast<char*>(buf), n, at, true);  // pwrite only reads it
+}
+
+void AlignedBuffers::Free::operator()(char* p) const { std::free(p); }
+
+AlignedBuffers::AlignedBuffers(int count, std::size_t bytes, std::size_t alignment) {
+  for (int i = 0; i < count; ++i) {
+    buffers_.emplace_back(static_cast<char*>(std::aligned_alloc(alignment, bytes)));
+    if (!buffers_.back())
+      throw RuntimeFailure(fmt::format("out of memory for {} direct I/O buffers of {} bytes",
+                                       count, bytes));
+  }
+}
+
+WriteBehind::WriteBehind(int fd, int depth, std::size_t buffer_bytes, std::size_t alignment)
+    : fd_(fd), buffers_(depth, buffer_bytes, alignment) {
+  for (std::size_t i = 0; i < buffers_.size(); ++i) free_.push_back(buffers_[i]);
+  thread_ = std::thread([this] { run(); });
+}
+
+WriteBehind::~WriteBehind() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stop_ = true;
+  }
+  changed_.notify_all();
+  thread_.join();
+}
+
+void WriteBehind::throw_if_failed() {
+  if (error_) std::rethrow_exception(error_);
+}
+
+char* WriteBehind::acquire() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  changed_.wait(lock, [&] { return !free_.empty() || error_; });
+  throw_if_failed();
+  char* b = free_.back();
+  free_.pop_back();
+  return b;
+}
+
+void WriteBehind::submit(char* buf, std::uint64_t at, std::size_t n) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    queue_.push_back({buf, {}, fd_, at, n});
+  }
+  changed_.notify_all();
+}
+
+void WriteBehind::submit_copy(int fd, std::vector<char> bytes, std::uint64_t at) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const std::size_t n = bytes.size();
+    queue_.push_back({nullptr, std::move(bytes), fd, at, n});
+  }
+  changed_.notify_all();
+}
+
+void WriteBehind::drain() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  changed_.wait(lock, [&] { return (queue_.empty() && !busy_) || error_; });
+  throw_if_failed();
+}
+
+void WriteBehind::run() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  for (;;) {
+    // Stops only once the queue is empty: a destructor mid-checkpoint still
+    // finishes the writes it was given (the file is discarded anyway).
+    changed_.wait(lock, [&] { return !queue_.empty() || stop_; });
+    if (queue_.empty()) return;
+    Job job = std::move(queue_.front());
+    queue_.pop_front();
+    busy_ = true;
+    const bool skip = bool(error_);  // after a failure, buffers only come back
+    lock.unlock();
+    std::exception_ptr failed;
+    if (!skip) {
+      try {
+        transfer_all(job.fd, job.buf ? job.buf : job.copy.data(), job.n, job.at, true);
+      } catch (...) {
+        failed = std::current_exception();
+      }
+    }
+    lock.lock();
+    if (failed && !error_) error_ = failed;
+    busy_ = false;
+    if (job.buf) free_.push_back(job.buf);
+    changed_.notify_all();
+  }
+}
+
+ReadAhead::ReadAhead(int fd, const std::vector<Transfer>& transfers, const AlignedBuffers& buffers)
+    : fd_(fd), transfers_(transfers), buffers_(buffers), got_(transfers.size()) {
+  thread_ = std::thread([this] { run(); });
+}
+
+ReadAhead::~ReadAhead() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stop_ = true;
+  }
+  changed_.notify_all();
+  thread_.join();
+}
+
+std::pair<const char*, std::size_t> ReadAhead::wait(std::size_t t) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  changed_.wait(lock, [&] { return filled_ > t || error_; });
+  if (filled_ <= t) std::rethrow_exception(error_);
+  return {buffers_[t % buffers_.size()], got_[t]};
+}
+
+void ReadAhead::release(std::size_t t) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    released_ = t + 1;
+  }
+  changed_.notify_all();
+}
+
+void ReadAhead::run() {
+  for (std::size_t t = 0; t < transfers_.size(); ++t) {
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      changed_.wait(lock, [&] { return stop_ || t < released_ + buffers_.size(); });
+      if (stop_) return;
+    }
+    std::size_t got = 0;
+    try {
+      got = transfer_all(fd_, buffers_[t % buffers_.size()], transfers_[t].len, transfers_[t].at,
+                         false);
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      error_ = std::current_exception();
+      changed_.notify_all();
+      return;
+    }
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      got_[t] = got;
+      filled_ = t + 1;
+    }
+    changed_.notify_all();
+  }
+}
+
+}  // namespace trident

@@ -1,0 +1,106 @@
+// The helper threads behind DirectFile. WriteBehind writes filled buffers in
+// the order given while the caller fills the next ones; ReadAhead reads a
+// list of transfers into buffers ahead of the caller's use. Either keeps the
+// disk busy while the caller copies and sums, up to `depth` buffers ahead.
+#pragma once
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <utility>
+#include <vector>
+
+namespace trident {
+
+// Moves n bytes at file offset `at`; a read stops early only at the end of
+// the file. Returns the bytes moved; throws RuntimeFailure.
+std::size_t transfer_all(int fd, char* buf, std::size_t n, std::uint64_t at, bool write);
+// transfer_all's write, from memory it does not change.
+void write_all(int fd, const char* buf, std::size_t n, std::uint64_t at);
+
+// `count` buffers of `bytes`, aligned for O_DIRECT.
+class AlignedBuffers {
+ public:
+  AlignedBuffers(int count, std::size_t bytes, std::size_t alignment);
+  char* operator[](std::size_t i) const { return buffers_[i].get(); }
+  std::size_t size() const { return buffers_.size(); }
+
+ private:
+  struct Free {
+    void operator()(char* p) const;
+  };
+  std::vector<std::unique_ptr<char, Free>> buffers_;
+};
+
+class WriteBehind {
+ public:
+  WriteBehind(int fd, int depth, std::size_t buffer_bytes, std::size_t alignment);
+  ~WriteBehind();  // finishes the queued writes (errors are drain()'s to report)
+  // A buffer to fill; waits while all are queued. Throws an earlier write's failure.
+  char* acquire();
+  // Queues buf[0, n) for writing at `at`; buf came from acquire().
+  void submit(char* buf, std::uint64_t at, std::size_t n);
+  // Queues `bytes` (any offset and length) for writing at `at` through
+  // descriptor `fd` (one without O_DIRECT), in order with the rest.
+  void submit_copy(int fd, std::vector<char> bytes, std::uint64_t at);
+  // Waits until every queued write is done; throws the first failure.
+  void drain();
+
+ private:
+  struct Job {
+    char* buf = nullptr;      // one of buffers_, or null: `copy` goes through `fd`
+    std::vector<char> copy;
+    int fd = -1;
+    std::uint64_t at = 0;
+    std::size_t n = 0;
+  };
+  void run();
+  void throw_if_failed();  // with mutex_ held
+
+  int fd_;
+  AlignedBuffers buffers_;
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  std::vector<char*> free_;
+  std::deque<Job> queue_;
+  bool busy_ = false, stop_ = false;
+  std::exception_ptr error_;
+  std::thread thread_;  // last: started once the rest is built
+};
+
+struct Transfer {
+  std::uint64_t at = 0;
+  std::size_t len = 0;
+};
+
+class ReadAhead {
+ public:
+  // Starts reading transfers[0], [1], ... into buffers of at least their length.
+  ReadAhead(int fd, const std::vector<Transfer>& transfers, const AlignedBuffers& buffers);
+  ~ReadAhead();  // stops the reader (transfers not yet read are dropped)
+  // Waits for transfer t: its buffer and the bytes read (fewer at the end of
+  // the file). Throws the reader's failure.
+  std::pair<const char*, std::size_t> wait(std::size_t t);
+  // The caller is done with transfer t's buffer.
+  void release(std::size_t t);
+
+ private:
+  void run();
+
+  int fd_;
+  const std::vector<Transfer>& transfers_;
+  const AlignedBuffers& buffers_;
+  std::vector<std::size_t> got_;
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  std::size_t filled_ = 0, released_ = 0;
+  bool stop_ = false;
+  std::exception_ptr error_;
+  std::thread thread_;  // last: started once the rest is built
+};
+
+}  // namespace trident
