@@ -9,9 +9,7 @@
 #include "core/fault_inject.hpp"
 #include "core/timer.hpp"
 #include "io/checkpoint_dir.hpp"
-#include "io/checkpoint_reader.hpp"
 #include "io/checkpoint_writer.hpp"
-#include "train/replica_exchange.hpp"
 
 namespace trident {
 
@@ -227,76 +225,6 @@ CheckpointIo save_checkpoint(Grid& grid, const std::string& dir, int keep,
     prune_checkpoints(dir, keep);
   });
   io.phases.add("rename", now_seconds() - renamed_from);
-  io.seconds = now_seconds() - t0;
-  return io;
-}
-
-CheckpointIo load_checkpoint(Grid& grid, const std::string& path, const GptConfig& model,
-                             const TensorTable& global, const std::vector<TensorSet>& sets,
-                             CheckpointMeta& meta) {
-  Communicator& world = grid.world();
-  const double t0 = now_seconds();
-  CheckpointReader r(world, path);
-  meta = r.meta();
-  run_agreed(world, [&] {
-    const GptConfig& m = meta.model;
-    const std::pair<const char*, std::pair<int, int>> keys[] = {
-        {"layers", {m.layers, model.layers}},    {"d_model", {m.d_model, model.d_model}},
-        {"heads", {m.heads, model.heads}},       {"seq_len", {m.seq_len, model.seq_len}},
-        {"vocab", {m.vocab, model.vocab}}};
-    for (const auto& [key, v] : keys)
-      if (v.first != v.second)
-        throw InputError(fmt::format("{}: model.{} = {} in the checkpoint but {} in the deck; the "
-                                     "model must match the checkpoint to resume (train keys may "
-                                     "change)", path, key, v.first, v.second));
-  });
-  // A set the data replicas all hold is read in parts, one per replica, and
-  // the parts are exchanged over the data group while the next set is read:
-  // the file is read once per data group, not once per replica.
-  struct Staged {  // a device slice read into host memory
-    ComputeBackend* backend;
-    void* device;
-    std::vector<char> host;
-  };
-  std::vector<Staged> staged;
-  ReplicaExchange exchange(grid);
-  const int dp = grid.shape().dp;
-  try {
-    for (const TensorSet& set : sets) {
-      std::vector<CheckpointReader::SliceRead> reads;
-      std::vector<TensorSlice> shared;
-      const std::size_t esz = dtype_size(set.dtype);
-      for (const TensorInfo& g : global.tensors()) {
-        const DatasetSpec spec{dataset_path(set.group, g.name), g.global_shape, set.dtype};
-        TensorSlice whole = set.slice_of(g);
-        if (set.staged_through && !whole.empty()) {
-          staged.push_back({set.staged_through, whole.data,
-                            std::vector<char>((whole.hi - whole.lo) * esz)});
-          whole.data = staged.back().host.data();  // stays put when `staged` grows
-        }
-        if (!set.replicated_over_data || dp == 1 || whole.empty()) {
-          reads.push_back({spec, whole});
-          continue;
-        }
-        reads.push_back({spec, replica_part(whole, grid.coord(), dp, esz)});
-        shared.push_back(whole);
-      }
-      r.read_all(reads, [&] { exchange.progress(); });
-      for (const TensorSlice& whole : shared) exchange.add(whole, esz);
-      exchange.progress();
-    }
-  } catch (...) {
-    exchange.finish();  // the peers' parts are in flight to and from this rank
-    throw;
-  }
-  const double shared_from = now_seconds();
-  const bool sharing = !exchange.empty();
-  exchange.finish();
-  r.verify();
-  CheckpointIo io{path, r.bytes(), 0, r.phases()};
-  if (sharing) io.phases.add("share replicas (after the reads)", now_seconds() - shared_from);
-  for (const Staged& st : staged)
-    st.backend->copy_from_host(st.device, st.host.data(), st.host.size());
   io.seconds = now_seconds() - t0;
   return io;
 }

@@ -27,9 +27,10 @@ struct TensorSet {
   // This rank's slice of a global tensor (empty when it holds none of it).
   std::function<TensorSlice(const TensorInfo& global)> slice_of;
   // Every data rank holds the same slices (plain data parallelism, ZeRO 1-2
-  // parameters). The replicas share the work: data rank r writes, and reads,
-  // the r-th of dp equal parts of each slice; after a read the parts are
-  // broadcast over the data group.
+  // parameters). The replicas share the work: data rank r writes the r-th of
+  // dp equal parts of each slice, and reads the r-th of dp equal byte ranges
+  // of the set's slices in file order; the parts are then exchanged over the
+  // data group (ReplicaExchange).
   bool replicated_over_data = false;
   // Non-null when the slices are in this backend's device memory: they pass
   // through host buffers, one tensor at a time on save, all of them on load

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 
-#include "train/checkpoint_state.hpp"
 
 namespace trident {
 
@@ -10,24 +9,23 @@ namespace {
 constexpr int kTag = 7;
 }
 
-void ReplicaExchange::add(const TensorSlice& whole, std::size_t elem_bytes) {
-  queued_.emplace_back(whole, elem_bytes);
+void ReplicaExchange::add(const TensorSlice& whole, std::size_t elem_bytes,
+                          std::vector<std::size_t> cuts) {
+  queued_.push_back({whole, elem_bytes, std::move(cuts)});
 }
 
-void ReplicaExchange::post(const TensorSlice& whole, std::size_t esz) {
+void ReplicaExchange::post(const Shared& s) {
   Communicator& data = grid_.data();
   const int dp = data.size(), me = data.rank();  // data rank = the dp coordinate
+  const std::size_t esz = s.elem_bytes;
   const DType type = esz == 2 ? DType::u16 : DType::f32;
-  for (int r = 0; r < dp; ++r) {
-    GridCoord c = grid_.coord();
-    c.dp = r;
-    const TensorSlice part = replica_part(whole, c, dp, esz);
-    // In messages of at most kMessageBytes: a message is copied whole inside
-    // one progress() call, which the reads make between their pieces.
-    const std::size_t per_message = kMessageBytes / esz;
-    for (std::size_t lo = part.lo; lo < part.hi; lo += per_message) {
-      char* at = static_cast<char*>(part.data) + (lo - part.lo) * esz;
-      const std::size_t n = std::min(per_message, part.hi - lo);
+  // In messages of at most kMessageBytes: a message is copied whole inside
+  // one progress() call, which the reads make between their pieces.
+  const std::size_t per_message = kMessageBytes / esz;
+  for (int r = 0; r < dp; ++r)
+    for (std::size_t lo = s.cuts[r]; lo < s.cuts[r + 1]; lo += per_message) {
+      char* at = static_cast<char*>(s.whole.data) + lo * esz;
+      const std::size_t n = std::min(per_message, s.cuts[r + 1] - lo);
       if (r != me) {
         pending_.push_back(data.irecv(at, n, type, r, kTag));
         continue;
@@ -35,7 +33,6 @@ void ReplicaExchange::post(const TensorSlice& whole, std::size_t esz) {
       for (int q = 0; q < dp; ++q)
         if (q != me) pending_.push_back(data.isend(at, n, type, q, kTag));
     }
-  }
 }
 
 void ReplicaExchange::progress() {
@@ -46,7 +43,7 @@ void ReplicaExchange::progress() {
   // A slice's sends go out with its receives, so no replica waits on a part
   // its peer has not offered.
   while (!queued_.empty() && pending_.size() < kInFlight) {
-    post(queued_.front().first, queued_.front().second);
+    post(queued_.front());
     queued_.pop_front();
   }
 }
