@@ -3,8 +3,8 @@
 // the same save_checkpoint / load_checkpoint the trainer uses.
 //   mpirun -np N bench_checkpoint write|read DIR [--layers L --d-model C --vocab V]
 //                                                [--owner root|spread]
-// owner root: every rank holds everything (plain data parallelism: writing,
-// the replicas share the work; reading, each reads it all); spread: each rank
+// owner root: every rank holds everything (plain data parallelism: the
+// replicas share the writing and the reading); spread: each rank
 // holds and writes a 1/N flat range of every tensor (what a ZeRO optimizer
 // does). Reading checks every element and every checksum.
 // Prints one line: "<mode> <bytes> bytes <seconds> s <GB/s> GB/s".

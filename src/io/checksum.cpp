@@ -12,23 +12,14 @@ namespace {
 
 // The hot loop of every checkpoint write and read, built for each vector unit
 // and picked at run time (64-bit multiplies are single instructions with
-// AVX-512DQ): about 3, 5 and 14 GB/s per core for baseline, AVX2, AVX-512.
-// checksum_element, with the index's golden-ratio multiply strength-reduced
-// to an add (consecutive indices): two 64-bit multiplies per element instead
-// of three, which is what AVX2 (no 64-bit vector multiply) pays for most.
+// AVX-512DQ; AVX2 emulates them): 2.3 GB/s per core with AVX2 on the
+// benchmark VM. It is checksum_element with the index's spread strength-reduced
+// to an add (consecutive indices): two 64-bit multiplies per element, not three.
 template <class Bits>
 inline std::uint64_t sum_loop(const Bits* p, std::uint64_t first, std::size_t n) {
-  constexpr std::uint64_t kStep = 0x9E3779B97F4A7C15ull;
-  std::uint64_t sum = 0, spread = first * kStep;
-  for (std::size_t i = 0; i < n; ++i, spread += kStep) {
-    std::uint64_t x = spread ^ p[i];
-    x ^= x >> 33;
-    x *= 0xFF51AFD7ED558CCDull;
-    x ^= x >> 33;
-    x *= 0xC4CEB9FE1A85EC53ull;
-    x ^= x >> 33;
-    sum += x;
-  }
+  std::uint64_t sum = 0, spread = first * kChecksumIndexSpread;
+  for (std::size_t i = 0; i < n; ++i, spread += kChecksumIndexSpread)
+    sum += checksum_mix(spread ^ p[i]);
   return sum;
 }
 

@@ -16,14 +16,17 @@ namespace trident {
 // The contribution of one element: bits are the element's bytes as an unsigned
 // little-endian integer (32-bit for f32, 16-bit for 16-bit types). The index is
 // spread by a golden-ratio multiply, then the murmur3 64-bit finalizer mixes.
-constexpr std::uint64_t checksum_element(std::uint64_t global_index, std::uint64_t bits) {
-  std::uint64_t x = global_index * 0x9E3779B97F4A7C15ull ^ bits;
+constexpr std::uint64_t kChecksumIndexSpread = 0x9E3779B97F4A7C15ull;
+constexpr std::uint64_t checksum_mix(std::uint64_t x) {
   x ^= x >> 33;
   x *= 0xFF51AFD7ED558CCDull;
   x ^= x >> 33;
   x *= 0xC4CEB9FE1A85EC53ull;
   x ^= x >> 33;
   return x;
+}
+constexpr std::uint64_t checksum_element(std::uint64_t global_index, std::uint64_t bits) {
+  return checksum_mix(global_index * kChecksumIndexSpread ^ bits);
 }
 
 // Sum over `n` consecutive elements of `elem_bytes` (2 or 4) bytes whose global

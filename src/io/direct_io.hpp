@@ -1,5 +1,5 @@
-// Bulk transfers of one contiguous byte range of a checkpoint file with
-// O_DIRECT, past the page cache. On the benchmark machine (a VM with 2 busy
+// Bulk transfers of checkpoint data with O_DIRECT, past the page cache: the
+// write queue and the read stream. On the benchmark machine (a VM with 2 busy
 // cores), buffered writes and reads of a fresh 1.5 GB file ran at 0.3 GB/s
 // where direct ones of 1-8 MiB ran at 1.1-1.7 GB/s (fio, README
 // "Checkpoints"): the page cache costs CPU that a loaded node does not have.

@@ -11,6 +11,66 @@
 
 namespace trident {
 
+namespace {
+
+struct StagedSlice {  // a device slice read into host memory
+  ComputeBackend* backend;
+  void* device;
+  std::vector<char> host;
+};
+
+// One dataset to load and this rank's slice of it (in host memory). Slices
+// every data replica holds are shared: `cuts` (dp + 1 element offsets into
+// the slice) give replica r elements [cuts[r], cuts[r + 1]) to read.
+struct LoadItem {
+  DatasetSpec spec;
+  TensorSlice whole;
+  std::vector<std::size_t> cuts;  // empty: read whole by this rank
+};
+
+// What the data replicas all hold is read once per data group: each set's
+// shared slices are cut into dp equal byte ranges in file order, so replica
+// r reads one long run of the file while the others read theirs. Replica r's
+// elements of a slice are those whose bytes start in the r-th range.
+std::vector<std::vector<LoadItem>> plan_load(Grid& grid, const TensorTable& global,
+                                             const std::vector<TensorSet>& sets,
+                                             std::vector<StagedSlice>& staged) {
+  const std::uint64_t dp = std::uint64_t(grid.shape().dp);
+  std::vector<std::vector<LoadItem>> items(sets.size());
+  for (std::size_t k = 0; k < sets.size(); ++k) {
+    const TensorSet& set = sets[k];
+    const std::size_t esz = dtype_size(set.dtype);
+    std::vector<std::uint64_t> shared_at;  // per item: byte offset among the set's shared bytes
+    std::uint64_t total = 0;
+    for (const TensorInfo& g : global.tensors()) {
+      LoadItem it{{dataset_path(set.group, g.name), g.global_shape, set.dtype}, set.slice_of(g), {}};
+      const std::uint64_t bytes = (it.whole.hi - it.whole.lo) * esz;
+      if (set.staged_through && !it.whole.empty()) {
+        staged.push_back({set.staged_through, it.whole.data, std::vector<char>(bytes)});
+        it.whole.data = staged.back().host.data();  // stays put when `staged` grows
+      }
+      const bool shared = set.replicated_over_data && dp > 1 && !it.whole.empty();
+      shared_at.push_back(total);
+      if (shared) {
+        it.cuts.resize(dp + 1);
+        total += bytes;
+      }
+      items[k].push_back(std::move(it));
+    }
+    for (std::size_t i = 0; i < items[k].size(); ++i) {
+      LoadItem& it = items[k][i];
+      const std::uint64_t n = it.whole.hi - it.whole.lo;
+      for (std::uint64_t r = 0; r < it.cuts.size(); ++r) {
+        const std::uint64_t at = r == dp ? total : total / dp * r;
+        it.cuts[r] = at <= shared_at[i] ? 0 : std::min(n, (at - shared_at[i] + esz - 1) / esz);
+      }
+    }
+  }
+  return items;
+}
+
+}  // namespace
+
 CheckpointIo load_checkpoint(Grid& grid, const std::string& path, const GptConfig& model,
                              const TensorTable& global, const std::vector<TensorSet>& sets,
                              CheckpointMeta& meta) {
@@ -30,77 +90,27 @@ CheckpointIo load_checkpoint(Grid& grid, const std::string& path, const GptConfi
                                      "model must match the checkpoint to resume (train keys may "
                                      "change)", path, key, v.first, v.second));
   });
-  // What the data replicas all hold is read once per data group: each set's
-  // shared slices are cut into dp equal byte ranges in file order, replica r
-  // reads the r-th (one long run of the file, while the others read theirs),
-  // and the parts are exchanged over the data group while the next set is read.
-  struct Staged {  // a device slice read into host memory
-    ComputeBackend* backend;
-    void* device;
-    std::vector<char> host;
-  };
-  struct Item {
-    DatasetSpec spec;
-    TensorSlice whole;
-    std::uint64_t shared_at = 0;  // offset among the shared bytes; kNotShared: not shared
-  };
-  constexpr std::uint64_t kNotShared = ~std::uint64_t(0);
-  std::vector<Staged> staged;
-  std::vector<std::vector<Item>> items(sets.size());
-  std::vector<std::uint64_t> shared_bytes(sets.size(), 0);  // per set
-  const int dp = grid.shape().dp;
-  for (std::size_t k = 0; k < sets.size(); ++k) {
-    const TensorSet& set = sets[k];
-    const std::size_t esz = dtype_size(set.dtype);
-    for (const TensorInfo& g : global.tensors()) {
-      Item it{{dataset_path(set.group, g.name), g.global_shape, set.dtype}, set.slice_of(g),
-              kNotShared};
-      if (set.staged_through && !it.whole.empty()) {
-        staged.push_back({set.staged_through, it.whole.data,
-                          std::vector<char>((it.whole.hi - it.whole.lo) * esz)});
-        it.whole.data = staged.back().host.data();  // stays put when `staged` grows
-      }
-      if (set.replicated_over_data && dp > 1 && !it.whole.empty()) {
-        it.shared_at = shared_bytes[k];
-        shared_bytes[k] += (it.whole.hi - it.whole.lo) * esz;
-      }
-      items[k].push_back(std::move(it));
-    }
-  }
-  // Replica r's elements of a shared slice: those whose bytes start in the
-  // r-th of dp equal parts of its set's shared bytes (every replica computes
-  // the same cuts).
-  auto cuts_of = [&](const Item& it, std::uint64_t total, std::size_t esz) {
-    const std::uint64_t n = it.whole.hi - it.whole.lo;
-    std::vector<std::size_t> cuts(dp + 1);
-    for (int r = 0; r <= dp; ++r) {
-      const std::uint64_t at = total / std::uint64_t(dp) * std::uint64_t(r) +
-                               (r == dp ? total % std::uint64_t(dp) : 0);
-      cuts[r] = at <= it.shared_at ? 0 : std::min(n, (at - it.shared_at + esz - 1) / esz);
-    }
-    return cuts;
-  };
+  std::vector<StagedSlice> staged;
+  const std::vector<std::vector<LoadItem>> items = plan_load(grid, global, sets, staged);
   ReplicaExchange exchange(grid);
   const int me = grid.coord().dp;
   try {
     for (std::size_t k = 0; k < sets.size(); ++k) {
       const std::size_t esz = dtype_size(sets[k].dtype);
       std::vector<CheckpointReader::SliceRead> reads;
-      for (const Item& it : items[k]) {
-        if (it.shared_at == kNotShared) {
+      for (const LoadItem& it : items[k]) {
+        if (it.cuts.empty()) {
           reads.push_back({it.spec, it.whole});
           continue;
         }
-        const std::vector<std::size_t> cuts = cuts_of(it, shared_bytes[k], esz);
-        TensorSlice part = sub_slice(it.whole, it.whole.lo + cuts[me], it.whole.lo + cuts[me + 1],
-                                     esz);
+        TensorSlice part = sub_slice(it.whole, it.whole.lo + it.cuts[me],
+                                     it.whole.lo + it.cuts[me + 1], esz);
         part.counted = counts_copy(*it.whole.shard, grid.coord(), false);
         reads.push_back({it.spec, part});
       }
       r.read_all(reads, [&] { exchange.progress(); });
-      for (const Item& it : items[k])
-        if (it.shared_at != kNotShared)
-          exchange.add(it.whole, esz, cuts_of(it, shared_bytes[k], esz));
+      for (const LoadItem& it : items[k])
+        if (!it.cuts.empty()) exchange.add(it.whole, esz, it.cuts);
       exchange.progress();
     }
   } catch (...) {
@@ -113,7 +123,7 @@ CheckpointIo load_checkpoint(Grid& grid, const std::string& path, const GptConfi
   r.verify();
   CheckpointIo io{path, r.bytes(), 0, r.phases()};
   if (sharing) io.phases.add("share replicas (after the reads)", now_seconds() - shared_from);
-  for (const Staged& st : staged)
+  for (const StagedSlice& st : staged)
     st.backend->copy_from_host(st.device, st.host.data(), st.host.size());
   io.seconds = now_seconds() - t0;
   return io;
