@@ -29,6 +29,11 @@ constexpr std::uint64_t checksum_element(std::uint64_t global_index, std::uint64
   return checksum_mix(global_index * kChecksumIndexSpread ^ bits);
 }
 
+// The vector unit checksum_run sums with, picked once from the CPU's features.
+enum class ChecksumIsa { scalar, avx2, avx512 };
+ChecksumIsa checksum_isa();
+const char* checksum_isa_name(ChecksumIsa isa);
+
 // Sum over `n` consecutive elements of `elem_bytes` (2 or 4) bytes whose global
 // flat indices start at `first_index`. A large run is summed on all of the
 // rank's OpenMP threads unless `all_threads` is false: the read stream sums on
