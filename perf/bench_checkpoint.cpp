@@ -12,6 +12,8 @@
 #include <mpi.h>
 
 #include <CLI/CLI.hpp>
+#include <sys/resource.h>
+
 #include <cstring>
 
 #include "comm/agree.hpp"
@@ -38,6 +40,14 @@ TensorSet spread_set(std::string group, const TensorTable& table, Arena& arena, 
     return s;
   };
   return set;
+}
+
+// User + system seconds of this process (every thread) so far.
+double cpu_seconds() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return double(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
+         1e-6 * double(u.ru_utime.tv_usec + u.ru_stime.tv_usec);
 }
 
 float value_at(std::size_t set, std::size_t i) { return float(set + 1) * 1e-3f * float(i % 9973); }
@@ -76,14 +86,18 @@ int run(int argc, char** argv) {
                        : dense_set(groups[k], table, &arenas[k], grid.coord(), true));
   grid.world().barrier();
   CheckpointIo io;
+  const double cpu0 = cpu_seconds();
+  double cpu = 0;
   if (mode == "write") {
     CheckpointMeta meta;
     meta.model = cfg;
     meta.layout = grid.shape();
     io = save_checkpoint(grid, dir, 0, meta, table, sets);
+    cpu = cpu_seconds() - cpu0;
   } else {
     CheckpointMeta meta;
     io = load_checkpoint(grid, dir + "/step_000000.h5", cfg, table, sets, meta);
+    cpu = cpu_seconds() - cpu0;
     std::size_t wrong = 0;
     for (std::size_t k = 0; k < 3; ++k)
       for (const TensorInfo& t : table.tensors()) {
@@ -97,7 +111,9 @@ int run(int argc, char** argv) {
       return 1;
     }
   }
-  if (phases) fmt::print(stderr, "rank {} {}: {}\n", grid.rank(), mode, io.phases.summary());
+  if (phases)
+    fmt::print(stderr, "rank {} {}: {:.3f} s, cpu {:.3f} s (all threads): {}\n", grid.rank(), mode,
+               io.seconds, cpu, io.phases.summary());
   if (grid.is_root())
     fmt::print("{} {} bytes {:.3f} s {:.3f} GB/s ({} ranks, owner {})\n", mode, io.bytes,
                io.seconds, double(io.bytes) / io.seconds / 1e9, world, owner);

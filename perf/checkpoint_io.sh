@@ -7,13 +7,16 @@
 # GPT-2 124M (parameters and both Adam moments: 1.49 GB) through the trainer's
 # own save_checkpoint / load_checkpoint: temporary file, parallel HDF5, checksums,
 # flush, rename, `latest`. OWNER root: every rank holds everything (data
-# parallelism: the replicas share the writing, each reads it all); spread:
+# parallelism: the replicas share the writing and the reading); spread:
 # every rank holds and writes 1/RANKS of each tensor (ZeRO).
 # fio side: one job, 1 MiB blocks, write ended by fsync (as a checkpoint is),
 # both through the page cache and direct (O_DIRECT, as trident moves its bulk):
 # the ratio is against the faster of the two, the disk's own speed either way.
 # The page cache is dropped before every write and read when this runs as root,
-# so reads come from the disk; each figure is the median of REPEATS.
+# so reads come from the disk. A virtual disk's speed drifts from minute to
+# minute, so each trident transfer runs right next to fio's direct one (in
+# alternating order), each repeat gives its own ratio, and the figure is the
+# median of the REPEATS ratios (GB/s columns: medians too).
 set -euo pipefail
 ranks=${1:-1} dir=${2:-/tmp/trident_ckpt_bench} repeats=${3:-3} owner=${4:-root}
 bench=${TRIDENT_BUILD:-build}/perf/bench_checkpoint
@@ -47,48 +50,51 @@ echo "versions: $(mpirun --version | head -1), HDF5 $(h5dump --version 2>/dev/nu
 echo "command: mpirun -np $ranks ${placement[*]} $bench write|read $dir/ck --owner $owner; fio --rw=write|read --bs=1M --end_fsync=1 [--direct=1]"
 echo "load: $(uptime | sed 's/.*load/load/')"
 
-tw=() tr=() fw=() fr=() dw=() dr=()
-trident_pass() {
-  rm -rf "$dir/ck"
-  drop_caches
-  line=$(mpirun -np "$ranks" "${placement[@]}" "$bench" write "$dir/ck" --owner "$owner")
-  bytes=$(awk '{print $2}' <<<"$line")
-  tw+=("$(awk '{print $6}' <<<"$line")")
-  drop_caches
-  tr+=("$(mpirun -np "$ranks" "${placement[@]}" "$bench" read "$dir/ck" --owner "$owner" | awk '{print $6}')")
-  rm -rf "$dir/ck"
+tw=() tr=() fw=() fr=() dw=() dr=() rw=() rr=()
+trident_run() {  # write|read -> GB/s
+  mpirun -np "$ranks" "${placement[@]}" "$bench" "$1" "$dir/ck" --owner "$owner" | awk '{print $6}'
 }
 fio_run() {  # RW DIRECT -> GB/s
-  drop_caches
   fio --name="$1" --filename="$dir/fio.dat" --rw="$1" --bs=1M --size="$bytes" --direct="$2" \
       --ioengine=psync --end_fsync=1 --output-format=json | fio_gbps "$1"
 }
-fio_pass() {
-  rm -f "$dir/fio.dat"
-  fw+=("$(fio_run write 0)")
-  fr+=("$(fio_run read 0)")
-  rm -f "$dir/fio.dat"
-  dw+=("$(fio_run write 1)")
-  dr+=("$(fio_run read 1)")
-  rm -f "$dir/fio.dat"
-}
-trident_pass  # the first pass also learns the checkpoint's size for fio
-tw=() tr=()
+ratio() { python3 -c 'import sys; t, a, b = map(float, sys.argv[1:]); print(f"{t / max(a, b):.2f}")' "$@"; }
+# A first write learns the checkpoint's size for fio (and warms the disk).
+rm -rf "$dir/ck"
+drop_caches
+bytes=$(mpirun -np "$ranks" "${placement[@]}" "$bench" write "$dir/ck" --owner "$owner" | awk '{print $2}')
+rm -rf "$dir/ck"
 for r in $(seq 1 "$repeats"); do
-  # Alternate which goes first, so neither always follows the other's writes.
-  if [ $((r % 2)) = 1 ]; then trident_pass; fio_pass; else fio_pass; trident_pass; fi
-  printf 'repeat %d: trident write %.2f read %.2f | fio write %.2f read %.2f | fio direct write %.2f read %.2f GB/s | %s\n' \
-    "$r" "${tw[-1]}" "${tr[-1]}" "${fw[-1]}" "${fr[-1]}" "${dw[-1]}" "${dr[-1]}" "$(uptime | sed 's/.*load/load/')"
+  rm -rf "$dir/ck" "$dir/fio.dat"
+  # Each pair back to back, alternating which goes first.
+  for op in write read; do
+    if [ $((r % 2)) = 1 ]; then
+      drop_caches; t=$(trident_run "$op"); drop_caches; d=$(fio_run "$op" 1)
+    else
+      drop_caches; d=$(fio_run "$op" 1); drop_caches; t=$(trident_run "$op")
+    fi
+    if [ "$op" = write ]; then tw+=("$t") dw+=("$d"); else tr+=("$t") dr+=("$d"); fi
+  done
+  rm -rf "$dir/ck" "$dir/fio.dat"
+  drop_caches; fw+=("$(fio_run write 0)")
+  drop_caches; fr+=("$(fio_run read 0)")
+  rm -f "$dir/fio.dat"
+  rw+=("$(ratio "${tw[-1]}" "${dw[-1]}" "${fw[-1]}")")
+  rr+=("$(ratio "${tr[-1]}" "${dr[-1]}" "${fr[-1]}")")
+  printf 'repeat %d: trident write %.2f read %.2f | fio direct write %.2f read %.2f | fio write %.2f read %.2f GB/s | ratio write %s read %s | %s\n' \
+    "$r" "${tw[-1]}" "${tr[-1]}" "${dw[-1]}" "${dr[-1]}" "${fw[-1]}" "${fr[-1]}" "${rw[-1]}" "${rr[-1]}" \
+    "$(uptime | sed 's/.*load/load/')"
 done
 rmdir "$dir" 2>/dev/null || true
 python3 - "$bytes" "$ranks" "$owner" "$(median "${tw[@]}")" "$(median "${tr[@]}")" \
-  "$(median "${fw[@]}")" "$(median "${fr[@]}")" "$(median "${dw[@]}")" "$(median "${dr[@]}")" <<'PY'
+  "$(median "${fw[@]}")" "$(median "${fr[@]}")" "$(median "${dw[@]}")" "$(median "${dr[@]}")" \
+  "$(median "${rw[@]}")" "$(median "${rr[@]}")" <<'PY'
 import sys
 b, ranks, owner = int(sys.argv[1]), sys.argv[2], sys.argv[3]
-tw, tr, fw, fr, dw, dr = map(float, sys.argv[4:10])
+tw, tr, fw, fr, dw, dr, rw, rr = map(float, sys.argv[4:12])
 print(f"\ncheckpoint of {b / 1e9:.2f} GB, {ranks} rank(s), owner {owner} (medians)")
 print(f"{'':8}{'trident GB/s':>14}{'fio GB/s':>10}{'fio direct':>12}{'ratio':>8}")
-print(f"{'write':8}{tw:>14.2f}{fw:>10.2f}{dw:>12.2f}{tw / max(fw, dw):>8.2f}")
-print(f"{'read':8}{tr:>14.2f}{fr:>10.2f}{dr:>12.2f}{tr / max(fr, dr):>8.2f}")
-print("ratio: trident / the faster fio")
+print(f"{'write':8}{tw:>14.2f}{fw:>10.2f}{dw:>12.2f}{rw:>8.2f}")
+print(f"{'read':8}{tr:>14.2f}{fr:>10.2f}{dr:>12.2f}{rr:>8.2f}")
+print("ratio: the median over repeats of trident / the faster fio of the same repeat")
 PY

@@ -4,7 +4,8 @@
 // step or only at the given one. Sites and phases (README "Checkpoints"):
 //   ckpt: after_create, mid_datasets, before_rename, before_latest
 // fault_armed() only answers whether a site is named, for faults that are not
-// a kill: grad:inf sets one gradient of this rank to inf before the update.
+// a kill: grad:inf sets one gradient of this rank to inf before the update;
+// ckpt:write_error[@N] fails this rank's write of dataset N (any, without @).
 #pragma once
 
 namespace trident {

@@ -8,6 +8,7 @@
 
 #include "comm/agree.hpp"
 #include "core/error.hpp"
+#include "core/fault_inject.hpp"
 #include "io/checkpoint_file.hpp"
 #include "io/checksum.hpp"
 
@@ -88,32 +89,39 @@ H5Handle CheckpointWriter::create_dataset(const DatasetSpec& spec) {
   return d;
 }
 
-void CheckpointWriter::write(const DatasetSpec& spec, const TensorSlice& slice) {
-  const bool mine = slice.counted && !slice.empty();
-  // One agreement per dataset: the writes need no other rank, so they go in
-  // the same step as the (collective) create.
+void CheckpointWriter::create(const std::vector<DatasetSpec>& specs) {
   run_agreed(comm_, [&] {
-    try {
-      H5Handle d = phases_.time("dataset create", [&] { return create_dataset(spec); });
-      std::uint64_t sum = 0, count = 0;
-      if (mine) {
-        const std::size_t esz = dtype_size(spec.dtype);
-        const auto boxes = slice_boxes(*slice.shard, slice.lo, slice.hi);
-        sum = write_slice(d.get(), spec.dtype, slice);
-        count = boxes_numel(boxes);
-        // Direct writes leave nothing in the page cache to start writing back.
-        if (!direct_)
-          phases_.time("writeback", [&] { start_writeback(d.get(), slice, boxes, esz); });
+    for (const DatasetSpec& spec : specs) {
+      try {
+        datasets_.push_back(phases_.time("dataset create", [&] { return create_dataset(spec); }));
+      } catch (const RuntimeFailure& e) {
+        throw RuntimeFailure(
+            fmt::format("checkpoint {}: dataset {}: {}", path_, spec.path, e.what()));
       }
       names_.push_back(spec.path);
-      sums_.push_back(sum);
-      sums_.push_back(count);
-      datasets_.push_back(std::move(d));
-    } catch (const RuntimeFailure& e) {
-      throw RuntimeFailure(
-          fmt::format("checkpoint {}: dataset {}: {}", path_, spec.path, e.what()));
+      dtypes_.push_back(spec.dtype);
+      sums_.push_back(0);  // partial checksum
+      sums_.push_back(0);  // elements written
     }
   });
+}
+
+void CheckpointWriter::write(std::size_t index, const TensorSlice& slice) {
+  if (write_failed_ || !slice.counted || slice.empty()) return;
+  try {
+    if (fault_armed("ckpt", "write_error", long(index)))
+      throw RuntimeFailure("injected write failure (TRIDENT_FAULT_INJECT)");
+    const hid_t d = datasets_.at(index).get();
+    const std::size_t esz = dtype_size(dtypes_[index]);
+    const auto boxes = slice_boxes(*slice.shard, slice.lo, slice.hi);
+    sums_[2 * index] += write_slice(d, dtypes_[index], slice);
+    sums_[2 * index + 1] += boxes_numel(boxes);
+    // Direct writes leave nothing in the page cache to start writing back.
+    if (!direct_) phases_.time("writeback", [&] { start_writeback(d, slice, boxes, esz); });
+  } catch (const RuntimeFailure& e) {
+    write_failed_ = std::make_exception_ptr(RuntimeFailure(
+        fmt::format("checkpoint {}: dataset {}: {}", path_, names_[index], e.what())));
+  }
 }
 
 void CheckpointWriter::start_writeback(hid_t dataset, const TensorSlice& slice,
@@ -193,6 +201,14 @@ std::uint64_t CheckpointWriter::write_pieces(hid_t dataset, DType dtype, const T
 }
 
 void CheckpointWriter::finish() {
+  run_agreed(comm_, [&] {
+    if (write_failed_) std::rethrow_exception(write_failed_);
+    try {
+      if (direct_) phases_.time("direct write", [&] { direct_->drain(); });
+    } catch (const RuntimeFailure& e) {
+      throw RuntimeFailure(fmt::format("checkpoint {}: {}", path_, e.what()));
+    }
+  });
   if (!sums_.empty()) comm_.all_reduce(sums_.data(), sums_.size(), DType::u64, ReduceOp::sum);
   run_agreed(comm_, [&] {
     for (std::size_t i = 0; i < names_.size(); ++i) {
@@ -202,7 +218,6 @@ void CheckpointWriter::finish() {
             "must have exactly one counted copy)", path_, names_[i], sums_[2 * i + 1], numel_[i]));
     }
     try {
-      if (direct_) phases_.time("direct write", [&] { direct_->drain(); });
       phases_.time("attributes", [&] {
         for (std::size_t i = 0; i < names_.size(); ++i)
           h5_write_attr(datasets_[i].get(), "checksum", sums_[2 * i]);

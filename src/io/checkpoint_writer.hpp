@@ -1,13 +1,15 @@
 // Writes one checkpoint file with parallel HDF5, over every rank of the job.
 // Each rank contributes its TensorSlice of each global tensor; only counted
 // slices are written (exactly one copy of each element). Creating datasets
-// and attributes is collective (every rank calls every method in the same
-// order with the same specs and meta); the data itself goes with independent
-// transfers, each rank its own disjoint elements, so no rank waits on another
-// per piece. Each step is agreed across ranks (run_agreed): a failure
-// anywhere throws AgreedError everywhere.
+// and attributes is collective (every rank calls create, write_meta and
+// finish in the same order with the same specs and meta); the data itself
+// goes with independent transfers, each rank its own disjoint elements, as
+// one stream per rank that waits on no other rank. The collective steps are
+// agreed across ranks (run_agreed): a failure anywhere, a write's included,
+// throws AgreedError everywhere.
 #pragma once
 #include <cstdint>
+#include <exception>
 #include <memory>
 #include <string>
 #include <vector>
@@ -36,12 +38,18 @@ class CheckpointWriter {
   CheckpointWriter& operator=(const CheckpointWriter&) = delete;
 
   void write_meta(const CheckpointMeta& meta);
-  // Creates the dataset `spec` and writes this rank's slice of it (if counted).
-  // The slice's memory must stay unchanged until the call returns.
-  void write(const DatasetSpec& spec, const TensorSlice& slice);
-  // Stores each dataset's checksum (one all-reduce for all of them), checks
-  // that the counted slices covered every element exactly once, writes
-  // complete = 1, flushes (MPI_File_sync on every rank) and closes.
+  // Creates these datasets (numbered on from the ones created before), all in
+  // one agreed step: their file space is allocated here, in this order.
+  void create(const std::vector<DatasetSpec>& specs);
+  // Writes this rank's slice of dataset `index` (if counted); not collective,
+  // so ranks write at their own pace. The slice's memory must stay unchanged
+  // until the call returns. A failure is kept for finish() to report (the
+  // writes after it are skipped), so no rank is left alone in a collective.
+  void write(std::size_t index, const TensorSlice& slice);
+  // Agrees on the writes' failures, stores each dataset's checksum (one
+  // all-reduce for all of them), checks that the counted slices covered every
+  // element exactly once, writes complete = 1, flushes (MPI_File_sync on
+  // every rank) and closes.
   void finish();
 
   std::uint64_t bytes() const { return bytes_; }  // dataset bytes in the file
@@ -75,6 +83,8 @@ class CheckpointWriter {
   std::vector<std::string> names_;
   std::vector<std::uint64_t> sums_;   // per dataset: partial checksum, elements written
   std::vector<std::uint64_t> numel_;  // per dataset: elements in the global tensor
+  std::vector<DType> dtypes_;         // per dataset
+  std::exception_ptr write_failed_;   // the first write's failure, for finish()
   std::vector<char> staging_;         // packed copy of a slice that has padding
   std::uint64_t bytes_ = 0;
   IoPhases phases_;

@@ -89,7 +89,7 @@ void DirectFile::read_ranges(const std::vector<ReadRange>& ranges, const RangePi
   const AlignedBuffers buffers(kQueueDepth, kPieceBytes, kBlock);
   std::size_t next = 0;  // in order: the first range not yet read whole
   try {
-    ReadAhead ahead(fd_, transfers, buffers);  // joined before the buffers go
+    ReadAhead ahead(fd_, transfers, buffers, kReaders);  // joined before the buffers go
     for (std::size_t t = 0; t < transfers.size(); ++t) {
       const auto [data, got] = ahead.wait(t);
       const std::uint64_t from = transfers[t].at, to = from + transfers[t].len;

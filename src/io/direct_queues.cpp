@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -121,9 +122,11 @@ void WriteBehind::run() {
   }
 }
 
-ReadAhead::ReadAhead(int fd, const std::vector<Transfer>& transfers, const AlignedBuffers& buffers)
-    : fd_(fd), transfers_(transfers), buffers_(buffers), got_(transfers.size()) {
-  thread_ = std::thread([this] { run(); });
+ReadAhead::ReadAhead(int fd, const std::vector<Transfer>& transfers, const AlignedBuffers& buffers,
+                     int readers)
+    : fd_(fd), transfers_(transfers), buffers_(buffers), got_(transfers.size()),
+      ready_(transfers.size(), 0), readers_(std::size_t(std::max(readers, 1))) {
+  for (std::size_t i = 0; i < readers_; ++i) threads_.emplace_back([this, i] { run(i); });
 }
 
 ReadAhead::~ReadAhead() {
@@ -132,13 +135,13 @@ ReadAhead::~ReadAhead() {
     stop_ = true;
   }
   changed_.notify_all();
-  thread_.join();
+  for (std::thread& t : threads_) t.join();
 }
 
 std::pair<const char*, std::size_t> ReadAhead::wait(std::size_t t) {
   std::unique_lock<std::mutex> lock(mutex_);
-  changed_.wait(lock, [&] { return filled_ > t || error_; });
-  if (filled_ <= t) std::rethrow_exception(error_);
+  changed_.wait(lock, [&] { return ready_[t] || failed_at_ <= t; });
+  if (!ready_[t]) std::rethrow_exception(error_);
   return {buffers_[t % buffers_.size()], got_[t]};
 }
 
@@ -150,12 +153,13 @@ void ReadAhead::release(std::size_t t) {
   changed_.notify_all();
 }
 
-void ReadAhead::run() {
-  for (std::size_t t = 0; t < transfers_.size(); ++t) {
+void ReadAhead::run(std::size_t first) {
+  for (std::size_t t = first; t < transfers_.size(); t += readers_) {
     {
       std::unique_lock<std::mutex> lock(mutex_);
+      // Transfer t's buffer is free once t - buffers was released.
       changed_.wait(lock, [&] { return stop_ || t < released_ + buffers_.size(); });
-      if (stop_) return;
+      if (stop_ || t > failed_at_) return;
     }
     std::size_t got = 0;
     try {
@@ -163,14 +167,14 @@ void ReadAhead::run() {
                          false);
     } catch (...) {
       std::lock_guard<std::mutex> lock(mutex_);
-      error_ = std::current_exception();
+      if (t < failed_at_) failed_at_ = t, error_ = std::current_exception();
       changed_.notify_all();
       return;
     }
     {
       std::lock_guard<std::mutex> lock(mutex_);
       got_[t] = got;
-      filled_ = t + 1;
+      ready_[t] = 1;
     }
     changed_.notify_all();
   }

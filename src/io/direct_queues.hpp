@@ -79,28 +79,33 @@ struct Transfer {
 
 class ReadAhead {
  public:
-  // Starts reading transfers[0], [1], ... into buffers of at least their length.
-  ReadAhead(int fd, const std::vector<Transfer>& transfers, const AlignedBuffers& buffers);
-  ~ReadAhead();  // stops the reader (transfers not yet read are dropped)
+  // Starts reading transfers[0], [1], ... into buffers of at least their
+  // length, on `readers` threads: transfer t on thread t % readers, so up to
+  // `readers` transfers are at the disk at once.
+  ReadAhead(int fd, const std::vector<Transfer>& transfers, const AlignedBuffers& buffers,
+            int readers);
+  ~ReadAhead();  // stops the readers (transfers not yet read are dropped)
   // Waits for transfer t: its buffer and the bytes read (fewer at the end of
-  // the file). Throws the reader's failure.
+  // the file). Throws the failure of a transfer at or before t.
   std::pair<const char*, std::size_t> wait(std::size_t t);
-  // The caller is done with transfer t's buffer.
+  // The caller is done with transfers up to t (released in order).
   void release(std::size_t t);
 
  private:
-  void run();
+  void run(std::size_t first);
 
   int fd_;
   const std::vector<Transfer>& transfers_;
   const AlignedBuffers& buffers_;
   std::vector<std::size_t> got_;
+  std::vector<char> ready_;  // per transfer
   std::mutex mutex_;
   std::condition_variable changed_;
-  std::size_t filled_ = 0, released_ = 0;
+  const std::size_t readers_;
+  std::size_t released_ = 0, failed_at_ = SIZE_MAX;
   bool stop_ = false;
-  std::exception_ptr error_;
-  std::thread thread_;  // last: started once the rest is built
+  std::exception_ptr error_;  // of transfer failed_at_
+  std::vector<std::thread> threads_;  // last: started once the rest is built
 };
 
 }  // namespace trident

@@ -189,7 +189,12 @@ CheckpointIo save_checkpoint(Grid& grid, const std::string& dir, int keep,
     CheckpointWriter w(world, (std::filesystem::path(dir) / temp).string());
     fault_point("ckpt", "after_create", step);
     w.write_meta(meta);
-    const std::size_t total = sets.size() * global.tensors().size();
+    std::vector<DatasetSpec> specs;
+    for (const TensorSet& set : sets)
+      for (const TensorInfo& g : global.tensors())
+        specs.push_back({dataset_path(set.group, g.name), g.global_shape, set.dtype});
+    w.create(specs);  // then each rank writes its slices as one stream, at its own pace
+    const std::size_t total = specs.size();
     std::size_t done = 0;
     std::vector<char> staging;  // a device slice's host copy
     for (const TensorSet& set : sets)
@@ -203,7 +208,7 @@ CheckpointIo save_checkpoint(Grid& grid, const std::string& dir, int keep,
           set.staged_through->copy_to_host(staging.data(), slice.data, staging.size());
           slice.data = staging.data();  // the writer has copied it when write() returns
         }
-        w.write({dataset_path(set.group, g.name), g.global_shape, set.dtype}, slice);
+        w.write(done, slice);
         if (++done == total / 2) fault_point("ckpt", "mid_datasets", step);
       }
     w.finish();

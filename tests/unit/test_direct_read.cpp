@@ -88,3 +88,26 @@ TEST_F(DirectRead, ARangePastTheEndOfTheFileIsNamed) {
   }
   EXPECT_TRUE(std::equal(a.begin(), a.end(), bytes_.begin() + 10));  // read before the failure
 }
+
+TEST_F(DirectRead, ReadersHandTransfersBackInOrderAndAFailureWhereItHappened) {
+  const int fd = ::open(path_.c_str(), O_RDONLY | O_DIRECT);
+  if (fd < 0) GTEST_SKIP() << "no O_DIRECT on this file system";
+  // Twelve transfers through three buffers on three readers; transfer 7 is
+  // not block-aligned, so O_DIRECT refuses it (EINVAL) and only it fails.
+  std::vector<Transfer> transfers;
+  for (std::uint64_t t = 0; t < 12; ++t)
+    transfers.push_back({t * DirectFile::kPieceBytes / 2 + (t == 7 ? 512 + 1 : 0),
+                         DirectFile::kPieceBytes / 2});
+  const AlignedBuffers buffers(3, DirectFile::kPieceBytes / 2, DirectFile::kBlock);
+  {
+    ReadAhead ahead(fd, transfers, buffers, 3);
+    for (std::size_t t = 0; t < 7; ++t) {
+      const auto [data, got] = ahead.wait(t);
+      ASSERT_EQ(got, transfers[t].len) << t;
+      EXPECT_TRUE(std::equal(data, data + got, bytes_.begin() + transfers[t].at)) << t;
+      ahead.release(t);
+    }
+    EXPECT_THROW(ahead.wait(7), RuntimeFailure);
+  }  // the destructor stops the readers still waiting for buffers
+  ::close(fd);
+}
