@@ -16,9 +16,11 @@
 # so reads come from the disk. A virtual disk's speed drifts from minute to
 # minute, so each trident transfer runs right next to fio's direct one (in
 # alternating order), each repeat gives its own ratio, and the figure is the
-# median of the REPEATS ratios (GB/s columns: medians too).
+# median of the REPEATS ratios (GB/s columns: medians too). An even REPEATS
+# gives each order as often: the first transfer after the last repeat's
+# files were deleted runs slower on a disk mounted with online discard.
 set -euo pipefail
-ranks=${1:-1} dir=${2:-/tmp/trident_ckpt_bench} repeats=${3:-3} owner=${4:-root}
+ranks=${1:-1} dir=${2:-/tmp/trident_ckpt_bench} repeats=${3:-4} owner=${4:-root}
 bench=${TRIDENT_BUILD:-build}/perf/bench_checkpoint
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 [ -x "$bench" ] || { echo "error: $bench not found; build first (cmake --build build)"; exit 2; }
@@ -41,7 +43,9 @@ drop_caches() {  # and give the device time to finish the last writes (VM disks 
 fio_gbps() {  # fio JSON -> GB/s of the one job's write or read
   python3 -c 'import json,sys; j=json.load(sys.stdin)["jobs"][0][sys.argv[1]]; print(j["bw_bytes"]/1e9)' "$1"
 }
-median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+median() {  # of an even count: the mean of the middle two
+  printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print (a[int((NR+1)/2)] + a[int(NR/2)+1]) / 2}'
+}
 
 echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(free -g | awk '/Mem:/ {print $2}') GiB"
 echo "disk: $(df -hT "$dir" | awk 'NR==2 {print $1, $2, $3}') at $dir"
