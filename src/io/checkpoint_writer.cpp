@@ -98,8 +98,7 @@ void CheckpointWriter::create(const std::vector<DatasetSpec>& specs) {
         throw RuntimeFailure(
             fmt::format("checkpoint {}: dataset {}: {}", path_, spec.path, e.what()));
       }
-      names_.push_back(spec.path);
-      dtypes_.push_back(spec.dtype);
+      specs_.push_back(spec);
       sums_.push_back(0);  // partial checksum
       sums_.push_back(0);  // elements written
     }
@@ -112,15 +111,16 @@ void CheckpointWriter::write(std::size_t index, const TensorSlice& slice) {
     if (fault_armed("ckpt", "write_error", long(index)))
       throw RuntimeFailure("injected write failure (TRIDENT_FAULT_INJECT)");
     const hid_t d = datasets_.at(index).get();
-    const std::size_t esz = dtype_size(dtypes_[index]);
+    const DType dtype = specs_.at(index).dtype;
+    const std::size_t esz = dtype_size(dtype);
     const auto boxes = slice_boxes(*slice.shard, slice.lo, slice.hi);
-    sums_[2 * index] += write_slice(d, dtypes_[index], slice);
+    sums_[2 * index] += write_slice(d, dtype, slice);
     sums_[2 * index + 1] += boxes_numel(boxes);
     // Direct writes leave nothing in the page cache to start writing back.
     if (!direct_) phases_.time("writeback", [&] { start_writeback(d, slice, boxes, esz); });
   } catch (const RuntimeFailure& e) {
     write_failed_ = std::make_exception_ptr(RuntimeFailure(
-        fmt::format("checkpoint {}: dataset {}: {}", path_, names_[index], e.what())));
+        fmt::format("checkpoint {}: dataset {}: {}", path_, specs_[index].path, e.what())));
   }
 }
 
@@ -211,15 +211,15 @@ void CheckpointWriter::finish() {
   });
   if (!sums_.empty()) comm_.all_reduce(sums_.data(), sums_.size(), DType::u64, ReduceOp::sum);
   run_agreed(comm_, [&] {
-    for (std::size_t i = 0; i < names_.size(); ++i) {
+    for (std::size_t i = 0; i < specs_.size(); ++i) {
       if (sums_[2 * i + 1] != numel_[i])  // a layout bug, never the user's input
         throw RuntimeFailure(fmt::format(
             "checkpoint {}: dataset {}: the ranks wrote {} of its {} elements (each element "
-            "must have exactly one counted copy)", path_, names_[i], sums_[2 * i + 1], numel_[i]));
+            "must have exactly one counted copy)", path_, specs_[i].path, sums_[2 * i + 1], numel_[i]));
     }
     try {
       phases_.time("attributes", [&] {
-        for (std::size_t i = 0; i < names_.size(); ++i)
+        for (std::size_t i = 0; i < specs_.size(); ++i)
           h5_write_attr(datasets_[i].get(), "checksum", sums_[2 * i]);
         datasets_.clear();
         groups_.clear();

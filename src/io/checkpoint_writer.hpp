@@ -80,10 +80,9 @@ class CheckpointWriter {
   H5Handle file_, transfer_;
   std::vector<std::pair<std::string, H5Handle>> groups_;
   std::vector<H5Handle> datasets_;
-  std::vector<std::string> names_;
+  std::vector<DatasetSpec> specs_;    // per dataset, as created
   std::vector<std::uint64_t> sums_;   // per dataset: partial checksum, elements written
   std::vector<std::uint64_t> numel_;  // per dataset: elements in the global tensor
-  std::vector<DType> dtypes_;         // per dataset
   std::exception_ptr write_failed_;   // the first write's failure, for finish()
   std::vector<char> staging_;         // packed copy of a slice that has padding
   std::uint64_t bytes_ = 0;

@@ -28,10 +28,6 @@ std::size_t transfer_all(int fd, char* buf, std::size_t n, std::uint64_t at, boo
   return done;
 }
 
-void write_all(int fd, const char* buf, std::size_t n, std::uint64_t at) {
-  transfer_all(fd, const_cast<char*>(buf), n, at, true);  // pwrite only reads it
-}
-
 void AlignedBuffers::Free::operator()(char* p) const { std::free(p); }
 
 AlignedBuffers::AlignedBuffers(int count, std::size_t bytes, std::size_t alignment) {

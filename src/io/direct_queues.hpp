@@ -19,8 +19,6 @@ namespace trident {
 // Moves n bytes at file offset `at`; a read stops early only at the end of
 // the file. Returns the bytes moved; throws RuntimeFailure.
 std::size_t transfer_all(int fd, char* buf, std::size_t n, std::uint64_t at, bool write);
-// transfer_all's write, from memory it does not change.
-void write_all(int fd, const char* buf, std::size_t n, std::uint64_t at);
 
 // `count` buffers of `bytes`, aligned for O_DIRECT.
 class AlignedBuffers {
