@@ -129,6 +129,10 @@ class GptModel {
   const float* reduce_row_parallel(float* full);
   // This rank's tokens -> all tokens (identity without SP).
   const float* gather(const float* local, float* full);
+  // With SP each tensor rank's norm (and position) gradients cover its own
+  // tokens: they are summed over the tensor group before they leave the model
+  // (the step's last backward, or every one where the storage reduces each
+  // micro-batch's gradients: summing accumulated sums twice would be wrong).
   void sum_partial_grads(const std::vector<std::string>& names);
   void head_backward(int slot, float* d_res, bool finalize);
 

@@ -23,7 +23,7 @@ void GptModel::head_backward(int slot, float* d_res, bool finalize) {
   be.zero(d_res, std::size_t(BTl) * C * sizeof(float));
   be.layernorm_backward(d_res, G("lnf.w"), G("lnf.b"), reduce_row_parallel(d_c), x_last,
                         P("lnf.w"), act(slot, "lnf_mean"), act(slot, "lnf_rstd"), BTl, C);
-  if (finalize) sum_partial_grads({"lnf.w", "lnf.b"});
+  if (finalize || st.grads_leave_each_backward()) sum_partial_grads({"lnf.w", "lnf.b"});
   st.done_params(unit("lnf.w"));
   st.done_params(unit("wte"));  // the embedding's backward needs only gradients
   st.done_grads(unit("lnf.w"), finalize);
@@ -88,7 +88,8 @@ void GptModel::backward(int slot, const GradsReadyFn& ready, bool finalize) {
     round(d_c, std::size_t(BT) * C);
     be.layernorm_backward(d_res, G(p + "ln1.w"), G(p + "ln1.b"), reduce_row_parallel(d_c), x_in,
                           P(p + "ln1.w"), a.ln1_mean, a.ln1_rstd, BTl, C);
-    if (finalize) sum_partial_grads({p + "ln1.w", p + "ln1.b", p + "ln2.w", p + "ln2.b"});
+    if (finalize || st.grads_leave_each_backward())
+      sum_partial_grads({p + "ln1.w", p + "ln1.b", p + "ln2.w", p + "ln2.b"});
     st.done_params(u);
     st.done_grads(u, finalize);
     notify(p + "ln1.w");
@@ -101,7 +102,8 @@ void GptModel::backward(int slot, const GradsReadyFn& ready, bool finalize) {
   st.need_grads(unit("wte"));
   st.need_grads(unit("wpe"));
   be.position_backward(G("wpe"), d_res, BTl, T, first_token_, C);
-  if (finalize && tp_.sp()) tcomm_.all_reduce(G("wpe"), table_.at("wpe").numel);
+  if ((finalize || st.grads_leave_each_backward()) && tp_.sp())
+    tcomm_.all_reduce(G("wpe"), table_.at("wpe").numel);
   be.embedding_backward(G("wte"), gather(d_res, full), tok, vlo, Vl, BT, C);
   st.done_grads(unit("wpe"), finalize);
   st.done_grads(unit("wte"), finalize);

@@ -27,6 +27,9 @@ class ModelStorage {
   // micro-batch (`last`: the step's last micro-batch).
   virtual void need_grads(int unit) {}
   virtual void done_grads(int unit, bool last) {}
+  // Gradients leave the model after every backward (reduced and zeroed per
+  // micro-batch) instead of accumulating until the step's last one.
+  virtual bool grads_leave_each_backward() const { return false; }
   // This rank's parameters in the table's layout (its tensor shards, whole),
   // and the reverse (each storage keeps its part).
   virtual void gather_params_to_host(std::vector<float>& out) = 0;

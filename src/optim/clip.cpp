@@ -4,29 +4,18 @@
 
 namespace trident {
 
-double global_grad_norm(ComputeBackend& backend, const Arena& grads, const TensorTable& table,
-                        bool count_replicated, const std::vector<Communicator*>& groups) {
-  double s = 0;
-  bool all = count_replicated;
-  for (const TensorInfo& t : table.tensors()) all = all && t.primary;
-  if (all) {
-    s = backend.sum_squares(grads.f32(), grads.numel());  // one pass over the arena
-  } else {
-    for (const TensorInfo& t : table.tensors())
-      if (t.primary && (t.split_dim >= 0 || count_replicated))
-        s += backend.sum_squares(grads.f32(t), t.numel);
-  }
+GradNorm reduce_grad_norm(double sum_squares, bool nonfinite,
+                          const std::vector<Communicator*>& groups, double loss_scale) {
+  // The flag travels beside the sum: an inf counted nowhere must still stop the step.
+  double v[2] = {sum_squares, nonfinite || !std::isfinite(sum_squares) ? 1.0 : 0.0};
   for (Communicator* g : groups)
-    if (g->size() > 1) g->all_reduce(&s, 1, DType::f64, ReduceOp::sum);
-  return std::sqrt(s);
+    if (g->size() > 1) g->all_reduce(v, 2, DType::f64, ReduceOp::sum);
+  return GradNorm{std::sqrt(v[0]) / loss_scale, v[1] == 0.0};
 }
 
-float clip_gradients(ComputeBackend& backend, Arena& grads, double norm, double max_norm) {
-  if (max_norm <= 0) return 1.0f;
-  const double coef = max_norm / (norm + 1e-6);
-  if (coef >= 1.0) return 1.0f;
-  backend.scale(grads.f32(), static_cast<float>(coef), grads.numel());
-  return static_cast<float>(coef);
+float clip_coefficient(double norm, double max_norm, double loss_scale) {
+  const double clip = max_norm > 0 ? max_norm / (norm + 1e-6) : 1.0;
+  return float((clip < 1.0 ? clip : 1.0) / loss_scale);
 }
 
 }  // namespace trident

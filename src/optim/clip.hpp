@@ -1,23 +1,28 @@
-// Global gradient norm and clipping. The norm is over the whole model: this
-// rank's sum of squares is summed over every group that splits the model
-// (tensor and pipeline now; ZeRO shards as they land), never over replicas.
+// The global gradient norm and the factor that unscales and clips the
+// gradients: the one place either is computed. Every rank contributes the sum
+// of squares of the gradient elements it counts (each element of the model
+// counted on exactly one rank of `groups`, see GradEngine::grad_sum_squares);
+// one all-reduce per group of (sum, non-finite flag) gives every rank the norm.
 #pragma once
 #include <vector>
 
 #include "comm/communicator.hpp"
-#include "compute/backend.hpp"
-#include "memory/arena.hpp"
-#include "memory/tensor_table.hpp"
 
 namespace trident {
 
-// Elements of replicated tensors (split_dim < 0) count once: only where
-// `count_replicated` (tensor rank 0); shards count everywhere; padding is zero.
-double global_grad_norm(ComputeBackend& backend, const Arena& grads, const TensorTable& table,
-                        bool count_replicated, const std::vector<Communicator*>& model_split_groups);
+struct GradNorm {
+  double norm = 0;     // of the true gradients: the loss scale divided out
+  bool finite = true;  // no inf or NaN in any gradient of any rank in the groups
+};
 
-// Scales the gradients by max_norm / (norm + 1e-6) when that is below 1 (the
-// PyTorch rule); returns the factor applied (1 when not clipped).
-float clip_gradients(ComputeBackend& backend, Arena& grads, double norm, double max_norm);
+// `sum_squares`: this rank's counted elements; `nonfinite`: any gradient this
+// rank holds, counted or not, is inf/NaN (a replica can overflow alone).
+GradNorm reduce_grad_norm(double sum_squares, bool nonfinite,
+                          const std::vector<Communicator*>& groups, double loss_scale = 1.0);
+
+// What the stored gradients are multiplied by before the update: 1/loss_scale,
+// times max_norm / (norm + 1e-6) when that is below 1 (PyTorch's
+// clip_grad_norm_). max_norm <= 0 turns clipping off.
+float clip_coefficient(double norm, double max_norm, double loss_scale = 1.0);
 
 }  // namespace trident

@@ -13,10 +13,6 @@
 
 namespace trident {
 
-bool counts_copy(const TensorInfo& t, const GridCoord& c, bool replicated_over_data) {
-  return t.primary && (t.split_dim >= 0 || c.tp == 0) && (!replicated_over_data || c.dp == 0);
-}
-
 TensorSlice replica_part(const TensorSlice& whole, const GridCoord& c, int dp, std::size_t esz) {
   if (whole.empty() || dp == 1) return whole;
   const std::size_t n = whole.hi - whole.lo;
@@ -43,55 +39,17 @@ TensorSet dense_set(std::string group, const TensorTable& table, Arena* arena,
 
 namespace {
 
-// This rank's part of tensor `t` (held by chunk `ch`) in one of the training
-// sets: 0 parameters, 1 and 2 the Adam moments. Without ZeRO a rank holds
-// whole shards (replicated over the data group); with ZeRO it holds its
-// unit slices (a persistent unit whole, replicated), and at stages 1-2 whole
-// parameters. The last stage's copy of the tied embedding is read, never saved.
-TensorSlice chunk_slice(ModelChunk& ch, const TensorInfo& t, const GridCoord& c, int which) {
-  if (!ch.zero_storage) {
-    Arena* arena = which == 0 ? &ch.model->params()
-                   : !ch.optimizer ? nullptr
-                   : which == 1 ? &ch.optimizer->first_moment()
-                   : which == 2 ? &ch.optimizer->second_moment()
-                                : ch.optimizer->masters();
-    if (!arena) return {};
-    return whole_shard(t, static_cast<char*>(arena->data()) + t.offset * dtype_size(arena->dtype()),
-                       counts_copy(t, c, true));
-  }
-  ZeroStorage& zs = *ch.zero_storage;
-  const std::size_t psz = dtype_size(zs.param_dtype());
-  if (which == 0 && zs.full_params())
-    return whole_shard(t, static_cast<char*>(zs.full_params()) + t.offset * psz,
-                       counts_copy(t, c, true));
-  const ZeroPlan& plan = zs.plan();
-  const ZeroUnit& u = plan.units()[t.unit];
-  const std::size_t lo = plan.slice_begin(u), hi = lo + plan.slice(u);
-  const std::size_t a = std::max(lo, t.offset), b = std::min(hi, t.offset + t.numel);
-  if (a >= b) return {};
-  // The masters sit where the moments do: in the optimizer's shard layout.
-  char* base = which == 0 ? static_cast<char*>(zs.owned_params(t.unit))
-                          : reinterpret_cast<char*>((which == 1   ? ch.zero_opt->first_moment()
-                                                     : which == 2 ? ch.zero_opt->second_moment()
-                                                                  : *ch.zero_opt->masters())
-                                                        .f32() + u.shard_offset);
-  TensorSlice s;
-  s.shard = &t;
-  s.lo = a - t.offset;
-  s.hi = b - t.offset;
-  s.data = base + (a - lo) * (which == 0 ? psz : sizeof(float));
-  s.counted = counts_copy(t, c, u.persistent);
-  return s;
-}
-
-TensorSet chunked_set(std::string group, Trainer& trainer, const GridCoord& coord, int which) {
+// The engines' slices of one kind of state. The last stage's copy of the tied
+// embedding is read, never saved (it is not primary).
+TensorSet chunked_set(std::string group, Trainer& trainer, const GridCoord& coord, StateKind kind) {
   TensorSet set;
   set.group = std::move(group);
-  set.dtype = which == 0 ? trainer.weight_dtype() : DType::f32;
-  set.slice_of = [&trainer, coord, which](const TensorInfo& global) -> TensorSlice {
+  set.dtype = kind == StateKind::params ? trainer.weight_dtype() : DType::f32;
+  set.replicated_over_data = trainer.engine().replicated_over_data(kind);
+  set.slice_of = [&trainer, coord, kind](const TensorInfo& global) -> TensorSlice {
     for (ModelChunk& ch : trainer.chunks())
       if (const TensorInfo* t = ch.model->param_table().find(global.name))
-        return chunk_slice(ch, *t, coord, which);
+        return ch.engine->state_slice(kind, *t, coord);
     return {};
   };
   return set;
@@ -100,19 +58,13 @@ TensorSet chunked_set(std::string group, Trainer& trainer, const GridCoord& coor
 }  // namespace
 
 std::vector<TensorSet> training_sets(Trainer& trainer, const GridCoord& coord) {
-  std::vector<TensorSet> sets = {chunked_set(kParamsGroup, trainer, coord, 0),
-                                 chunked_set(kExpAvgGroup, trainer, coord, 1),
-                                 chunked_set(kExpAvgSqGroup, trainer, coord, 2)};
+  std::vector<TensorSet> sets = {chunked_set(kParamsGroup, trainer, coord, StateKind::params),
+                                 chunked_set(kExpAvgGroup, trainer, coord, StateKind::exp_avg),
+                                 chunked_set(kExpAvgSqGroup, trainer, coord, StateKind::exp_avg_sq)};
   if (trainer.weight_dtype() != DType::f32)
-    sets.push_back(chunked_set(kMasterGroup, trainer, coord, 3));
-  // Whole on every data rank: the parameters but under ZeRO-3, and the
-  // optimizer state without ZeRO unless gather mode keeps it on rank 0 alone.
-  const ZeroStorage* zero = trainer.zero_storage();
-  for (std::size_t k = 0; k < sets.size(); ++k) {
-    sets[k].replicated_over_data = k == 0 ? !zero || zero->stage() <= 2
-                                          : !zero && !trainer.gather_mode();
-    if (!trainer.backend().memory_is_host()) sets[k].staged_through = &trainer.backend();
-  }
+    sets.push_back(chunked_set(kMasterGroup, trainer, coord, StateKind::masters));
+  for (TensorSet& set : sets)
+    if (!trainer.backend().memory_is_host()) set.staged_through = &trainer.backend();
   return sets;
 }
 

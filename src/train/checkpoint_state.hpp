@@ -1,10 +1,11 @@
 // What a checkpoint holds of training, and saving and loading it. The state is
 // a list of tensor sets (parameters, each Adam moment; fp32 masters with mixed
 // precision), each a dataset group of global tensors. A set says, for each
-// global tensor, which slice this rank holds (TensorSlice): today whole shards
-// of a dense arena, replicated over the data group; a ZeRO optimizer gives
-// each data rank a flat range of its shard instead; pipeline stages give empty
-// slices for tensors they do not hold. The file does not depend on the layout.
+// global tensor, which slice this rank holds (TensorSlice), as each chunk's
+// engine says: plain data parallelism holds whole shards of dense arenas,
+// replicated over the data group; ZeRO gives each data rank a flat range of
+// its shard; pipeline stages give empty slices for tensors they do not hold.
+// The file does not depend on the layout.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -42,12 +43,6 @@ struct TensorSet {
 // (see TensorSet::replicated_over_data), counted.
 TensorSlice replica_part(const TensorSlice& whole, const GridCoord& c, int dp,
                          std::size_t elem_bytes);
-
-// Whether this rank's copy of `t` is the one saved and checksummed: exactly
-// one copy of each element over the job. Replicated sets are saved by data
-// rank 0; tensors not split over the tensor group by tensor rank 0; secondary
-// copies (primary == false) never.
-bool counts_copy(const TensorInfo& t, const GridCoord& c, bool replicated_over_data);
 
 // Whole shards of an arena laid out by `table` (arena null: this rank holds
 // none of the set, e.g. Adam moments off data rank 0 in gather mode).

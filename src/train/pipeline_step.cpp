@@ -5,6 +5,7 @@
 
 #include "core/timer.hpp"
 #include "optim/schedule.hpp"
+#include "train/pipedream_runner.hpp"
 #include "train/trainer.hpp"
 
 namespace trident {
@@ -61,16 +62,13 @@ double Trainer::run_schedule(int step, float dloss) {
       TraceScope ts(trace_, fmt::format("recv B{}", a.micro_batch), "recv");
       pcomm_.recv_backward(m.output_grad_buffer(), n, a.micro_batch, a.chunk);
     }
-    // The chunk's last backward of the step reduces its gradients: bucket by
-    // bucket over the data group as they become final (plain data parallel).
+    // The chunk's last backward of the step lets the engine reduce gradients
+    // as they become final.
     const bool last = --c.backwards_left == 0;
     {
       ScopedTimer timer(times_.backward);
       TraceScope ts(trace_, fmt::format("B{}", a.micro_batch), "backward");
-      if (last && c.dp_comm && !gather_mode_)
-        m.backward(slot, [&c](std::size_t off) { c.dp_comm->grads_ready_from(off); }, true);
-      else
-        m.backward(slot, nullptr, last);
+      m.backward(slot, last ? c.engine->grads_ready_hook() : nullptr, last);
     }
     if (!pcomm_.first_virtual(a.chunk))
       c.sends[slot].push_back(pcomm_.send_backward(m.input_grad(slot), n, a.micro_batch, a.chunk));
@@ -86,7 +84,7 @@ double Trainer::run_schedule(int step, float dloss) {
 }
 
 StepStats Trainer::step(int step) {
-  if (schedule_ == ScheduleKind::pipedream) return pipedream_step(step);
+  if (pipedream_) return pipedream_->step(step);
   const double t0 = now_seconds();
   const auto& t = deck_.train;
   // Each token's loss enters the global mean with weight 1/(batch * seq_len);
@@ -97,19 +95,12 @@ StepStats Trainer::step(int step) {
   StepStats s;
   s.step = step;
   s.lr = lr_at(step, t.steps, t.warmup, t.lr, t.min_lr);
-  for (ModelChunk& c : chunks_) {
-    if (c.zero_storage) c.zero_storage->begin_step();
-    else c.model->grads().zero();
-  }
+  for (ModelChunk& c : chunks_) c.engine->begin_step();
   double loss_sum = run_schedule(step, dloss);
   {
     ScopedTimer timer(times_.comm);
     TraceScope ts(trace_, "all-reduce", "allreduce");
-    for (ModelChunk& c : chunks_) {
-      if (c.zero_storage) c.zero_storage->finish_backward();
-      else if (gather_mode_) c.dp_comm->reduce_grads_to_root();
-      else c.dp_comm->finish();
-    }
+    for (ModelChunk& c : chunks_) c.engine->finish_backward();
     sum_tied_embedding();
     // Only the last stage computed the loss: sum over the pipeline, then data.
     if (grid_.pipeline().size() > 1)
@@ -117,7 +108,6 @@ StepStats Trainer::step(int step) {
     grid_.data().all_reduce(&loss_sum, 1, DType::f64, ReduceOp::sum);
   }
   s.loss = loss_sum / (double(t.batch) * deck_.model.seq_len);
-  inject_gradient_fault(step);
   update(float(s.lr), s);
   {
     ScopedTimer timer(times_.optimizer);
@@ -127,6 +117,10 @@ StepStats Trainer::step(int step) {
   }
   s.seconds = now_seconds() - t0;
   return s;
+}
+
+void Trainer::stop_stream(int done) {
+  if (pipedream_) pipedream_->stop_stream(done);
 }
 
 }  // namespace trident

@@ -9,20 +9,15 @@
 #include <vector>
 
 #include "compute/backend.hpp"
+#include "engine/grad_engine.hpp"
 #include "grid/grid.hpp"
 #include "io/deck.hpp"
 #include "io/token_shard.hpp"
 #include "model/gpt.hpp"
-#include "optim/adamw.hpp"
 #include "optim/loss_scaler.hpp"
-#include "parallel/data/data_comm.hpp"
 #include "parallel/pipeline/partition.hpp"
 #include "parallel/pipeline/pipeline_comm.hpp"
 #include "parallel/pipeline/schedule.hpp"
-#include "parallel/pipeline/weight_stash.hpp"
-#include "parallel/zero/zero_optimizer.hpp"
-#include "parallel/zero/zero_plan.hpp"
-#include "parallel/zero/zero_storage.hpp"
 #include "train/trace.hpp"
 
 namespace trident {
@@ -47,31 +42,15 @@ struct StepStats {
 struct ModelChunk {
   int virtual_stage = 0;
   StageSpec spec;
-  TensorTable zero_table;
-  std::unique_ptr<ZeroPlan> zero_plan;
-  std::unique_ptr<ZeroStorage> zero_storage;  // ZeRO stage > 0
+  std::unique_ptr<GradEngine> engine;  // before the model, which may run on its storage
   std::unique_ptr<GptModel> model;
-  std::unique_ptr<ZeroOptimizer> zero_opt;
-  std::unique_ptr<DataParallelComm> dp_comm;  // stage 0
-  std::unique_ptr<AdamW> optimizer;           // stage 0 (absent off the root in gather mode)
-  std::vector<int> slot_of;                   // micro-batch -> activation slot
-  std::vector<std::vector<Request>> sends;    // per slot: sends still reading it
-  std::vector<bool> busy;                     // per slot
-  int backwards_left = 0;                     // in this step's schedule
-  std::unique_ptr<WeightStash> stash;         // pipedream
-  // pipedream with a tied embedding: the last stage's head gradients on their
-  // way to stage 0 (one per micro-batch stage 0 may not have taken yet), and
-  // stage 0's landing buffer.
-  std::vector<Arena> head_grads_out;
-  std::vector<Request> head_sends;
-  Arena head_grad_in;
+  std::vector<int> slot_of;                 // micro-batch -> activation slot
+  std::vector<std::vector<Request>> sends;  // per slot: sends still reading it
+  std::vector<bool> busy;                   // per slot
+  int backwards_left = 0;                   // in this step's schedule
 };
 
-// Tests: did each pipedream backward see the weights its forward saw?
-struct WeightAudit {
-  int checked = 0, mismatched = 0;
-  std::map<int, std::uint64_t> at_forward;  // micro-batch -> checksum, until its backward
-};
+class PipedreamRunner;
 
 class Trainer {
  public:
@@ -85,15 +64,15 @@ class Trainer {
   // takes the forwards sent ahead so every send completes. Others: nothing.
   void stop_stream(int done);
 
-  // The first (usually only) chunk's model and ZeRO parts.
+  ~Trainer();
+
+  // The first (usually only) chunk's model and engine.
   GptModel& model() { return *chunks_.front().model; }
-  ZeroStorage* zero_storage() { return chunks_.front().zero_storage.get(); }
-  ZeroOptimizer* zero_optimizer() { return chunks_.front().zero_opt.get(); }
+  GradEngine& engine() { return *chunks_.front().engine; }
   std::vector<ModelChunk>& chunks() { return chunks_; }
   const Partition& partition() const { return partition_; }
   const std::vector<double>& predicted_stage_costs() const { return predicted_costs_; }
   ScheduleKind schedule() const { return schedule_; }
-  bool gather_mode() const { return gather_mode_; }  // parallel.dp_mode = "gather"
   ComputeBackend& backend() { return backend_; }
   int micro_batches() const { return micro_batches_; }
   // Optimizer steps taken (the same on every rank that updates; 0 where none
@@ -101,9 +80,7 @@ class Trainer {
   std::int64_t optimizer_steps() const;
   void set_optimizer_steps(std::int64_t t);
   const PhaseTimes& times() const { return times_; }
-  // Tests (pipedream): checksum the weights at every forward and backward.
-  void audit_weights(bool on) { audit_on_ = on; }
-  const WeightAudit& weight_audit() const { return audit_; }
+  PipedreamRunner* pipedream() { return pipedream_.get(); }  // schedule "pipedream" only
   DType weight_dtype() const { return weights_; }
   LossScaler* loss_scaler() { return scaler_ ? &*scaler_ : nullptr; }  // fp16 only
   // With 16-bit weights: the weights become the rounding of the f32 masters
@@ -116,22 +93,15 @@ class Trainer {
   std::uint64_t window_of(std::uint64_t batch_index, int sequences, int k) const;
 
  private:
+  friend class PipedreamRunner;
   void build_chunk(ModelChunk& c, MemoryLedger& ledger, int slots);
   void choose_partition(MemoryLedger& ledger);
   void load(const TokenDataset& data, std::uint64_t first_window);
   double run_schedule(int step, float dloss);  // returns this rank's loss sum
-  StepStats pipedream_step(int step);
-  double pipedream_forward(ModelChunk& c, int g, float dloss, bool warm_up);  // its loss sum
-  double pipedream_backward(ModelChunk& c, int g, float lr);  // the gradients' sum of squares
-  void audit(int g, bool forward);
-  void pass_head_grad(ModelChunk& c, int g);
-  void refresh_head(ModelChunk& c);
   int acquire_slot(ModelChunk& c, int mb);
   void release_slot(ModelChunk& c, int mb);
   void sum_tied_embedding();
   void update(float lr, StepStats& s);
-  bool agree_overflow();  // fp16: inf/NaN in any gradient on any rank (one all-reduce)
-  void inject_gradient_fault(int step);
 
   const Deck& deck_;
   Grid& grid_;
@@ -139,7 +109,6 @@ class Trainer {
   const TokenDataset& train_data_;
   const TokenDataset* val_data_;
   TraceRecorder* trace_;
-  bool gather_mode_;
   ScheduleKind schedule_;
   int micro_batches_;
   Partition partition_;  // over virtual stages
@@ -152,13 +121,7 @@ class Trainer {
   DType weights_ = DType::f32;
   DType grads_ = DType::f32;  // precision.reduce_dtype: how gradients are stored and reduced
   std::optional<LossScaler> scaler_;
-  bool stream_started_ = false;  // pipedream: warmed up (the stream is never flushed)
-  double update_seconds_ = 0;    // pipedream: this step's updates, inside the stream
-  // The activation slot evaluation may use: 0, or under pipedream the one no
-  // micro-batch in flight occupies between steps.
-  int eval_slot_ = 0;
-  bool audit_on_ = false;
-  WeightAudit audit_;
+  std::unique_ptr<PipedreamRunner> pipedream_;
 };
 
 }  // namespace trident

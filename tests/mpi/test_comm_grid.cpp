@@ -14,6 +14,7 @@
 #include "core/error.hpp"
 #include "core/half.hpp"
 #include "grid/grid.hpp"
+#include "optim/clip.hpp"
 #include "support/test_support.hpp"
 
 using namespace trident;
@@ -167,6 +168,21 @@ TEST(Grid, GroupsHoldTheRanksTheirAxisVaries) {
   Grid g(MPI_COMM_WORLD, {1, n, 1});
   EXPECT_EQ(g.describe(), fmt::format("TP(1)-PP(1)-DP({})-Rank({})", n, g.rank()));
   EXPECT_EQ(g.local_size(), n);  // one node
+}
+
+TEST(GradNorm, SumsEveryRanksCountedSquaresOverTheGroups) {
+  // Each rank counts rank + 1; over the tensor then the data group (4 ranks:
+  // 2 x 2), or the world, every rank gets the norm of the whole.
+  const int n = world_size();
+  Grid g(MPI_COMM_WORLD, n == 4 ? GridShape{2, 2, 1} : GridShape{1, n, 1});
+  const double expected = std::sqrt(n * (n + 1) / 2.0);
+  const GradNorm split = reduce_grad_norm(double(g.rank() + 1), false, {&g.tensor(), &g.data()});
+  EXPECT_DOUBLE_EQ(split.norm, expected);
+  EXPECT_TRUE(split.finite);
+  // One rank's overflow, in a gradient it does not even count, reaches every rank.
+  const GradNorm world = reduce_grad_norm(double(g.rank() + 1), g.rank() == n - 1, {&g.world()});
+  EXPECT_DOUBLE_EQ(world.norm, expected);
+  EXPECT_FALSE(world.finite);
 }
 
 TEST(Grid, WrongSizeIsAnInputError) {

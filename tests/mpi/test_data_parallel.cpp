@@ -10,6 +10,7 @@
 #include "io/deck.hpp"
 #include "io/token_shard.hpp"
 #include "support/test_support.hpp"
+#include "parallel/data/grad_buckets.hpp"
 #include "train/trainer.hpp"
 
 using namespace trident;

@@ -19,6 +19,7 @@
 #include "io/deck.hpp"
 #include "io/token_shard.hpp"
 #include "support/test_support.hpp"
+#include "train/pipedream_runner.hpp"
 #include "train/trainer.hpp"
 
 using namespace trident;
@@ -71,18 +72,19 @@ PipeRun train(MPI_Comm comm, const std::vector<std::string>& sets, bool stash = 
   TokenDataset data(d.data.train, d.model.seq_len, "data.train");
   Trainer tr(d, grid, *be, ledger, data, &data);
   ModelChunk& c = tr.chunks().front();
-  if (c.stash) c.stash->set_enabled(stash);
-  tr.audit_weights(true);
+  PipedreamRunner* pd = tr.pipedream();
+  if (pd) pd->stash().set_enabled(stash);
+  if (pd) pd->audit_weights(true);
   PipeRun run;
   for (int s = 0; s < d.train.steps; ++s) {
     run.losses.push_back(tr.step(s).loss);
     if (evaluate) run.val_losses.push_back(tr.evaluate());
   }
-  if (c.stash) run.copies = c.stash->copies(), run.peak_versions = c.stash->peak_versions();
+  if (pd) run.copies = pd->stash().copies(), run.peak_versions = pd->stash().peak_versions();
   run.slots = int(c.busy.size());
   run.param_bytes = double(ledger.peak(MemCategory::parameters));
   run.live_bytes = double(c.model->params().bytes());
-  run.audit = tr.weight_audit();
+  if (pd) run.audit = pd->weight_audit();
   if (Communicator* ends = grid.embedding()) {
     const TensorInfo& wte = c.model->param_table().at("wte");
     const Arena& p = c.model->params();  // in the weights' type

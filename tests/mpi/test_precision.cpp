@@ -124,7 +124,7 @@ TEST(Precision, WeightsAreTheRoundedMasters) {
     for (int s = 0; s < 3; ++s) tr.step(s);
     ModelChunk& ch = tr.chunks().front();
     const Arena& p = ch.model->params();
-    const Arena* m = ch.optimizer->masters();
+    const Arena* m = ch.engine->masters();
     ASSERT_NE(m, nullptr);
     // The weights are stored in 16 bits: 2 bytes a parameter, each the
     // masters' rounding (bits equal to the CPU's round-to-nearest-even).
@@ -150,7 +150,7 @@ std::vector<float> local_weights(Trainer& tr) {
     std::vector<float> p;
     ch.model->storage().gather_params_to_host(p);
     all.insert(all.end(), p.begin(), p.end());
-    Arena* m = ch.zero_opt ? ch.zero_opt->masters() : ch.optimizer ? ch.optimizer->masters() : nullptr;
+    Arena* m = ch.engine->masters();
     if (m) all.insert(all.end(), m->f32(), m->f32() + m->numel());
   }
   return all;

@@ -12,6 +12,7 @@
 #include "io/deck.hpp"
 #include "io/token_shard.hpp"
 #include "support/test_support.hpp"
+#include "engine/zero_engine.hpp"
 #include "train/trainer.hpp"
 
 using namespace trident;
@@ -49,9 +50,9 @@ TrainRun train(int ranks, std::vector<std::string> sets) {
   Trainer tr(d, grid, *be, ledger, data, nullptr);
   for (int s = 0; s < kSteps; ++s) run.losses.push_back(tr.step(s).loss);
   for (ModelChunk& ch : tr.chunks()) {
-    if (ch.zero_storage) {
-      const float* g = ch.zero_storage->owned_grads_all();
-      run.grads.insert(run.grads.end(), g, g + ch.zero_plan->shard_size());
+    if (auto* zero = dynamic_cast<ZeroEngine*>(ch.engine.get())) {
+      const float* g = zero->zero_storage().owned_grads_all();
+      run.grads.insert(run.grads.end(), g, g + zero->plan().shard_size());
     } else {
       const float* g = ch.model->grads().f32();
       run.grads.insert(run.grads.end(), g, g + ch.model->grads().numel());

@@ -8,6 +8,7 @@
 #include "io/token_shard.hpp"
 #include "memory/estimate.hpp"
 #include "support/test_support.hpp"
+#include "engine/zero_engine.hpp"
 #include "train/trainer.hpp"
 
 using namespace trident;
@@ -36,7 +37,7 @@ struct ZeroRun {
   std::vector<double> losses;
   MemoryLedger ledger;
   MemoryEstimate estimate;
-  CommStats data;
+  CommStats data, world;
   std::size_t partitioned = 0, persistent = 0, embeddings = 0, shard = 0, largest_unit = 0;
 };
 
@@ -50,10 +51,13 @@ void run(MPI_Comm comm, const std::vector<std::string>& sets, ZeroRun& out, int 
   TokenDataset data(d.data.train, d.model.seq_len, "data.train");
   Trainer tr(d, grid, *be, out.ledger, data, nullptr);
   grid.data().reset_stats();
+  grid.world().reset_stats();
   for (int s = 0; s < steps; ++s) out.losses.push_back(tr.step(s).loss);
   out.data = grid.data().stats();
+  out.world = grid.world().stats();
   out.estimate = estimate_memory(d, shape, d.zero.stage);
-  if (ZeroStorage* z = tr.zero_storage()) {
+  if (auto* engine = dynamic_cast<ZeroEngine*>(&tr.engine())) {
+    ZeroStorage* z = &engine->zero_storage();
     for (const auto& u : z->plan().units()) (u.persistent ? out.persistent : out.partitioned) += u.size();
     out.embeddings = z->plan().units()[0].size();
     out.shard = z->plan().shard_size();
@@ -161,8 +165,9 @@ TEST(Zero, CommunicationPerStepMatchesTheory) {
   // forward and again for backward and reduce-scatters once (3 Psi). The
   // embeddings are gathered twice in forward (lookup, then the tied head,
   // whose copy also serves its backward) and not again: the embedding's
-  // backward needs no parameters. Persistent units, the loss and the norm go
-  // by all-reduce.
+  // backward needs no parameters. Persistent units and the loss go by
+  // all-reduce over the data group; the norm with its overflow flag (two
+  // doubles) by one all-reduce over the world.
   const int steps = 3;
   for (int stage = 1; stage <= 3; ++stage) {
     ZeroRun z;
@@ -172,7 +177,8 @@ TEST(Zero, CommunicationPerStepMatchesTheory) {
     EXPECT_EQ(z.data.bytes_of(CommOp::reduce_scatter), steps * psi) << "stage " << stage;
     EXPECT_EQ(z.data.bytes_of(CommOp::all_gather), steps * gathered) << "stage " << stage;
     EXPECT_EQ(z.data.bytes_of(CommOp::all_reduce),
-              steps * (z.persistent * sizeof(float) + sizeof(double) + sizeof(double)))
-        << "stage " << stage;  // persistent grads, the loss, the grad norm
+              steps * (z.persistent * sizeof(float) + sizeof(double)))
+        << "stage " << stage;  // persistent grads, the loss
+    EXPECT_EQ(z.world.bytes_of(CommOp::all_reduce), steps * 2 * sizeof(double)) << "stage " << stage;
   }
 }

@@ -128,17 +128,26 @@ TEST(AdamW, MatchesTheFormulaAndDecaysOnlyMarkedTensors) {
 }
 
 TEST(Clip, ScalesOnlyAboveTheThreshold) {
-  auto be = make_cpu_backend(1);
-  MemoryLedger ledger;
-  Arena g(*be, ledger, MemCategory::gradients, 2);
-  g.f32()[0] = 3, g.f32()[1] = 4;
-  TensorTable t;
-  t.add({.name = "g", .shape = {2}});
-  const double norm = global_grad_norm(*be, g, t, true, {});
-  EXPECT_DOUBLE_EQ(norm, 5.0);
-  EXPECT_EQ(clip_gradients(*be, g, norm, 10.0), 1.0f);
-  EXPECT_EQ(g.f32()[0], 3.0f);
-  const float coef = clip_gradients(*be, g, norm, 1.0);
+  // Gradients (3, 4): sum of squares 25, no group to sum over.
+  const GradNorm n = reduce_grad_norm(25.0, false, {});
+  EXPECT_DOUBLE_EQ(n.norm, 5.0);
+  EXPECT_TRUE(n.finite);
+  EXPECT_EQ(clip_coefficient(n.norm, 10.0), 1.0f);
+  EXPECT_EQ(clip_coefficient(n.norm, 0.0), 1.0f);  // clipping off
+  const float coef = clip_coefficient(n.norm, 1.0);
   EXPECT_NEAR(coef, 1.0 / (5.0 + 1e-6), 1e-7);
-  EXPECT_NEAR(g.f32()[1], 4.0 * coef, 1e-6);
+}
+
+TEST(Clip, LossScaleIsDividedOutOfNormAndCoefficient) {
+  // fp16: gradients stored times 1024; the norm and the clip rule see the true ones.
+  const GradNorm n = reduce_grad_norm(25.0 * 1024 * 1024, false, {}, 1024.0);
+  EXPECT_DOUBLE_EQ(n.norm, 5.0);
+  EXPECT_FLOAT_EQ(clip_coefficient(n.norm, 10.0, 1024.0), 1.0f / 1024);
+  EXPECT_NEAR(clip_coefficient(n.norm, 1.0, 1024.0), 1.0 / (5.0 + 1e-6) / 1024, 1e-10);
+}
+
+TEST(Clip, AnyNonFiniteGradientMarksTheNorm) {
+  EXPECT_FALSE(reduce_grad_norm(1.0, true, {}).finite);  // held but not counted
+  EXPECT_FALSE(reduce_grad_norm(INFINITY, false, {}).finite);
+  EXPECT_FALSE(reduce_grad_norm(NAN, false, {}).finite);
 }

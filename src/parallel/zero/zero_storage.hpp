@@ -52,6 +52,7 @@ class ZeroStorage final : public ModelStorage {
   void done_params(int unit) override;
   void need_grads(int unit) override;
   void done_grads(int unit, bool last) override;
+  bool grads_leave_each_backward() const override { return stage_ >= 2; }
   void gather_params_to_host(std::vector<float>& out) override;
   void set_params_from_host(const std::vector<float>& in) override;
 

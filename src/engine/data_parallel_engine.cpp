@@ -1,0 +1,108 @@
+#include "engine/data_parallel_engine.hpp"
+
+#include <cmath>
+
+namespace trident {
+
+DataParallelEngine::DataParallelEngine(Grid& grid, ComputeBackend& backend, MemoryLedger& ledger,
+                                       AdamWConfig adam, bool gather_mode, std::size_t bucket_bytes)
+    : grid_(grid),
+      backend_(backend),
+      ledger_(ledger),
+      adam_(adam),
+      gather_mode_(gather_mode),
+      bucket_bytes_(bucket_bytes) {}
+
+void DataParallelEngine::attach(GptModel& model, std::uint64_t seed) {
+  model_ = &model;
+  comm_ = std::make_unique<DataParallelComm>(
+      grid_.data(), model.grads(),
+      plan_grad_buckets(model.param_table(), bucket_bytes_, dtype_size(adam_.grads)));
+  if (gather_mode_ && !comm_->is_root()) return;
+  optimizer_ = std::make_unique<AdamW>(model.param_table(), backend_, ledger_, adam_);
+  if (adam_.weights != DType::f32) optimizer_->init_masters(model.initial_parameters(seed));
+}
+
+void DataParallelEngine::begin_step() { model_->grads().zero(); }
+
+GradsReadyFn DataParallelEngine::grads_ready_hook() {
+  if (gather_mode_) return nullptr;
+  return [this](std::size_t first) { comm_->grads_ready_from(first); };
+}
+
+void DataParallelEngine::finish_backward() {
+  if (gather_mode_) comm_->reduce_grads_to_root();
+  else comm_->finish();
+}
+
+void DataParallelEngine::sum_tied_grads(Communicator& ends) {
+  if (!optimizer_) return;  // gather mode: only the root holds the summed gradients
+  Arena& g = model_->grads();
+  const TensorInfo& wte = model_->param_table().at("wte");
+  ends.all_reduce(static_cast<char*>(g.data()) + wte.offset * dtype_size(g.dtype()), wte.numel,
+                  g.dtype(), ReduceOp::sum);
+}
+
+double DataParallelEngine::grad_sum_squares() {
+  if (!optimizer_ || grid_.coord().dp != 0) return 0.0;  // the replicas hold the same sums
+  double s = 0;
+  for (const TensorInfo& t : model_->param_table().tensors())
+    if (counts_copy(t, grid_.coord(), true))
+      s += optimizer_->grad_sum_squares(model_->grads(), t.offset, t.numel);
+  return s;
+}
+
+bool DataParallelEngine::grads_nonfinite() {
+  if (!optimizer_) return false;
+  return !std::isfinite(optimizer_->grad_sum_squares(model_->grads(), 0, model_->grads().numel()));
+}
+
+void DataParallelEngine::step(float lr, float grad_scale) {
+  if (optimizer_) optimizer_->step(model_->params(), model_->grads(), lr, grad_scale, frozen_);
+  if (gather_mode_) comm_->broadcast_params(model_->params());
+}
+
+void DataParallelEngine::refresh_weights() {
+  if (adam_.weights == DType::f32) return;
+  if (optimizer_) optimizer_->refresh_weights(model_->params());
+  if (gather_mode_) comm_->broadcast_params(model_->params());
+}
+
+std::int64_t DataParallelEngine::steps_taken() const {
+  return optimizer_ ? optimizer_->steps_taken() : 0;
+}
+
+void DataParallelEngine::set_steps_taken(std::int64_t t) {
+  if (optimizer_) optimizer_->set_steps_taken(t);
+}
+
+TensorSlice DataParallelEngine::state_slice(StateKind kind, const TensorInfo& t,
+                                            const GridCoord& c) {
+  Arena* arena = kind == StateKind::params ? &model_->params()
+                 : !optimizer_              ? nullptr
+                 : kind == StateKind::exp_avg    ? &optimizer_->first_moment()
+                 : kind == StateKind::exp_avg_sq ? &optimizer_->second_moment()
+                                                 : optimizer_->masters();
+  if (!arena) return {};
+  return whole_shard(t, static_cast<char*>(arena->data()) + t.offset * dtype_size(arena->dtype()),
+                     counts_copy(t, c, true));
+}
+
+bool DataParallelEngine::replicated_over_data(StateKind kind) const {
+  return kind == StateKind::params || !gather_mode_;
+}
+
+void DataParallelEngine::poison_gradient() {
+  // inf in the gradients' own type (f32, bf16 or f16)
+  const float inf = INFINITY;
+  const std::uint16_t inf16 = adam_.grads == DType::bf16 ? 0x7f80 : 0x7c00;
+  backend_.copy_from_host(model_->grads().data(),
+                          adam_.grads == DType::f32 ? (const void*)&inf : &inf16,
+                          dtype_size(adam_.grads));
+}
+
+bool counts_copy(const TensorInfo& t, const GridCoord& c, bool replicated_over_data) {
+  return t.primary && (t.split_dim >= 0 || c.tp == 0) && (!replicated_over_data || c.dp == 0);
+}
+
+}  // namespace trident

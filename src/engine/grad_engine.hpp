@@ -1,0 +1,98 @@
+// How one model chunk's gradients are synchronised over the data group and
+// where its optimizer state lives: plain data parallelism (all-reduce or
+// gather-to-root) or ZeRO 1-3. The schedules and the trainer hold one engine
+// per chunk and call only this interface; make_grad_engine() is the one place
+// that chooses an implementation.
+//
+// A step, per chunk: begin_step(); the model's backward passes (the last one
+// with grads_ready_hook(), so buckets reduce while backward runs);
+// finish_backward(); sum_tied_grads() where the chunk holds a tied copy;
+// grad_sum_squares() into the global norm (optim/clip.hpp); step().
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "grid/grid.hpp"
+#include "io/deck.hpp"
+#include "io/tensor_slice.hpp"
+#include "memory/arena.hpp"
+#include "model/gpt.hpp"
+#include "optim/adamw.hpp"
+
+namespace trident {
+
+// The kinds of training state a checkpoint holds per parameter.
+enum class StateKind { params, exp_avg, exp_avg_sq, masters };
+
+class GradEngine {
+ public:
+  virtual ~GradEngine() = default;
+
+  // Where the model keeps parameters and gradients: null for the model's own
+  // full arenas, else a sharded storage the model must be built on.
+  virtual ModelStorage* storage() = 0;
+  // Once the model exists: optimizer state, and with 16-bit weights the f32
+  // masters from the initial parameters of `seed`.
+  virtual void attach(GptModel& model, std::uint64_t seed) = 0;
+
+  virtual void begin_step() = 0;  // gradients to zero
+  // For the step's last backward: called with the first arena offset whose
+  // gradients are final (null when the engine does not overlap).
+  virtual GradsReadyFn grads_ready_hook() = 0;
+  virtual void finish_backward() = 0;  // every reduction of the step complete
+  // The tied embedding's gradients summed over `ends` (the first and last
+  // pipeline stages), which then both hold the whole gradient.
+  virtual void sum_tied_grads(Communicator& ends) = 0;
+
+  // Sum of squares of the gradients this rank counts: over the whole grid,
+  // each element of the model exactly once (one data replica, one tensor rank
+  // for tensors not split over it, the primary copy of a tied tensor).
+  virtual double grad_sum_squares() = 0;
+  // Any gradient this rank holds, counted or not, is inf or NaN.
+  virtual bool grads_nonfinite() = 0;
+  // AdamW with the gradients times grad_scale (unscale and clip), then every
+  // data rank's weights are current. Ranks that hold no optimizer (gather
+  // mode off the root) only take part in the collectives.
+  virtual void step(float lr, float grad_scale) = 0;
+  // A tensor this chunk holds but another rank updates (pipedream's last-stage
+  // copy of the tied embedding): step() leaves it alone.
+  virtual void freeze(const TensorInfo& t) = 0;
+  // With 16-bit weights: the weights become the masters' rounding, everywhere.
+  virtual void refresh_weights() = 0;
+
+  virtual bool updates_here() const = 0;  // this rank runs an optimizer
+  virtual std::int64_t steps_taken() const = 0;
+  virtual void set_steps_taken(std::int64_t t) = 0;
+  virtual Arena* masters() = 0;  // f32 masters of 16-bit weights (null otherwise)
+
+  // This rank's slice of tensor `t` (of the chunk's table) in state `kind`,
+  // `counted` where it is the copy saved (exactly one over the job), and
+  // whether every data rank holds the same slices of that kind.
+  virtual TensorSlice state_slice(StateKind kind, const TensorInfo& t, const GridCoord& c) = 0;
+  virtual bool replicated_over_data(StateKind kind) const = 0;
+
+  // Tests: the first gradient this rank holds becomes inf.
+  virtual void poison_gradient() = 0;
+};
+
+struct EngineSetup {
+  const Deck& deck;
+  Grid& grid;
+  ComputeBackend& backend;
+  MemoryLedger& ledger;
+  StageSpec stage;       // the chunk's blocks
+  DType weights, grads;  // precision.dtype, precision.reduce_dtype
+};
+
+// The engine the deck asks for (zero.stage, parallel.dp_mode). A ZeRO engine
+// builds its storage now; `unit_align` is then the alignment the model's
+// table must use (units split into dp equal slices), else 0.
+std::unique_ptr<GradEngine> make_grad_engine(const EngineSetup& s, std::size_t& unit_align);
+
+// Whether a rank's copy of `t` is the one saved and counted: replicated
+// tensors by tensor rank 0, data replicas by data rank 0, secondary copies
+// (primary == false) never.
+bool counts_copy(const TensorInfo& t, const GridCoord& c, bool replicated_over_data);
+
+}  // namespace trident

@@ -1,0 +1,86 @@
+#include "engine/zero_engine.hpp"
+
+#include <cmath>
+#include <stdexcept>
+
+#include "model/gpt_params.hpp"
+
+namespace trident {
+
+ZeroEngine::ZeroEngine(const EngineSetup& s, std::size_t unit_align, AdamWConfig adam)
+    : backend_(s.backend),
+      ledger_(s.ledger),
+      adam_(adam),
+      tp_root_(s.grid.coord().tp == 0),
+      table_(build_gpt_param_table(
+          s.deck.model,
+          TensorParallelLayout{s.grid.shape().tp, s.grid.coord().tp, s.deck.parallel.sequence_parallel},
+          unit_align, s.stage)),
+      plan_(table_, s.grid.shape().dp, s.grid.coord().dp,
+            std::size_t(s.deck.zero.persistence_threshold)) {
+  storage_ = std::make_unique<ZeroStorage>(s.deck.zero.stage, table_, plan_, s.backend, s.ledger,
+                                           s.grid.data(), s.weights, s.grads);
+}
+
+void ZeroEngine::attach(GptModel& model, std::uint64_t seed) {
+  model_table_ = &model.param_table();
+  optimizer_ = std::make_unique<ZeroOptimizer>(*storage_, model.param_table(), backend_, ledger_, adam_);
+  if (adam_.weights != DType::f32) optimizer_->init_masters(model.initial_parameters(seed));
+}
+
+void ZeroEngine::sum_tied_grads(Communicator& ends) {
+  const TensorInfo& wte = model_table_->at("wte");
+  const ZeroUnit& u = plan_.units()[wte.unit];
+  ends.all_reduce(storage_->owned_grads(wte.unit), plan_.slice(u), DType::f32, ReduceOp::sum);
+}
+
+double ZeroEngine::grad_sum_squares() { return optimizer_->grad_sum_squares(tp_root_); }
+
+bool ZeroEngine::grads_nonfinite() {
+  return !std::isfinite(backend_.sum_squares(storage_->owned_grads_all(), plan_.shard_size()));
+}
+
+void ZeroEngine::step(float lr, float grad_scale) {
+  if (grad_scale != 1.0f) optimizer_->scale_grads(grad_scale);
+  optimizer_->step(lr);
+}
+
+void ZeroEngine::freeze(const TensorInfo&) {
+  throw std::logic_error("ZeRO does not freeze tensors (the deck refuses pipedream with ZeRO)");
+}
+
+TensorSlice ZeroEngine::state_slice(StateKind kind, const TensorInfo& t, const GridCoord& c) {
+  const std::size_t psz = dtype_size(storage_->param_dtype());
+  if (kind == StateKind::params && storage_->full_params())
+    return whole_shard(t, static_cast<char*>(storage_->full_params()) + t.offset * psz,
+                       counts_copy(t, c, true));
+  const ZeroUnit& u = plan_.units()[t.unit];
+  const std::size_t lo = plan_.slice_begin(u), hi = lo + plan_.slice(u);
+  const std::size_t a = std::max(lo, t.offset), b = std::min(hi, t.offset + t.numel);
+  if (a >= b) return {};
+  // The moments and masters sit in the optimizer's shard layout.
+  char* base = kind == StateKind::params
+                   ? static_cast<char*>(storage_->owned_params(t.unit))
+                   : reinterpret_cast<char*>((kind == StateKind::exp_avg      ? optimizer_->first_moment()
+                                              : kind == StateKind::exp_avg_sq ? optimizer_->second_moment()
+                                                                              : *optimizer_->masters())
+                                                 .f32() + u.shard_offset);
+  TensorSlice s;
+  s.shard = &t;
+  s.lo = a - t.offset;
+  s.hi = b - t.offset;
+  s.data = base + (a - lo) * (kind == StateKind::params ? psz : sizeof(float));
+  s.counted = counts_copy(t, c, u.persistent);
+  return s;
+}
+
+bool ZeroEngine::replicated_over_data(StateKind kind) const {
+  return kind == StateKind::params && storage_->stage() <= 2;
+}
+
+void ZeroEngine::poison_gradient() {
+  const float inf = INFINITY;
+  backend_.copy_from_host(storage_->owned_grads_all(), &inf, 4);
+}
+
+}  // namespace trident

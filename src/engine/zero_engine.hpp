@@ -1,0 +1,51 @@
+// ZeRO (Rajbhandari et al. 2020) stages 1-3 for one chunk: the chunk's table
+// padded so every unit splits into dp equal slices, the plan of which slice
+// this data rank owns, the storage the model runs on (parallel/zero), and
+// AdamW over the owned slices.
+#pragma once
+#include "engine/grad_engine.hpp"
+#include "parallel/zero/zero_optimizer.hpp"
+#include "parallel/zero/zero_plan.hpp"
+#include "parallel/zero/zero_storage.hpp"
+
+namespace trident {
+
+class ZeroEngine final : public GradEngine {
+ public:
+  ZeroEngine(const EngineSetup& s, std::size_t unit_align, AdamWConfig adam);
+
+  ModelStorage* storage() override { return storage_.get(); }
+  void attach(GptModel& model, std::uint64_t seed) override;
+  void begin_step() override { storage_->begin_step(); }
+  GradsReadyFn grads_ready_hook() override { return nullptr; }  // the storage reduces per unit
+  void finish_backward() override { storage_->finish_backward(); }
+  void sum_tied_grads(Communicator& ends) override;
+  double grad_sum_squares() override;
+  bool grads_nonfinite() override;
+  void step(float lr, float grad_scale) override;
+  void freeze(const TensorInfo& t) override;
+  void refresh_weights() override { optimizer_->refresh_weights(); }
+  bool updates_here() const override { return true; }
+  std::int64_t steps_taken() const override { return optimizer_->steps_taken(); }
+  void set_steps_taken(std::int64_t t) override { optimizer_->set_steps_taken(t); }
+  Arena* masters() override { return optimizer_->masters(); }
+  TensorSlice state_slice(StateKind kind, const TensorInfo& t, const GridCoord& c) override;
+  bool replicated_over_data(StateKind kind) const override;
+  void poison_gradient() override;
+
+  const ZeroPlan& plan() const { return plan_; }
+  ZeroStorage& zero_storage() { return *storage_; }
+
+ private:
+  ComputeBackend& backend_;
+  MemoryLedger& ledger_;
+  AdamWConfig adam_;
+  bool tp_root_;  // counts the tensors not split over the tensor group
+  TensorTable table_;  // padded units; the model builds the same table
+  ZeroPlan plan_;
+  std::unique_ptr<ZeroStorage> storage_;
+  std::unique_ptr<ZeroOptimizer> optimizer_;
+  const TensorTable* model_table_ = nullptr;
+};
+
+}  // namespace trident

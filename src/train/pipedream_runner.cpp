@@ -1,0 +1,229 @@
+// One step of the asynchronous pipedream schedule (PipeDream, Narayanan et al.
+// 2019): a continuous 1F1B stream over global micro-batches g = step*m + i.
+// No flush: the forwards a stage runs ahead, with their activations and
+// stashed weights, carry over into the next step. Every backward runs on the
+// weights its forward used (the stash) and is followed at once by this
+// stage's own update: the micro-batch's gradients are summed over the data
+// group, clipped by this stage's norm, and AdamW steps with the step's LR.
+// The tied embedding stays tied without the two end stages ever waiting for
+// each other mid-step: stage 0 owns it and updates it with the whole gradient,
+// its own plus the head's share, which the last stage sends after each
+// backward (it has always arrived: the last stage's backward of g precedes
+// stage 0's). The last stage's copy is frozen in its optimizer and refreshed
+// from stage 0's at each step's end, so the head runs on the embedding as of
+// the last step boundary.
+#include "train/pipedream_runner.hpp"
+
+#include <fmt/format.h>
+
+#include <cmath>
+
+#include "core/timer.hpp"
+#include "optim/clip.hpp"
+#include "optim/schedule.hpp"
+
+namespace trident {
+
+PipedreamRunner::PipedreamRunner(Trainer& tr, MemoryLedger& ledger)
+    : tr_(tr), c_(tr.chunks_.front()) {  // one chunk, full storage (the deck checks)
+  const int p = tr.grid_.shape().pp, s = tr.grid_.coord().pp;
+  GptModel& m = *c_.model;
+  stash_ = std::make_unique<WeightStash>(tr.backend_, ledger, m.params().numel(),
+                                         pipedream_in_flight(p, s) - 1, m.params().dtype());
+  if (tr.grid_.embedding()) {  // the last stage runs at most p micro-batches ahead of stage 0
+    const std::size_t n = m.param_table().at("wte").numel;
+    for (int k = 0; k < (s == 0 ? 0 : p); ++k)
+      head_grads_out_.emplace_back(tr.backend_, ledger, MemCategory::buffers, n);
+    head_sends_.resize(head_grads_out_.size());
+    if (s == 0) head_grad_in_ = Arena(tr.backend_, ledger, MemCategory::buffers, n);
+    // The last stage's copy follows stage 0's (refresh_head): its optimizer leaves it alone.
+    else c_.engine->freeze(m.param_table().at("wte"));
+  }
+}
+
+void PipedreamRunner::audit(int g, bool forward) {
+  if (!audit_on_) return;
+  const std::uint64_t sum = arena_checksum(tr_.backend_, c_.model->params());
+  if (forward) {
+    audit_.at_forward[g] = sum;
+    return;
+  }
+  ++audit_.checked;
+  audit_.mismatched += audit_.at_forward.at(g) != sum;
+  audit_.at_forward.erase(g);
+}
+
+void PipedreamRunner::pass_head_grad(int g) {
+  if (!tr_.grid_.embedding()) return;
+  GptModel& m = *c_.model;
+  const TensorInfo& wte = m.param_table().at("wte");
+  ScopedTimer timer(tr_.times_.comm);
+  if (tr_.pcomm_.first_virtual(0)) {  // after the data group's sum, as the synchronous tie does
+    tr_.pcomm_.recv_head_grad(head_grad_in_.f32(), wte.numel, g);
+    tr_.backend_.add(m.grads().f32(wte), m.grads().f32(wte), head_grad_in_.f32(), wte.numel);
+    return;
+  }
+  const std::size_t k = std::size_t(g) % head_grads_out_.size();
+  tr_.pcomm_.wait(head_sends_[k]);  // taken by stage 0 p micro-batches ago
+  tr_.backend_.copy(head_grads_out_[k].data(), m.grads().f32(wte), wte.numel * sizeof(float));
+  head_sends_[k] = tr_.pcomm_.send_head_grad(head_grads_out_[k].f32(), wte.numel, g);
+}
+
+void PipedreamRunner::refresh_head() {
+  Communicator* ends = tr_.grid_.embedding();
+  if (!ends) return;
+  const TensorInfo& wte = c_.model->param_table().at("wte");
+  Arena& p = c_.model->params();  // in the weights' type (16-bit: stage 0's rounded masters)
+  ends->broadcast(static_cast<char*>(p.data()) + wte.offset * dtype_size(p.dtype()), wte.numel,
+                  p.dtype(), 0);  // stage 0 is rank 0
+}
+
+double PipedreamRunner::forward(int g, float dloss, bool warm_up) {
+  GptModel& m = *c_.model;
+  PipelineComm& pc = tr_.pcomm_;
+  const std::size_t n = m.boundary_elements();
+  // The p - s micro-batches in flight are consecutive: g mod p - s is free.
+  const int slot = g % int(c_.busy.size());
+  for (Request& r : c_.sends[std::size_t(slot)]) pc.wait(r);  // a send may still read it
+  c_.sends[std::size_t(slot)].clear();
+  const int step = g / tr_.micro_batches_, i = g % tr_.micro_batches_;
+  tr_.load(tr_.train_data_,
+           tr_.window_of(std::uint64_t(step), tr_.deck_.train.batch, i * tr_.deck_.train.micro_batch));
+  if (!pc.first_virtual(0)) {
+    ScopedTimer timer(tr_.times_.comm);
+    TraceScope ts(tr_.trace_, fmt::format("recv F{}", g), "recv");
+    pc.recv_forward(m.input_buffer(slot), n, g, 0);
+  }
+  // A warm-up forward's weights change before its backward while its slot is
+  // not yet refilled by restore(): copy them now.
+  if (warm_up) stash_->keep(g, m.params());
+  audit(g, true);
+  double loss = 0;
+  {
+    ScopedTimer timer(tr_.times_.forward);
+    TraceScope ts(tr_.trace_, fmt::format("F{}", g), "forward");
+    loss = m.forward(slot, tr_.tokens_.data(), tr_.targets_.data(), dloss);
+  }
+  if (!pc.last_virtual(0))
+    c_.sends[std::size_t(slot)].push_back(pc.send_forward(m.output(slot), n, g, 0));
+  return loss;
+}
+
+double PipedreamRunner::backward(int g, float lr) {
+  GptModel& m = *c_.model;
+  PipelineComm& pc = tr_.pcomm_;
+  const std::size_t n = m.boundary_elements();
+  const int slot = g % int(c_.busy.size());
+  if (!pc.last_virtual(0)) {
+    ScopedTimer timer(tr_.times_.comm);
+    TraceScope ts(tr_.trace_, fmt::format("recv B{}", g), "recv");
+    pc.recv_backward(m.output_grad_buffer(), n, g, 0);
+  }
+  stash_->swap_in(g, m.params());
+  audit(g, false);
+  c_.engine->begin_step();
+  {
+    ScopedTimer timer(tr_.times_.backward);
+    TraceScope ts(tr_.trace_, fmt::format("B{}", g), "backward");
+    m.backward(slot, c_.engine->grads_ready_hook(), true);
+  }
+  if (!pc.first_virtual(0))
+    c_.sends[std::size_t(slot)].push_back(pc.send_backward(m.input_grad(slot), n, g, 0));
+  stash_->restore(g, m.params());
+  // The update is not pipeline work: its time is kept out of the bubble.
+  const double t0 = now_seconds();
+  struct Excluded {
+    double& total;
+    double t0;
+    ~Excluded() { total += now_seconds() - t0; }
+  } excluded{update_seconds_, t0};
+  {
+    ScopedTimer timer(tr_.times_.comm);
+    TraceScope ts(tr_.trace_, "all-reduce", "allreduce");
+    c_.engine->finish_backward();
+  }
+  pass_head_grad(g);
+  ScopedTimer timer(tr_.times_.optimizer);
+  TraceScope ts(tr_.trace_, "optimizer", "optimizer");
+  // This stage's norm, over the stage's tensor and data ranks: the last
+  // stage's copy of the embedding is stage 0's and counts there.
+  const double ss = c_.engine->grad_sum_squares();
+  Grid& grid = tr_.grid_;
+  const GradNorm norm = reduce_grad_norm(ss, false, {&grid.tensor(), &grid.data()});
+  c_.engine->step(lr, clip_coefficient(norm.norm, tr_.deck_.train.grad_clip));
+  return norm.norm * norm.norm;
+}
+
+StepStats PipedreamRunner::step(int step) {
+  const double t0 = now_seconds();
+  const auto& t = tr_.deck_.train;
+  ModelChunk& c = c_;
+  StepStats s;
+  s.step = step;
+  s.lr = lr_at(step, t.steps, t.warmup, t.lr, t.min_lr);
+  // Each micro-batch is one update: its tokens' losses are averaged over the
+  // dp * micro_batch sequences the data group sums.
+  const float dloss =
+      1.0f / float(std::int64_t(tr_.grid_.shape().dp) * t.micro_batch * tr_.deck_.model.seq_len);
+  const auto actions = pipedream_actions(tr_.grid_.shape().pp, tr_.grid_.coord().pp, tr_.micro_batches_, step,
+                                         !stream_started_, (long long)t.steps * tr_.micro_batches_);
+  const int ahead = pipedream_in_flight(tr_.grid_.shape().pp, tr_.grid_.coord().pp) - 1;
+  const bool warming = !stream_started_;
+  stream_started_ = true;
+  double sums[2] = {0, 0};  // loss, the step's last gradient sum of squares
+  int forwards = 0;
+  for (const PipelineAction& a : actions) {
+    if (a.forward)
+      sums[0] += forward(a.micro_batch, dloss, warming && forwards++ < ahead);
+    else
+      sums[1] = backward(a.micro_batch, float(s.lr));
+  }
+  tr_.times_.pipeline += now_seconds() - t0 - update_seconds_;
+  update_seconds_ = 0;
+  {
+    ScopedTimer timer(tr_.times_.comm);
+    // Only the last stage computed the loss; the norm is over every stage.
+    if (tr_.grid_.pipeline().size() > 1)
+      tr_.grid_.pipeline().all_reduce(sums, 2, DType::f64, ReduceOp::sum);
+    tr_.grid_.data().all_reduce(&sums[0], 1, DType::f64, ReduceOp::sum);
+  }
+  refresh_head();
+  s.loss = sums[0] / (double(t.batch) * tr_.deck_.model.seq_len);
+  s.grad_norm = std::sqrt(sums[1]);
+  // Between steps the forwards run ahead occupy all slots but the last
+  // backward's: evaluation uses that one. Its sends were received this step
+  // (the reduction above is passed once every stage is done with it), and at
+  // the run's last step so were all others: waiting for them cannot block.
+  const int in_flight = int(c.busy.size());
+  eval_slot_ = int(((long long)(step + 1) * tr_.micro_batches_ - 1) % in_flight);
+  for (int k = 0; k < in_flight; ++k) {
+    if (k != eval_slot_ && step + 1 < t.steps) continue;
+    for (Request& r : c.sends[std::size_t(k)]) tr_.pcomm_.wait(r);
+    c.sends[std::size_t(k)].clear();
+  }
+  if (step + 1 >= t.steps)
+    for (Request& r : head_sends_) tr_.pcomm_.wait(r);
+  tr_.backend_.synchronize();
+  s.seconds = now_seconds() - t0;
+  return s;
+}
+
+void PipedreamRunner::stop_stream(int done) {
+  if (!stream_started_) return;
+  ModelChunk& c = c_;
+  GptModel& m = *c.model;
+  // Stage s - 1 ran one forward further ahead than stage s has taken: g =
+  // done*m + p - s - 1, bound for the slot the step left free.
+  const int p = tr_.grid_.shape().pp, s = tr_.grid_.coord().pp;
+  const long long g = (long long)done * tr_.micro_batches_ + (p - s - 1);
+  if (s > 0 && g < (long long)tr_.deck_.train.steps * tr_.micro_batches_)
+    tr_.pcomm_.recv_forward(m.input_buffer(eval_slot_), m.boundary_elements(), int(g), 0);
+  for (auto& slot_sends : c.sends) {
+    for (Request& r : slot_sends) tr_.pcomm_.wait(r);
+    slot_sends.clear();
+  }
+  for (Request& r : head_sends_) tr_.pcomm_.wait(r);
+  stream_started_ = false;  // a later step warms up again
+}
+
+}  // namespace trident
