@@ -22,6 +22,15 @@ struct EstimateOptions {
 };
 int estimate_command(const EstimateOptions& options);
 
+struct CheckOptions {
+  std::string deck;
+  std::vector<std::string> overrides;
+  int ranks = 1;        // world size of the job to validate for
+  std::string layouts;  // file (or -) of layouts, one per line; empty: check just this one
+  bool json = false;    // print the verdict as one JSON line
+};
+int check_command(const CheckOptions& options);
+
 struct TokenizeOptions {
   std::string input;   // text file, or - for standard input
   std::string output;  // .bin shard

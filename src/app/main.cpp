@@ -3,6 +3,7 @@
 //                 [--resume PATH|latest]
 //   trident tokenize IN.txt OUT.bin
 //   trident inspect CHECKPOINT.h5
+//   trident check DECK.toml --ranks N [--set section.key=value]... [--layouts FILE] [--json]
 #include <mpi.h>
 
 #include <CLI/CLI.hpp>
@@ -38,6 +39,17 @@ int run(int argc, char** argv, int rank) {
   train_cmd->add_option("--resume", train.resume,
                         "Continue from a checkpoint file, or 'latest' in checkpoint.dir");
 
+  CheckOptions check;
+  CLI::App* check_cmd = app.add_subcommand(
+      "check", "Validate a deck for a job of N ranks exactly as train does (one process)");
+  check_cmd->add_option("deck", check.deck, "Input deck (TOML)")->required();
+  check_cmd->add_option("--ranks", check.ranks, "Ranks of the planned job");
+  check_cmd->add_option("--set", check.overrides, "Override a deck key: section.key=value");
+  check_cmd->add_option("--layouts", check.layouts,
+                        "File (or -) with one layout per line: section.key=value words and "
+                        "optionally ranks=N; prints one JSON verdict per line");
+  check_cmd->add_flag("--json", check.json, "Print the verdict as one JSON object");
+
   TokenizeOptions tok;
   CLI::App* tok_cmd =
       app.add_subcommand("tokenize", "Turn a text file into a token shard (byte-level, vocab 257)");
@@ -63,6 +75,7 @@ int run(int argc, char** argv, int rank) {
   if (*train_cmd) return train_command(train);
   if (*tok_cmd) return rank == 0 ? tokenize_command(tok) : kExitOk;
   if (*est_cmd) return rank == 0 ? estimate_command(est) : kExitOk;
+  if (*check_cmd) return rank == 0 ? check_command(check) : kExitOk;
   if (*inspect_cmd) return rank == 0 ? inspect_command(inspect) : kExitOk;
   return kExitBadInput;
 }
