@@ -20,13 +20,13 @@ AXES = [
     ("micro_batches", [1, 2, 3, 4]),  # per rank per step; train.micro_batch = batch / (dp * this)
     ("recompute", ["none", "selective", "full", "full-unpartitioned"]),
     ("precision", ["fp32", "bf16", "bf16-reduce", "fp16", "fp16-reduce"]),  # -reduce: 16-bit grads
-    ("persistence", ["high", "low"]),  # zero.persistence_threshold: nothing / everything sharded
+    ("persistence", ["low", "high"]),  # zero.persistence_threshold: every unit / no unit sharded
     ("bucket", ["large", "small"]),    # parallel.bucket_mb: one bucket / one per few tensors
 ]
 NAMES = [a for a, _ in AXES]
 INDEX = {a: i for i, a in enumerate(NAMES)}
 DEFAULT = dict(dp=1, tp=1, pp=1, schedule="1f1b", sp=False, zero=0, dp_mode="allreduce",
-               micro_batches=1, recompute="none", precision="fp32", persistence="high",
+               micro_batches=1, recompute="none", precision="fp32", persistence="low",
                bucket="large")
 MAX_RANKS = 8
 
@@ -66,7 +66,8 @@ def overrides(layout, batch):
            f"train.micro_batch={micro}",
            f"train.recompute={v['recompute'].split('-')[0]}",
            f"train.partition_activations={'false' if v['recompute'].endswith('unpartitioned') else 'true'}",
-           # 10^9 elements: every unit stays whole; 0: every unit is sharded.
+           # 0: every unit is sharded (ZeRO's real path: this model's blocks are all
+           # below the product's default threshold); 10^9: every unit stays whole.
            f"zero.persistence_threshold={1000000000 if v['persistence'] == 'high' else 0}",
            # 1 KB buckets hold a few small tensors each; 64 MB holds the whole model.
            f"parallel.bucket_mb={0.001 if v['bucket'] == 'small' else 64}"]
@@ -82,7 +83,7 @@ def describe(layout):
              "micro_batches": f"m{v['micro_batches']}",
              "recompute": f"rc:{v['recompute']}" if v["recompute"] != "none" else None,
              "precision": v["precision"] if v["precision"] != "fp32" else None,
-             "persistence": "persist:low" if v["persistence"] == "low" else None,
+             "persistence": "persist:high" if v["persistence"] == "high" else None,
              "bucket": "bucket:small" if v["bucket"] == "small" else None}
     return " ".join([s] + [x for x in extra.values() if x])
 
