@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Pipeline bubble: measured idle fraction (1 - (forward + backward) / schedule
-# wall time, every rank) against theory, (p-1)/(m+p-1) for gpipe and 1f1b and
-# (p-1)/(v*m+p-1) for interleaved, for a few (p, m); and pipedream, whose
+# wall time, every rank) against theory, (p-1)/(m+p-1) for gpipe and 1f1b,
+# (p-1)/(v*m+p-1) for interleaved and for zb-h1 / zb-h2 their schedule
+# replayed with unit F, B and W, for a few (p, m); and pipedream, whose
 # theory is 0 (never flushed): its row shows what the per-step loss reduction
 # and the per-micro-batch updates leave idle (no ratio).
 #   usage: perf/pipeline_bubble.sh [DECK] [P...]
@@ -14,7 +15,7 @@ pps=${*:-2}
 bin=${TRIDENT_BIN:-build/src/trident}
 # D_MODEL: a wider model makes the per-message latency a smaller share of
 # each micro-batch (the theory counts compute only).
-d_model=${D_MODEL:-256} schedules=${SCHEDULES:-gpipe 1f1b interleaved pipedream}
+d_model=${D_MODEL:-256} schedules=${SCHEDULES:-gpipe 1f1b interleaved zb-h1 zb-h2 pipedream}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 echo "machine: $(nproc) cores; deck $deck (d_model $d_model, 8 layers, micro_batch 1)"
 printf '%-3s %-12s %-3s %-3s %10s %10s %8s\n' p schedule m v measured theory ratio

@@ -8,7 +8,9 @@
 // Conventions: row-major; linear weights are (out, in) as in PyTorch, so
 // y = x W^T + b; every backward op ADDS into its outputs (weight gradients
 // accumulate over micro-batches, input gradients over branches), so callers
-// zero what must start at zero.
+// zero what must start at zero. The backwards of layernorm and matmul skip
+// null outputs: the zero-bubble schedules run the input gradient (B) and the
+// weight gradients (W) as separate passes (Qi et al. 2024, section 2).
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -58,6 +60,7 @@ class ComputeBackend {
 
   virtual void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
                                  const float* w, const float* b, int N, int C) = 0;
+  // dinp may be null (then w may be too); dw and db are both null or neither.
   virtual void layernorm_backward(float* dinp, float* dw, float* db, const float* dout,
                                   const float* inp, const float* w, const float* mean,
                                   const float* rstd, int N, int C) = 0;
@@ -65,6 +68,7 @@ class ComputeBackend {
   // out (N, OC) = inp (N, IC) * w^T (w is OC x IC) + bias (may be null).
   virtual void matmul_forward(float* out, const float* inp, const float* w, const float* bias,
                               int N, int IC, int OC) = 0;
+  // Any of dinp (then w may be null), dw (then inp may be null) and dbias may be null.
   virtual void matmul_backward(float* dinp, float* dw, float* dbias, const float* dout,
                                const float* inp, const float* w, int N, int IC, int OC) = 0;
 

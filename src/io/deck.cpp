@@ -148,10 +148,11 @@ void read_rest(DeckReader& r, Deck& d) {
   r.get("parallel", "partition", p.partition);
   r.get("parallel", "p2p_gbps", p.p2p_gbps);
   r.require(p.schedule == "naive" || p.schedule == "gpipe" || p.schedule == "1f1b" ||
-                p.schedule == "interleaved" || p.schedule == "pipedream",
+                p.schedule == "interleaved" || p.schedule == "pipedream" ||
+                p.schedule == "zb-h1" || p.schedule == "zb-h2",
             "parallel", "schedule",
             fmt::format("= \"{}\" is not a schedule; use \"naive\", \"gpipe\", \"1f1b\", "
-                        "\"interleaved\" or \"pipedream\"", p.schedule));
+                        "\"zb-h1\", \"zb-h2\", \"interleaved\" or \"pipedream\"", p.schedule));
   r.require(p.partition == "uniform" || p.partition == "parameters" || p.partition == "profile",
             "parallel", "partition",
             fmt::format("= \"{}\" is not a partition; use \"uniform\", \"parameters\" or "
@@ -275,6 +276,10 @@ GridShape resolve_layout(Deck& d, int world) {
     if (p.partition != "uniform")
       throw InputError(fmt::format("{}: [parallel] schedule = \"interleaved\" uses the uniform "
                                    "partition; set partition = \"uniform\"", f));
+  } else if (p.schedule.rfind("zb-", 0) == 0 && p.pp < 2) {
+    throw InputError(fmt::format("{}: [parallel] schedule = \"{}\" needs pp >= 2 (one stage "
+                                 "has no bubble to fill); set pp, or use schedule = \"1f1b\"",
+                                 f, p.schedule));
   } else if (chunks != 1) {
     throw InputError(fmt::format("{}: [parallel] virtual_stages = {} needs schedule = "
                                  "\"interleaved\"", f, chunks));

@@ -114,6 +114,11 @@ MemoryEstimate estimate_memory(const Deck& deck, const GridShape& shape, int sta
                                      double(GptModel::scratch_table(m, B, tp).size())) * f +
                                     double(saved16.size()) * slots * 2 +
                                     2 * tokens * slots * sizeof(std::int32_t);
+    if (splits_backward(parse_schedule(deck.parallel.schedule))) {  // kept from B for W
+      TensorTable kept = GptModel::weight_input_table(m, B, tp, spec);
+      kept.align_end(TensorTable::kAlign);
+      at(MemCategory::activations) += double(kept.size()) * slots * f;
+    }
   }
   e.parameters = double(gpt_num_parameters(m));
   return e;

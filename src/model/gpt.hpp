@@ -36,6 +36,9 @@ struct GptModelOptions {
   StageSpec stage;                  // default: the whole model
   int activation_slots = 1;         // micro-batches whose activations are kept at once
   ActivationPolicy activations;     // what is saved for backward, and in which type
+  // Zero-bubble schedules: backward_input and backward_weights run apart, so
+  // each slot also keeps the output gradients of the weight ops.
+  bool split_backward = false;
 };
 
 class GptModel {
@@ -72,6 +75,10 @@ class GptModel {
                                 const TensorParallelLayout& tp, const ActivationPolicy& policy);
   static TensorTable scratch_table(const GptConfig& c, int micro_batch,
                                    const TensorParallelLayout& tp);
+  // Per slot under split_backward: the output gradient of every weight op of
+  // the stage (each linear's and norm's, the embeddings'), B to W.
+  static TensorTable weight_input_table(const GptConfig& c, int micro_batch,
+                                        const TensorParallelLayout& tp, const StageSpec& st);
   const ActivationPolicy& activation_policy() const { return policy_; }
 
   // Forward over one micro-batch of B x T tokens (host arrays, all tokens on
@@ -86,6 +93,12 @@ class GptModel {
   // tensor group are summed then, and `ready` (may be empty) is told as ranges
   // of gradients become final.
   void backward(int slot, const GradsReadyFn& ready, bool finalize = true);
+  // The same, split in two (split_backward; Qi et al. 2024, section 2): B
+  // leaves input_grad(slot) and no weight gradient; W, any time later and
+  // before the slot is reused, adds the weight gradients; `ready` and
+  // `finalize` as for backward().
+  void backward_input(int slot);
+  void backward_weights(int slot, const GradsReadyFn& ready, bool finalize);
 
   // Pipeline boundaries: this rank's tokens x d_model floats each.
   std::size_t boundary_elements() const { return std::size_t(BTl_) * cfg_.d_model; }
@@ -117,6 +130,7 @@ class GptModel {
   const float* block_input(int slot, int l);  // gathered when partitioned
   void save_block(int slot, int l);           // after forward: 16-bit copies, partitions
   void restore_block(int slot, int l, const Block& a, const float* x);  // unpack, recompute
+  void unpack_block(int slot, int l);  // 16-bit copies into the working buffer
   float* scratch(const std::string& name) { return scratch_arena_.f32(scratch_.at(name)); }
   std::int32_t* tokens_of(int slot) { return static_cast<std::int32_t*>(io_.data()) + 2 * std::size_t(slot) * BT_; }
   float* P(const std::string& n) { return storage_->param(table_.at(n)); }
@@ -134,7 +148,21 @@ class GptModel {
   // (the step's last backward, or every one where the storage reduces each
   // micro-batch's gradients: summing accumulated sums twice would be wrong).
   void sum_partial_grads(const std::vector<std::string>& names);
-  void head_backward(int slot, float* d_res, bool finalize);
+  // One backward over the stage; weights_now: each weight op runs with its
+  // input gradient, else its output gradient is kept for backward_weights.
+  void backward_pass(int slot, bool weights_now, const GradsReadyFn& ready, bool finalize);
+  void head_backward(int slot, float* d_res, bool weights_now, bool finalize);
+  void block_backward(int slot, int l, bool weights_now, bool finalize);
+  void embedding_grads(int slot, const float* d_emb, bool finalize);
+  // After a unit's weight gradients of one micro-batch: SP sums, storage told.
+  void finish_head_grads(bool finalize);
+  void finish_block_grads(int l, bool finalize);
+  void keep_for_weights(bool weights_now, int slot, const std::string& name, const float* src,
+                        std::size_t n);
+  float* weight_input(int slot, const std::string& name) {
+    return weight_inputs_.f32() + std::size_t(slot) * weight_inputs_table_.size() +
+           weight_inputs_table_.at(name).offset;
+  }
 
   GptConfig cfg_;
   int B_;
@@ -146,8 +174,8 @@ class GptModel {
   std::unique_ptr<FullStorage> own_storage_;
   ModelStorage* storage_;
   ActivationPolicy policy_;
-  TensorTable saved_, saved16_, work_, scratch_;
-  Arena acts_, acts16_, work_arena_, scratch_arena_;
+  TensorTable saved_, saved16_, work_, scratch_, weight_inputs_table_;
+  Arena acts_, acts16_, work_arena_, scratch_arena_, weight_inputs_;
   Arena io_;  // tokens and targets (int32) of every slot, on the device
   std::vector<float> host_losses_;
   int BT_, BTl_, first_token_;  // all tokens, this rank's tokens, its first

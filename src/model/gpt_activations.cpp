@@ -121,6 +121,22 @@ TensorTable GptModel::scratch_table(const GptConfig& c, int micro_batch,
   return t;
 }
 
+TensorTable GptModel::weight_input_table(const GptConfig& c, int micro_batch,
+                                        const TensorParallelLayout& tp, const StageSpec& st) {
+  const std::int64_t BT = std::int64_t(micro_batch) * c.seq_len, BTl = tp.local_tokens(int(BT));
+  const std::int64_t C = c.d_model, Cl = tp.local_width(c), Fl = tp.local_ff(c);
+  TensorTable t;
+  auto add = [&t](std::string name, std::int64_t n) { add_flat(t, std::move(name), n); };
+  if (st.head) add("d_lnf", BTl * C);  // the head's own gradient is the saved logits
+  for (int l = st.first_block; l < st.first_block + st.blocks(c.layers); ++l) {
+    const std::string p = fmt::format("h.{}.", l);
+    add(p + "d_proj", BT * C), add(p + "d_fc", BT * Fl), add(p + "d_ln2", BTl * C);
+    add(p + "d_attn", BT * C), add(p + "d_qkv", BT * 3 * Cl), add(p + "d_ln1", BTl * C);
+  }
+  if (st.embedding) add("d_embed", BTl * C);
+  return t;
+}
+
 float* GptModel::home(int slot, const std::string& prefix, const char* name) {
   if (const TensorInfo* t = saved_.find(prefix + name)) return slot_f32(slot) + t->offset;
   return work_arena_.f32(work_.at(name));
@@ -167,12 +183,16 @@ void GptModel::save_block(int slot, int l) {
                        work_arena_.f32(work_.at(t.name.substr(p.size()))), DType::f32, t.numel);
 }
 
-void GptModel::restore_block(int slot, int l, const Block& a, const float* x) {
+void GptModel::unpack_block(int slot, int l) {
   const std::string p = fmt::format("h.{}.", l);
   for (const TensorInfo& t : saved16_.tensors())
     if (t.name.compare(0, p.size(), p) == 0)
       backend_.convert(work_arena_.f32(work_.at(t.name.substr(p.size()))), DType::f32,
                        slot_16(slot) + t.offset, policy_.store, t.numel);
+}
+
+void GptModel::restore_block(int slot, int l, const Block& a, const float* x) {
+  unpack_block(slot, l);
   if (policy_.recompute == Recompute::full) {
     block_forward(a, x, l, /*recompute=*/true);
   } else if (policy_.recompute == Recompute::selective) {

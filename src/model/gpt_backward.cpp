@@ -1,42 +1,56 @@
 // GPT backward on one tensor rank and pipeline stage: the conjugates of
 // forward's collectives (sum of input gradients into each parallel region;
 // with SP, all-gather of the gradient leaving it, reduce-scatter of the one
-// entering it).
+// entering it). Split for the zero-bubble schedules (Qi et al. 2024, section
+// 2): B computes the activation gradients the previous stage waits for and
+// keeps the output gradient of each weight op in the slot; W computes the
+// weight gradients from those and the saved inputs. backward() runs both in
+// one pass, each weight op where its output gradient is made.
 #include <fmt/format.h>
 
 #include "model/gpt.hpp"
 
 namespace trident {
 
-void GptModel::head_backward(int slot, float* d_res, bool finalize) {
+void GptModel::keep_for_weights(bool weights_now, int slot, const std::string& name,
+                                const float* src, std::size_t n) {
+  if (!weights_now) backend_.copy(weight_input(slot, name), src, n * sizeof(float));
+}
+
+void GptModel::head_backward(int slot, float* d_res, bool weights_now, bool finalize) {
   const int C = cfg_.d_model, BT = BT_, BTl = BTl_, Vl = tp_.local_vocab(cfg_);
   ComputeBackend& be = backend_;
   ModelStorage& st = *storage_;
   float* d_c = scratch("d_c");
-  const float* x_last = output(slot);
   const float* lnf_all = tp_.sp() ? act(slot, "lnf_full") : act(slot, "lnf");
-  st.need_grads(unit("wte"));  // on the first stage it collects here and at the very end
-  st.need_grads(unit("lnf.w"));
+  if (weights_now) {
+    st.need_grads(unit("wte"));  // on the first stage it collects here and at the very end
+    st.need_grads(unit("lnf.w"));
+  }
+  auto gw = [&](const char* n) { return weights_now ? G(n) : nullptr; };
   be.zero(d_c, std::size_t(BT) * C * sizeof(float));
-  be.matmul_backward(d_c, G("wte"), nullptr, act(slot, "logits"), lnf_all, P("wte"), BT, C, Vl);
+  be.matmul_backward(d_c, gw("wte"), nullptr, act(slot, "logits"), lnf_all, P("wte"), BT, C, Vl);
   round(d_c, std::size_t(BT) * C);
   be.zero(d_res, std::size_t(BTl) * C * sizeof(float));
-  be.layernorm_backward(d_res, G("lnf.w"), G("lnf.b"), reduce_row_parallel(d_c), x_last,
-                        P("lnf.w"), act(slot, "lnf_mean"), act(slot, "lnf_rstd"), BTl, C);
-  if (finalize || st.grads_leave_each_backward()) sum_partial_grads({"lnf.w", "lnf.b"});
+  const float* d_lnf = reduce_row_parallel(d_c);
+  keep_for_weights(weights_now, slot, "d_lnf", d_lnf, std::size_t(BTl) * C);
+  be.layernorm_backward(d_res, gw("lnf.w"), gw("lnf.b"), d_lnf, output(slot), P("lnf.w"),
+                        act(slot, "lnf_mean"), act(slot, "lnf_rstd"), BTl, C);
   st.done_params(unit("lnf.w"));
   st.done_params(unit("wte"));  // the embedding's backward needs only gradients
+  if (weights_now) finish_head_grads(finalize);
+}
+
+void GptModel::finish_head_grads(bool finalize) {
+  ModelStorage& st = *storage_;
+  if (finalize || st.grads_leave_each_backward()) sum_partial_grads({"lnf.w", "lnf.b"});
   st.done_grads(unit("lnf.w"), finalize);
   if (!stage_.embedding) st.done_grads(unit("wte"), finalize);  // the head's copy is done
 }
 
-void GptModel::backward(int slot, const GradsReadyFn& ready, bool finalize) {
+void GptModel::block_backward(int slot, int l, bool weights_now, bool finalize) {
   const int B = B_, T = cfg_.seq_len, C = cfg_.d_model, BT = BT_, BTl = BTl_;
   const int Cl = tp_.local_width(cfg_), NHl = tp_.local_heads(cfg_), Fl = tp_.local_ff(cfg_);
-  const std::int32_t* tok = tokens_of(slot);
-  auto notify = [&](const std::string& first) {
-    if (ready && finalize) ready(table_.at(first).offset);
-  };
   ComputeBackend& be = backend_;
   ModelStorage& st = *storage_;
   const std::size_t nC = std::size_t(BT) * C * sizeof(float);
@@ -44,69 +58,169 @@ void GptModel::backward(int slot, const GradsReadyFn& ready, bool finalize) {
   float *d_res = scratch("d_res"), *d_c = scratch("d_c"), *d_3c = scratch("d_3c");
   float *full = scratch("full_c"), *d_att = scratch("d_att");
   float *d_ff_a = scratch("d_ff_a"), *d_ff_b = scratch("d_ff_b");
+  const std::string p = fmt::format("h.{}.", l);
+  auto gw = [&](const char* n) { return weights_now ? G(p + n) : nullptr; };
+  auto keep = [&](const char* n, const float* src, std::size_t count) {
+    keep_for_weights(weights_now, slot, p + n, src, count);
+  };
+  const Block a = block(slot, l);
+  const int u = unit(p + "ln1.w");
+  st.need_params(u, Pass::backward);
+  const float* x_in = block_input(slot, l);
+  restore_block(slot, l, a, x_in);  // unpack 16-bit copies, recompute what was not saved
+  if (weights_now) st.need_grads(u);
+  // d_res holds dLoss/d(res3) for this rank's tokens.
+  const float* d_out = gather(d_res, full);
+  keep("d_proj", d_out, std::size_t(BT) * C);
+  be.zero(d_ff_a, nF);
+  be.matmul_backward(d_ff_a, gw("mlp.proj.w"), gw("mlp.proj.b"), d_out, a.fch_gelu,
+                     P(p + "mlp.proj.w"), BT, Fl, C);
+  round(d_ff_a, std::size_t(BT) * Fl);
+  be.zero(d_ff_b, nF);
+  be.gelu_backward(d_ff_b, a.fch, d_ff_a, std::size_t(BT) * Fl);
+  round(d_ff_b, std::size_t(BT) * Fl);
+  keep("d_fc", d_ff_b, std::size_t(BT) * Fl);
+  be.zero(d_c, nC);
+  be.matmul_backward(d_c, gw("mlp.fc.w"), gw("mlp.fc.b"), d_ff_b, a.ln2_full, P(p + "mlp.fc.w"),
+                     BT, C, Fl);
+  round(d_c, std::size_t(BT) * C);
+  const float* d_ln2 = reduce_row_parallel(d_c);
+  keep("d_ln2", d_ln2, std::size_t(BTl) * C);
+  be.layernorm_backward(d_res, gw("ln2.w"), gw("ln2.b"), d_ln2, a.res2, P(p + "ln2.w"),
+                        a.ln2_mean, a.ln2_rstd, BTl, C);
+  // d_res now holds dLoss/d(res2).
+  d_out = gather(d_res, full);
+  keep("d_attn", d_out, std::size_t(BT) * C);
+  be.zero(d_c, std::size_t(BT) * Cl * sizeof(float));
+  be.matmul_backward(d_c, gw("attn.proj.w"), gw("attn.proj.b"), d_out, a.atty,
+                     P(p + "attn.proj.w"), BT, Cl, C);
+  round(d_c, std::size_t(BT) * Cl);
+  be.zero(d_3c, 3 * std::size_t(BT) * Cl * sizeof(float));
+  be.attention_backward(d_3c, d_att, d_c, a.qkv, a.att, B, T, Cl, NHl);
+  round(d_3c, 3 * std::size_t(BT) * Cl);
+  keep("d_qkv", d_3c, 3 * std::size_t(BT) * Cl);
+  be.zero(d_c, nC);
+  be.matmul_backward(d_c, gw("attn.qkv.w"), gw("attn.qkv.b"), d_3c, a.ln1_full,
+                     P(p + "attn.qkv.w"), BT, C, 3 * Cl);
+  round(d_c, std::size_t(BT) * C);
+  const float* d_ln1 = reduce_row_parallel(d_c);
+  keep("d_ln1", d_ln1, std::size_t(BTl) * C);
+  be.layernorm_backward(d_res, gw("ln1.w"), gw("ln1.b"), d_ln1, x_in, P(p + "ln1.w"), a.ln1_mean,
+                        a.ln1_rstd, BTl, C);
+  st.done_params(u);
+  if (weights_now) finish_block_grads(l, finalize);
+}
 
+void GptModel::finish_block_grads(int l, bool finalize) {
+  ModelStorage& st = *storage_;
+  const std::string p = fmt::format("h.{}.", l);
+  if (finalize || st.grads_leave_each_backward())
+    sum_partial_grads({p + "ln1.w", p + "ln1.b", p + "ln2.w", p + "ln2.b"});
+  st.done_grads(unit(p + "ln1.w"), finalize);
+}
+
+void GptModel::embedding_grads(int slot, const float* d_emb, bool finalize) {
+  ComputeBackend& be = backend_;
+  ModelStorage& st = *storage_;
+  const int Vl = tp_.local_vocab(cfg_), vlo = tp_.vocab_begin(cfg_);
+  st.need_grads(unit("wte"));
+  st.need_grads(unit("wpe"));
+  be.position_backward(G("wpe"), d_emb, BTl_, cfg_.seq_len, first_token_, cfg_.d_model);
+  if ((finalize || st.grads_leave_each_backward()) && tp_.sp())
+    tcomm_.all_reduce(G("wpe"), table_.at("wpe").numel);
+  be.embedding_backward(G("wte"), gather(d_emb, scratch("full_c")), tokens_of(slot), vlo, Vl,
+                        BT_, cfg_.d_model);
+  st.done_grads(unit("wpe"), finalize);
+  st.done_grads(unit("wte"), finalize);
+}
+
+void GptModel::backward_pass(int slot, bool weights_now, const GradsReadyFn& ready,
+                             bool finalize) {
+  auto notify = [&](const std::string& first) {
+    if (weights_now && ready && finalize) ready(table_.at(first).offset);
+  };
   // d_res: dLoss/d(output) of this stage, from the head or from the next stage.
+  float* d_res = scratch("d_res");
   if (stage_.head) {
-    head_backward(slot, d_res, finalize);
+    head_backward(slot, d_res, weights_now, finalize);
+    notify("lnf.w");
+  }
+  for (int l = last_block() - 1; l >= stage_.first_block; --l) {
+    block_backward(slot, l, weights_now, finalize);
+    notify(fmt::format("h.{}.ln1.w", l));
+  }
+  const std::size_t n = std::size_t(BTl_) * cfg_.d_model;
+  if (!stage_.embedding) {  // d_res = dLoss/d(input): kept for the previous stage
+    backend_.copy(act(slot, "d_input"), d_res, n * sizeof(float));
+    return;
+  }
+  keep_for_weights(weights_now, slot, "d_embed", d_res, n);
+  if (!weights_now) return;
+  embedding_grads(slot, d_res, finalize);
+  notify("wte");
+}
+
+void GptModel::backward(int slot, const GradsReadyFn& ready, bool finalize) {
+  backward_pass(slot, /*weights_now=*/true, ready, finalize);
+}
+
+void GptModel::backward_input(int slot) {
+  if (!weight_inputs_.data()) throw std::logic_error("backward_input needs split_backward");
+  backward_pass(slot, /*weights_now=*/false, nullptr, false);
+}
+
+void GptModel::backward_weights(int slot, const GradsReadyFn& ready, bool finalize) {
+  const int C = cfg_.d_model, BT = BT_, BTl = BTl_;
+  const int Cl = tp_.local_width(cfg_), Fl = tp_.local_ff(cfg_), Vl = tp_.local_vocab(cfg_);
+  ComputeBackend& be = backend_;
+  ModelStorage& st = *storage_;
+  auto notify = [&](const std::string& first) {
+    if (ready && finalize) ready(table_.at(first).offset);
+  };
+  if (stage_.head) {
+    st.need_grads(unit("wte"));
+    st.need_grads(unit("lnf.w"));
+    const float* lnf_all = tp_.sp() ? act(slot, "lnf_full") : act(slot, "lnf");
+    be.matmul_backward(nullptr, G("wte"), nullptr, act(slot, "logits"), lnf_all, nullptr, BT, C, Vl);
+    be.layernorm_backward(nullptr, G("lnf.w"), G("lnf.b"), weight_input(slot, "d_lnf"),
+                          output(slot), nullptr, act(slot, "lnf_mean"), act(slot, "lnf_rstd"),
+                          BTl, C);
+    finish_head_grads(finalize);
     notify("lnf.w");
   }
   for (int l = last_block() - 1; l >= stage_.first_block; --l) {
     const std::string p = fmt::format("h.{}.", l);
+    auto d = [&](const char* n) { return weight_input(slot, p + n); };
     const Block a = block(slot, l);
     const int u = unit(p + "ln1.w");
-    st.need_params(u, Pass::backward);
     const float* x_in = block_input(slot, l);
-    restore_block(slot, l, a, x_in);  // unpack 16-bit copies, recompute what was not saved
+    // The weight ops read the block's saved inputs: what lives in the
+    // working buffer is unpacked (16-bit) or recomputed again.
+    if (policy_.recompute == Recompute::full) {
+      st.need_params(u, Pass::backward);
+      restore_block(slot, l, a, x_in);
+      st.done_params(u);
+    } else {
+      unpack_block(slot, l);
+    }
     st.need_grads(u);
-    // d_res holds dLoss/d(res3) for this rank's tokens.
-    const float* d_out = gather(d_res, full);
-    be.zero(d_ff_a, nF);
-    be.matmul_backward(d_ff_a, G(p + "mlp.proj.w"), G(p + "mlp.proj.b"), d_out, a.fch_gelu,
-                       P(p + "mlp.proj.w"), BT, Fl, C);
-    round(d_ff_a, std::size_t(BT) * Fl);
-    be.zero(d_ff_b, nF);
-    be.gelu_backward(d_ff_b, a.fch, d_ff_a, std::size_t(BT) * Fl);
-    round(d_ff_b, std::size_t(BT) * Fl);
-    be.zero(d_c, nC);
-    be.matmul_backward(d_c, G(p + "mlp.fc.w"), G(p + "mlp.fc.b"), d_ff_b, a.ln2_full,
-                       P(p + "mlp.fc.w"), BT, C, Fl);
-    round(d_c, std::size_t(BT) * C);
-    be.layernorm_backward(d_res, G(p + "ln2.w"), G(p + "ln2.b"), reduce_row_parallel(d_c), a.res2,
-                          P(p + "ln2.w"), a.ln2_mean, a.ln2_rstd, BTl, C);
-    // d_res now holds dLoss/d(res2).
-    d_out = gather(d_res, full);
-    be.zero(d_c, std::size_t(BT) * Cl * sizeof(float));
-    be.matmul_backward(d_c, G(p + "attn.proj.w"), G(p + "attn.proj.b"), d_out, a.atty,
-                       P(p + "attn.proj.w"), BT, Cl, C);
-    round(d_c, std::size_t(BT) * Cl);
-    be.zero(d_3c, 3 * std::size_t(BT) * Cl * sizeof(float));
-    be.attention_backward(d_3c, d_att, d_c, a.qkv, a.att, B, T, Cl, NHl);
-    round(d_3c, 3 * std::size_t(BT) * Cl);
-    be.zero(d_c, nC);
-    be.matmul_backward(d_c, G(p + "attn.qkv.w"), G(p + "attn.qkv.b"), d_3c, a.ln1_full,
-                       P(p + "attn.qkv.w"), BT, C, 3 * Cl);
-    round(d_c, std::size_t(BT) * C);
-    be.layernorm_backward(d_res, G(p + "ln1.w"), G(p + "ln1.b"), reduce_row_parallel(d_c), x_in,
-                          P(p + "ln1.w"), a.ln1_mean, a.ln1_rstd, BTl, C);
-    if (finalize || st.grads_leave_each_backward())
-      sum_partial_grads({p + "ln1.w", p + "ln1.b", p + "ln2.w", p + "ln2.b"});
-    st.done_params(u);
-    st.done_grads(u, finalize);
+    be.matmul_backward(nullptr, G(p + "mlp.proj.w"), G(p + "mlp.proj.b"), d("d_proj"), a.fch_gelu,
+                       nullptr, BT, Fl, C);
+    be.matmul_backward(nullptr, G(p + "mlp.fc.w"), G(p + "mlp.fc.b"), d("d_fc"), a.ln2_full,
+                       nullptr, BT, C, Fl);
+    be.layernorm_backward(nullptr, G(p + "ln2.w"), G(p + "ln2.b"), d("d_ln2"), a.res2, nullptr,
+                          a.ln2_mean, a.ln2_rstd, BTl, C);
+    be.matmul_backward(nullptr, G(p + "attn.proj.w"), G(p + "attn.proj.b"), d("d_attn"), a.atty,
+                       nullptr, BT, Cl, C);
+    be.matmul_backward(nullptr, G(p + "attn.qkv.w"), G(p + "attn.qkv.b"), d("d_qkv"), a.ln1_full,
+                       nullptr, BT, C, 3 * Cl);
+    be.layernorm_backward(nullptr, G(p + "ln1.w"), G(p + "ln1.b"), d("d_ln1"), x_in, nullptr,
+                          a.ln1_mean, a.ln1_rstd, BTl, C);
+    finish_block_grads(l, finalize);
     notify(p + "ln1.w");
   }
-  if (!stage_.embedding) {  // d_res = dLoss/d(input): kept for the previous stage
-    be.copy(act(slot, "d_input"), d_res, std::size_t(BTl) * C * sizeof(float));
-    return;
-  }
-  const int Vl = tp_.local_vocab(cfg_), vlo = tp_.vocab_begin(cfg_);
-  st.need_grads(unit("wte"));
-  st.need_grads(unit("wpe"));
-  be.position_backward(G("wpe"), d_res, BTl, T, first_token_, C);
-  if ((finalize || st.grads_leave_each_backward()) && tp_.sp())
-    tcomm_.all_reduce(G("wpe"), table_.at("wpe").numel);
-  be.embedding_backward(G("wte"), gather(d_res, full), tok, vlo, Vl, BT, C);
-  st.done_grads(unit("wpe"), finalize);
-  st.done_grads(unit("wte"), finalize);
+  if (!stage_.embedding) return;
+  embedding_grads(slot, weight_input(slot, "d_embed"), finalize);
   notify("wte");
 }
 

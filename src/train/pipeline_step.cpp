@@ -1,6 +1,7 @@
 // One training step: run this stage's schedule of forward and backward passes
 // (receiving inputs and gradients from the neighbouring virtual stages,
-// sending its own), then reduce gradients and update.
+// sending its own; zero bubble: backwards split into B, which sends, and W),
+// then reduce gradients and update once every W has run.
 #include <fmt/format.h>
 
 #include "core/timer.hpp"
@@ -30,49 +31,59 @@ void Trainer::release_slot(ModelChunk& c, int mb) {
 double Trainer::run_schedule(int step, float dloss) {
   const double t0 = now_seconds();
   const int mb_size = deck_.train.micro_batch;
-  for (ModelChunk& c : chunks_) {
-    c.backwards_left = 0;
-    for (const auto& a : actions_) c.backwards_left += !a.forward && &chunks_[a.chunk] == &c;
+  for (std::size_t k = 0; k < chunks_.size(); ++k) {
+    chunks_[k].weight_passes_left = 0;
+    for (const auto& a : actions_) chunks_[k].weight_passes_left += a.frees_slot() && a.chunk == int(k);
   }
   double loss_sum = 0;
   for (const PipelineAction& a : actions_) {
     ModelChunk& c = chunks_[a.chunk];
     GptModel& m = *c.model;
     const std::size_t n = m.boundary_elements();
+    const int mb = a.micro_batch;
     if (a.forward) {
-      const int slot = acquire_slot(c, a.micro_batch);
-      load(train_data_, window_of(std::uint64_t(step), deck_.train.batch, a.micro_batch * mb_size));
+      const int slot = acquire_slot(c, mb);
+      load(train_data_, window_of(std::uint64_t(step), deck_.train.batch, mb * mb_size));
       if (!pcomm_.first_virtual(a.chunk)) {
         ScopedTimer timer(times_.comm);
-        TraceScope ts(trace_, fmt::format("recv F{}", a.micro_batch), "recv");
-        pcomm_.recv_forward(m.input_buffer(slot), n, a.micro_batch, a.chunk);
+        TraceScope ts(trace_, fmt::format("recv F{}", mb), "recv");
+        pcomm_.recv_forward(m.input_buffer(slot), n, mb, a.chunk);
       }
       {
         ScopedTimer timer(times_.forward);
-        TraceScope ts(trace_, fmt::format("F{}", a.micro_batch), "forward");
+        TraceScope ts(trace_, fmt::format("F{}", mb), "forward");
         loss_sum += m.forward(slot, tokens_.data(), targets_.data(), dloss);
       }
       if (!pcomm_.last_virtual(a.chunk))
-        c.sends[slot].push_back(pcomm_.send_forward(m.output(slot), n, a.micro_batch, a.chunk));
+        c.sends[slot].push_back(pcomm_.send_forward(m.output(slot), n, mb, a.chunk));
       continue;
     }
-    const int slot = c.slot_of[a.micro_batch];
+    const int slot = c.slot_of[mb];
+    // The chunk's last weight pass of the step lets the engine reduce
+    // gradients as they become final.
+    const bool last = a.frees_slot() && --c.weight_passes_left == 0;
+    const GradsReadyFn ready = last ? c.engine->grads_ready_hook() : nullptr;
+    if (a.part == BackwardPart::weights) {  // W: nobody waits for it
+      ScopedTimer timer(times_.backward);
+      TraceScope ts(trace_, fmt::format("W{}", mb), "weights");
+      m.backward_weights(slot, ready, last);
+      release_slot(c, mb);
+      continue;
+    }
     if (!pcomm_.last_virtual(a.chunk)) {
       ScopedTimer timer(times_.comm);
-      TraceScope ts(trace_, fmt::format("recv B{}", a.micro_batch), "recv");
-      pcomm_.recv_backward(m.output_grad_buffer(), n, a.micro_batch, a.chunk);
+      TraceScope ts(trace_, fmt::format("recv B{}", mb), "recv");
+      pcomm_.recv_backward(m.output_grad_buffer(), n, mb, a.chunk);
     }
-    // The chunk's last backward of the step lets the engine reduce gradients
-    // as they become final.
-    const bool last = --c.backwards_left == 0;
     {
       ScopedTimer timer(times_.backward);
-      TraceScope ts(trace_, fmt::format("B{}", a.micro_batch), "backward");
-      m.backward(slot, last ? c.engine->grads_ready_hook() : nullptr, last);
+      TraceScope ts(trace_, fmt::format("B{}", mb), "backward");
+      if (a.part == BackwardPart::input) m.backward_input(slot);
+      else m.backward(slot, ready, last);
     }
     if (!pcomm_.first_virtual(a.chunk))
-      c.sends[slot].push_back(pcomm_.send_backward(m.input_grad(slot), n, a.micro_batch, a.chunk));
-    release_slot(c, a.micro_batch);
+      c.sends[slot].push_back(pcomm_.send_backward(m.input_grad(slot), n, mb, a.chunk));
+    if (a.frees_slot()) release_slot(c, mb);
   }
   for (ModelChunk& c : chunks_)
     for (auto& slot_sends : c.sends) {

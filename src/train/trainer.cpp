@@ -80,6 +80,7 @@ void Trainer::build_chunk(ModelChunk& ch, MemoryLedger& ledger, int slots) {
   o.tensor_comm = &grid_.tensor();
   o.stage = ch.spec;
   o.activation_slots = slots;
+  o.split_backward = splits_backward(schedule_);
   o.activations = make_activation_policy(t.recompute, t.partition_activations, tp.size, tp.sp(),
                                          deck_.precision.dtype);
   o.weights = weights_;

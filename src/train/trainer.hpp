@@ -23,7 +23,7 @@
 namespace trident {
 
 // Seconds spent per phase on this rank (cumulative).
-struct PhaseTimes {
+struct PhaseTimes {  // backward: B and W, together or split
   double data = 0, forward = 0, backward = 0, comm = 0, optimizer = 0, eval = 0;
   double pipeline = 0;  // wall time of the schedules (compute + waiting): bubble = 1 - (F+B)/this
 };
@@ -47,7 +47,7 @@ struct ModelChunk {
   std::vector<int> slot_of;                 // micro-batch -> activation slot
   std::vector<std::vector<Request>> sends;  // per slot: sends still reading it
   std::vector<bool> busy;                   // per slot
-  int backwards_left = 0;                   // in this step's schedule
+  int weight_passes_left = 0;               // in this step's schedule (B+W or W)
 };
 
 class PipedreamRunner;

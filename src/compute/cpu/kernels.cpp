@@ -92,25 +92,28 @@ void layernorm_forward(T* out, T* mean, T* rstd, const T* inp, const T* w, const
 template <class T>
 void layernorm_backward(T* dinp, T* dw, T* db, const T* dout, const T* inp, const T* w,
                         const T* mean, const T* rstd, int N, int C) {
+  if (dinp) {
 #pragma omp parallel for schedule(static) if (N * C > 16384)
-  for (int i = 0; i < N; ++i) {
-    const T* x = inp + static_cast<std::size_t>(i) * C;
-    const T* d = dout + static_cast<std::size_t>(i) * C;
-    T* dx = dinp + static_cast<std::size_t>(i) * C;
-    const T m = mean[i], s = rstd[i];
-    T dnorm_mean = 0, dnorm_norm_mean = 0;
-    for (int c = 0; c < C; ++c) {
-      const T dnorm = w[c] * d[c];
-      dnorm_mean += dnorm;
-      dnorm_norm_mean += dnorm * (x[c] - m) * s;
-    }
-    dnorm_mean /= C;
-    dnorm_norm_mean /= C;
-    for (int c = 0; c < C; ++c) {
-      const T norm = (x[c] - m) * s;
-      dx[c] += (w[c] * d[c] - dnorm_mean - norm * dnorm_norm_mean) * s;
+    for (int i = 0; i < N; ++i) {
+      const T* x = inp + static_cast<std::size_t>(i) * C;
+      const T* d = dout + static_cast<std::size_t>(i) * C;
+      T* dx = dinp + static_cast<std::size_t>(i) * C;
+      const T m = mean[i], s = rstd[i];
+      T dnorm_mean = 0, dnorm_norm_mean = 0;
+      for (int c = 0; c < C; ++c) {
+        const T dnorm = w[c] * d[c];
+        dnorm_mean += dnorm;
+        dnorm_norm_mean += dnorm * (x[c] - m) * s;
+      }
+      dnorm_mean /= C;
+      dnorm_norm_mean /= C;
+      for (int c = 0; c < C; ++c) {
+        const T norm = (x[c] - m) * s;
+        dx[c] += (w[c] * d[c] - dnorm_mean - norm * dnorm_norm_mean) * s;
+      }
     }
   }
+  if (!dw) return;
 #pragma omp parallel for schedule(static) if (N * C > 16384)
   for (int c0 = 0; c0 < C; c0 += kColBlock) {
     const int c1 = std::min(C, c0 + kColBlock);
@@ -140,7 +143,7 @@ template <class T>
 void matmul_backward(T* dinp, T* dw, T* dbias, const T* dout, const T* inp, const T* w, int N,
                      int IC, int OC) {
   if (dinp) gemm(false, false, N, IC, OC, T(1), dout, OC, w, IC, T(1), dinp, IC);
-  gemm(true, false, OC, IC, N, T(1), dout, OC, inp, IC, T(1), dw, IC);
+  if (dw) gemm(true, false, OC, IC, N, T(1), dout, OC, inp, IC, T(1), dw, IC);
   if (!dbias) return;
 #pragma omp parallel for schedule(static) if (N * OC > 16384)
   for (int j0 = 0; j0 < OC; j0 += kColBlock) {

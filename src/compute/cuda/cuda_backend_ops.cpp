@@ -58,7 +58,7 @@ void CudaBackend::matmul_backward(float* dinp, float* dw, float* dbias, const fl
                    : nullptr;
   run("matmul_backward", [&] {
     if (dinp) gemms_->gemm(false, false, N, IC, OC, 1.0f, dout, OC, w, IC, 1.0f, dinp, IC);
-    gemms_->gemm(true, false, OC, IC, N, 1.0f, dout, OC, inp, IC, 1.0f, dw, IC);
+    if (dw) gemms_->gemm(true, false, OC, IC, N, 1.0f, dout, OC, inp, IC, 1.0f, dw, IC);
     if (dbias) gpu::bias_backward(dbias, dout, N, OC, s, stream_);
   });
 }

@@ -151,7 +151,9 @@ void layernorm_backward(S* dinp, S* dw, S* db, const S* dout, const S* inp, cons
                         cudaStream_t s) {
   if (N <= 0) return;
   const unsigned blocks = unsigned((N + kRowWarps - 1) / kRowWarps);
-  layernorm_dinp_kernel<<<blocks, kRowWarps * 32, 0, s>>>(dinp, dout, inp, w, mean, rstd, N, C);
+  if (dinp)
+    layernorm_dinp_kernel<<<blocks, kRowWarps * 32, 0, s>>>(dinp, dout, inp, w, mean, rstd, N, C);
+  if (!dw) return;
   column_partials(scratch, N, C, NormParamTerm<S>{dout, inp, mean, rstd}, s);
   column_finish(dw, scratch, N, C, s);
   column_finish(db, scratch + std::size_t(chunks_of(N)) * C, N, C, s);

@@ -11,21 +11,38 @@
 //  - pipedream: asynchronous 1F1B with weight stashing (Narayanan et al. 2019):
 //    one continuous stream over global micro-batch g = step*m + i, never
 //    flushed; stage s runs p - s - 1 forwards ahead of its backwards, so p - s
-//    micro-batches (and weight versions) are in flight on it.
+//    micro-batches (and weight versions) are in flight on it;
+//  - zb-h1, zb-h2: zero bubble (Qi et al. 2024): each backward split into B
+//    (the input gradient the previous stage waits for) and W (the weight
+//    gradients nobody waits for), and W placed in what would be bubbles.
+//    zb-h1 keeps at most min(p, m) micro-batches' activations on a stage (the
+//    peak of 1F1B, on its stage 0) and leaves about a third of its bubble;
+//    zb-h2 keeps up to min(2p - 1, m) and leaves only the (p - 1) forwards
+//    before the last stage starts, which a synchronous step cannot avoid.
 #pragma once
 #include <string>
 #include <vector>
 
 namespace trident {
 
-enum class ScheduleKind { naive, gpipe, one_f_one_b, interleaved, pipedream };
+enum class ScheduleKind { naive, gpipe, one_f_one_b, interleaved, pipedream, zb_h1, zb_h2 };
 ScheduleKind parse_schedule(const std::string& name);  // throws std::invalid_argument
 const char* schedule_name(ScheduleKind k);
+// Whether the schedule runs B and W as separate actions.
+inline bool splits_backward(ScheduleKind k) {
+  return k == ScheduleKind::zb_h1 || k == ScheduleKind::zb_h2;
+}
+
+// What a backward action computes: both gradients back to back, or one half
+// of the zero-bubble split. A micro-batch holds its activations until its W.
+enum class BackwardPart { both, input, weights };
 
 struct PipelineAction {
   bool forward = true;
   int micro_batch = 0;
   int chunk = 0;  // model chunk on this rank (interleaved), else 0
+  BackwardPart part = BackwardPart::both;  // backward actions only
+  bool frees_slot() const { return !forward && part != BackwardPart::input; }
 };
 
 // One step's actions; pipedream: its first step from a cold start.
@@ -42,7 +59,11 @@ std::vector<PipelineAction> pipedream_actions(int stages, int stage, int micro_b
 inline int pipedream_in_flight(int stages, int stage) { return stages - stage; }
 // The most micro-batches a chunk holds activations for at once under `actions`.
 int max_in_flight(const std::vector<PipelineAction>& actions, int chunk);
-// Theory: idle fraction of a step for p stages, m micro-batches, v chunks.
+// The bound each schedule states for max_in_flight on stage s (chunk 0);
+// 0 where none is stated (interleaved, pipedream).
+int in_flight_bound(ScheduleKind kind, int stages, int stage, int micro_batches);
+// Theory: idle fraction of a step for p stages, m micro-batches, v chunks
+// (zero bubble: replayed with unit F, B and W, the paper's cost model).
 double theoretical_bubble(ScheduleKind kind, int stages, int micro_batches, int chunks);
 
 }  // namespace trident

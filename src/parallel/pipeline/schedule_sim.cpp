@@ -1,0 +1,113 @@
+#include "parallel/pipeline/schedule_sim.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <map>
+#include <tuple>
+
+namespace trident {
+namespace {
+
+bool is_input_grad(const PipelineAction& a) { return !a.forward && a.part != BackwardPart::weights; }
+
+int cost(const PipelineAction& a) { return !a.forward && a.part == BackwardPart::both ? 2 : 1; }
+
+std::string describe(const PipelineAction& a) {
+  const char* kind = a.forward ? "F" : a.part == BackwardPart::input ? "B" : a.part == BackwardPart::weights ? "W" : "BW";
+  return fmt::format("{}{} (chunk {})", kind, a.micro_batch, a.chunk);
+}
+
+}  // namespace
+
+ScheduleReplay replay_schedule(const std::vector<std::vector<PipelineAction>>& ranks, int v) {
+  const int p = int(ranks.size()), V = p * v;
+  // Finish time of the F and of the input-gradient pass per (virtual stage, micro-batch).
+  std::map<std::pair<int, int>, long long> f_end, b_end;
+  std::vector<std::size_t> next(p, 0);
+  std::vector<long long> free_at(p, 0);
+  ScheduleReplay r;
+  for (bool progress = true; progress;) {
+    progress = false;
+    for (int s = 0; s < p; ++s) {
+      for (; next[s] < ranks[s].size(); ++next[s]) {
+        const PipelineAction& a = ranks[s][next[s]];
+        const int vs = a.chunk * p + s;
+        long long start = free_at[s];
+        // What this action receives: the previous stage's F, the next one's B.
+        if (a.forward && vs > 0) {
+          auto it = f_end.find({vs - 1, a.micro_batch});
+          if (it == f_end.end()) break;
+          start = std::max(start, it->second);
+        } else if (is_input_grad(a) && vs < V - 1) {
+          auto it = b_end.find({vs + 1, a.micro_batch});
+          if (it == b_end.end()) break;
+          start = std::max(start, it->second);
+        }
+        free_at[s] = start + cost(a);
+        if (a.forward) f_end[{vs, a.micro_batch}] = free_at[s];
+        if (is_input_grad(a)) b_end[{vs, a.micro_batch}] = free_at[s];
+        progress = true;
+      }
+    }
+  }
+  for (int s = 0; s < p; ++s) {
+    r.makespan = std::max(r.makespan, free_at[s]);
+    if (next[s] < ranks[s].size() && r.deadlock.empty())
+      r.deadlock = fmt::format("rank {} waits forever at {}", s, describe(ranks[s][next[s]]));
+  }
+  return r;
+}
+
+std::string validate_schedule(ScheduleKind kind, int p, int m, int v) {
+  std::vector<std::vector<PipelineAction>> ranks;
+  // (direction, receiving virtual stage, micro-batch) -> sends minus receives
+  std::map<std::tuple<bool, int, int>, int> messages;
+  const int V = p * v;
+  for (int s = 0; s < p; ++s) {
+    ranks.push_back(build_schedule(kind, p, s, m, v));
+    // Per (chunk, micro-batch): position of its F, B and W in the list.
+    std::map<std::pair<int, int>, std::vector<int>> seen;
+    for (std::size_t k = 0; k < ranks[s].size(); ++k) {
+      const PipelineAction& a = ranks[s][k];
+      const int vs = a.chunk * p + s;
+      if (a.micro_batch < 0 || a.micro_batch >= m || a.chunk < 0 || a.chunk >= v)
+        return fmt::format("rank {}: {} is out of range", s, describe(a));
+      auto& pos = seen[{a.chunk, a.micro_batch}];
+      if (pos.empty()) pos.assign(3, -1);
+      const int idx = a.forward ? 0 : a.part == BackwardPart::weights ? 2 : 1;
+      if (pos[idx] >= 0) return fmt::format("rank {}: {} runs twice", s, describe(a));
+      pos[idx] = int(k);
+      if (!a.forward && a.part == BackwardPart::both) pos[2] = int(k);
+      if (a.forward) {
+        if (vs > 0) messages[{true, vs, a.micro_batch}] -= 1;
+        if (vs < V - 1) messages[{true, vs + 1, a.micro_batch}] += 1;
+      } else if (is_input_grad(a)) {
+        if (vs < V - 1) messages[{false, vs, a.micro_batch}] -= 1;
+        if (vs > 0) messages[{false, vs - 1, a.micro_batch}] += 1;
+      }
+    }
+    for (int c = 0; c < v; ++c)
+      for (int i = 0; i < m; ++i) {
+        auto it = seen.find({c, i});
+        if (it == seen.end() || *std::min_element(it->second.begin(), it->second.end()) < 0)
+          return fmt::format("rank {}: micro-batch {} of chunk {} lacks an F, B or W", s, i, c);
+        const auto& pos = it->second;
+        if (!(pos[0] < pos[1] && pos[1] <= pos[2]))
+          return fmt::format("rank {}: micro-batch {} of chunk {} runs out of order", s, i, c);
+      }
+    const int bound = in_flight_bound(kind, p, s, m);
+    if (bound > 0 && max_in_flight(ranks[s], 0) > bound)
+      return fmt::format("rank {}: {} micro-batches in flight, above the bound {}", s,
+                         max_in_flight(ranks[s], 0), bound);
+  }
+  for (const auto& [key, balance] : messages)
+    if (balance != 0)
+      return fmt::format("{} of micro-batch {} to virtual stage {}: {}",
+                         std::get<0>(key) ? "activation" : "gradient", std::get<2>(key),
+                         std::get<1>(key),
+                         balance > 0 ? "sent, never received" : "received, never sent");
+  return replay_schedule(ranks, v).deadlock;
+}
+
+}  // namespace trident

@@ -1,0 +1,27 @@
+// A schedule's per-rank action lists run against each other: the validator
+// the unit tests apply to every schedule (each micro-batch's F, B and W once
+// per virtual stage and in order, every send matched by a receive, no rank
+// waiting forever, activations within the schedule's stated bound), and the
+// replay with unit costs the zero-bubble theory uses.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "parallel/pipeline/schedule.hpp"
+
+namespace trident {
+
+struct ScheduleReplay {
+  long long makespan = 0;  // in units of one F (B and W one each, both two)
+  std::string deadlock;    // empty, or which rank waits at which action
+};
+
+// Each rank's actions (rank s runs virtual stages c * p + s), started as soon
+// as their input has arrived: receives block, sends do not.
+ScheduleReplay replay_schedule(const std::vector<std::vector<PipelineAction>>& ranks, int chunks);
+
+// Empty when build_schedule's lists for every rank are sound; else the first
+// problem found.
+std::string validate_schedule(ScheduleKind kind, int stages, int micro_batches, int chunks);
+
+}  // namespace trident
