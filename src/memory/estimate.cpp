@@ -91,7 +91,7 @@ MemoryEstimate estimate_memory(const Deck& deck, const GridShape& shape, int sta
       const double large = double(ZeroStorage::large_slot_elements(plan));
       const double small = double(ZeroStorage::small_slot_elements(plan));
       auto pool = [&](int slots) { return large + (slots - 1) * small; };
-      at(MemCategory::parameters) += (stage <= 2 ? n : shard + pool(ZeroStorage::kParamSlots)) * w;
+      at(MemCategory::parameters) += (stage <= 2 ? n : shard + pool(ZeroStorage::param_slots(table, plan, weights))) * w;
       // Stages 2-3 accumulate in f32 slots; a 16-bit reduce adds their 16-bit copies.
       const double slot_bytes = f + (grads == DType::f32 ? 0 : g);
       at(MemCategory::gradients) +=

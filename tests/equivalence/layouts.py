@@ -13,7 +13,7 @@ AXES = [
     ("dp", [1, 2, 4]),
     ("tp", [1, 2, 4]),
     ("pp", [1, 2, 4]),
-    ("schedule", ["naive", "gpipe", "1f1b", "interleaved"]),  # interleaved: virtual_stages 2
+    ("schedule", ["naive", "gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2"]),  # interleaved: v 2
     ("sp", [False, True]),
     ("zero", [0, 1, 2, 3]),
     ("dp_mode", ["allreduce", "gather"]),
@@ -188,7 +188,7 @@ def whole_matrix():
     for dp, tp, pp in itertools.product([1, 2, 4], repeat=3):
         if dp * tp * pp > MAX_RANKS:
             continue
-        for sched in (["naive", "gpipe", "1f1b", "interleaved"] if pp > 1 else ["1f1b"]):
+        for sched in (dict(AXES)["schedule"] if pp > 1 else ["1f1b"]):
             for sp in ([False, True] if tp > 1 else [False]):
                 base = dict(dp=dp, tp=tp, pp=pp, schedule=sched, sp=sp, micro_batches=4)
                 out += [make(**base, zero=z) for z in range(4)]

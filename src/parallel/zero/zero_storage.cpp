@@ -25,7 +25,7 @@ ZeroStorage::ZeroStorage(int stage, const TensorTable& table, const ZeroPlan& pl
   };
   // Stage 3 gathers units in the weights' type (with 16-bit weights a
   // gathered unit is then unpacked into a working copy).
-  if (stage == 3) fill(p_slots_, kParamSlots, MemCategory::parameters, weights);
+  if (stage == 3) fill(p_slots_, param_slots(table, plan, weights), MemCategory::parameters, weights);
   if (weights != DType::f32) working_ = WorkingCopies(backend, ledger, table);
   if (stage >= 2) {
     fill(g_slots_, kGradSlots, MemCategory::gradients, DType::f32);
@@ -44,6 +44,15 @@ std::size_t ZeroStorage::large_slot_elements(const ZeroPlan& plan) {
   std::size_t n = 0;
   for (const auto& u : plan.units()) n = std::max(n, u.size());
   return n;
+}
+
+int ZeroStorage::param_slots(const TensorTable& table, const ZeroPlan& plan, DType weights) {
+  // 16-bit weights hold unpacked working copies instead, and free the slot.
+  const TensorInfo* lnf = table.find("lnf.w");
+  if (!lnf || weights != DType::f32) return kParamSlots;
+  const bool pinned = !plan.units()[lnf->unit].persistent &&
+                      !plan.units()[table.at("wte").unit].persistent;
+  return kParamSlots + (pinned ? 1 : 0);
 }
 
 std::size_t ZeroStorage::small_slot_elements(const ZeroPlan& plan) {

@@ -38,6 +38,11 @@ class ZeroStorage final : public ModelStorage {
   static constexpr int kParamSlots = 2, kGradSlots = 3, kRecvBuffers = 2;
   static std::size_t large_slot_elements(const ZeroPlan& plan);  // any unit
   static std::size_t small_slot_elements(const ZeroPlan& plan);  // any unit but the token embedding
+  // Stage 3's parameter slots: kParamSlots, and one more on the tied head's
+  // chunk when both its units are partitioned f32: the head keeps the
+  // embedding and the final norm gathered from its forward to its backward,
+  // while a schedule may run the next micro-batches' blocks first (gpipe).
+  static int param_slots(const TensorTable& table, const ZeroPlan& plan, DType weights);
 
   ZeroStorage(int stage, const TensorTable& table, const ZeroPlan& plan, ComputeBackend& backend,
               MemoryLedger& ledger, Communicator& data, DType weights = DType::f32,
