@@ -44,6 +44,11 @@ def make(**values):
     return tuple(d[a] for a in NAMES)
 
 
+def with_values(layout, values):
+    """The layout with axis i set to values[i] for each i given."""
+    return tuple(values.get(i, x) for i, x in enumerate(layout))
+
+
 def get(layout, axis):
     return layout[INDEX[axis]]
 
