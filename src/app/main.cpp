@@ -6,11 +6,16 @@
 //   trident check DECK.toml --ranks N [--set section.key=value]... [--layouts FILE] [--json]
 #include <mpi.h>
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cstdio>
 
 #include "app/commands.hpp"
 #include "core/error.hpp"
+#include "io/deck_reader.hpp"
 
 namespace {
 
@@ -61,6 +66,19 @@ int run(int argc, char** argv, int rank) {
       app.add_subcommand("inspect", "Print a checkpoint's step, layout, deck and datasets");
   inspect_cmd->add_option("checkpoint", inspect.checkpoint, "Checkpoint file (.h5)")->required();
 
+  // CLI11 reads an unknown first word as a missing subcommand: name it instead.
+  if (argc > 1 && argv[1][0] != '-') {
+    std::vector<std::string> names;
+    for (const CLI::App* sub : app.get_subcommands({})) names.push_back(sub->get_name());
+    if (std::find(names.begin(), names.end(), argv[1]) == names.end()) {
+      const std::string near = closest_name(argv[1], names);
+      if (rank == 0)
+        std::fprintf(stderr, "error: unknown subcommand '%s'%s; subcommands: %s (see trident --help)\n",
+                     argv[1], near.empty() ? "" : (" (did you mean '" + near + "'?)").c_str(),
+                     fmt::format("{}", fmt::join(names, ", ")).c_str());
+      return kExitBadInput;
+    }
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <set>
@@ -240,6 +241,10 @@ Deck parse_deck(const std::string& text, const std::string& origin,
 }
 
 Deck load_deck(const std::string& path, const std::vector<std::string>& overrides) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))
+    throw InputError(fmt::format("{}: is a directory, not a deck; give the deck's .toml file, "
+                                 "e.g. input/default.toml", path));
   std::ifstream in(path);
   if (!in) throw InputError(fmt::format("{}: cannot open the deck (does the file exist?)", path));
   std::stringstream ss;

@@ -44,6 +44,10 @@ std::string suggestion(const std::string& word, const Names& names) {
 
 }  // namespace
 
+std::string closest_name(const std::string& word, const std::vector<std::string>& names) {
+  return suggestion(word, names);
+}
+
 const toml::node* DeckReader::lookup(const std::string& sec, const std::string& key) {
   known_[sec].insert(key);
   const toml::node* s = root_.get(sec);

@@ -10,6 +10,9 @@
 
 namespace trident {
 
+// The name of `names` within two edits of `word` (a typo's likely intent), or "".
+std::string closest_name(const std::string& word, const std::vector<std::string>& names);
+
 class DeckReader {
  public:
   DeckReader(const toml::table& root, std::string origin) : root_(root), origin_(std::move(origin)) {}

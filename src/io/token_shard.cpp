@@ -1,5 +1,8 @@
 #include "io/token_shard.hpp"
 
+#include <cerrno>
+#include <cstring>
+
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <glob.h>
@@ -41,6 +44,9 @@ void write_token_shard(const std::string& path, const std::vector<std::uint16_t>
   header[1] = kShardVersion;
   header[2] = static_cast<std::int32_t>(tokens.size());
   std::ofstream out(path, std::ios::binary);
+  if (!out)  // a directory, a missing folder, no permission: the user's to fix
+    throw InputError(fmt::format("{}: cannot create the token shard: {}", path,
+                                 std::strerror(errno)));
   out.write(reinterpret_cast<const char*>(header), sizeof(header));
   out.write(reinterpret_cast<const char*>(tokens.data()),
             std::streamsize(tokens.size() * sizeof(std::uint16_t)));
