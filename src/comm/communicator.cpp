@@ -52,17 +52,23 @@ void Communicator::wait(Request& r) {
   // a rank waiting on a slow peer does not steal the core from compute threads.
   const double start = now_seconds();
   int spins = 0;
+  bool published = false;  // only a wait that blocks tells the board: short ones stay cheap
   while (!r.op()->test()) {
     if (++spins > 1000) {
+      if (observer_ && !published) observer_->waiting(r.op()->what), published = true;
       std::this_thread::sleep_for(std::chrono::microseconds(50));
       if (now_seconds() - start > timeout_s_) {
+        const std::string others = observer_ ? observer_->elsewhere(r.op()->what) : "";
+        if (published) observer_->done_waiting();
         throw RuntimeFailure(fmt::format(
-            "collective timed out after {:.0f} s: {} (a peer rank is stuck or dead; "
-            "raise system.comm_timeout_s if the step is legitimately this slow)",
-            timeout_s_, r.op()->what));
+            "collective timed out after {:.0f} s: {} ({}; raise system.comm_timeout_s if the "
+            "step is legitimately this slow)",
+            timeout_s_, r.op()->what,
+            others.empty() ? "a peer rank is stuck or dead" : "elsewhere: " + others));
       }
     }
   }
+  if (published) observer_->done_waiting();
   r.reset();
 }
 

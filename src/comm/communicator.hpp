@@ -1,6 +1,6 @@
 // The collectives seam. Model and parallel code talk to the network only
-// through a Communicator (one per process group); backends (MPI now, NCCL with
-// the CUDA issue) implement it. Buffers are flat and in-place where that is the
+// through a Communicator (one per process group); backends (MPI, NCCL, MPI
+// staged through host buffers) implement it. Buffers are flat and in-place where that is the
 // natural form. Every operation gets a per-communicator sequence number, so a
 // hang or timeout can name the group, the operation and which call it was.
 #pragma once
@@ -52,6 +52,18 @@ class Request {
   std::unique_ptr<PendingOp> op_;
 };
 
+// Where every rank of the job is waiting: a rank about to block publishes its
+// operation, and a rank whose wait timed out asks where the others are, so
+// the error names the ranks that never arrived (comm/wait_board.hpp).
+class WaitObserver {
+ public:
+  virtual ~WaitObserver() = default;
+  virtual void waiting(const std::string& what) = 0;
+  virtual void done_waiting() = 0;
+  // The ranks not waiting in `what`, and where each is.
+  virtual std::string elsewhere(const std::string& what) = 0;
+};
+
 class Communicator {
  public:
   virtual ~Communicator() = default;
@@ -81,6 +93,7 @@ class Communicator {
   void wait(Request& r);
   bool test(Request& r);
   void set_timeout_seconds(double s) { timeout_s_ = s; }
+  void set_wait_observer(WaitObserver* w) { observer_ = w; }
   double timeout_seconds() const { return timeout_s_; }
 
   // Blocking conveniences built on the non-blocking forms.
@@ -108,6 +121,7 @@ class Communicator {
   CommStats stats_;
   std::uint64_t sequence_ = 0;
   double timeout_s_ = 600.0;
+  WaitObserver* observer_ = nullptr;
 };
 
 }  // namespace trident

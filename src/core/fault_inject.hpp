@@ -5,7 +5,8 @@
 //   ckpt: after_create, mid_datasets, before_rename, before_latest
 // fault_armed() only answers whether a site is named, for faults that are not
 // a kill: grad:inf sets one gradient of this rank to inf before the update;
-// ckpt:write_error[@N] fails this rank's write of dataset N (any, without @).
+// ckpt:write_error[@N] fails this rank's write of dataset N (any, without @);
+// step:stall@N makes this rank sleep for an hour before step N (a stuck rank).
 #pragma once
 
 namespace trident {

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "comm/mpi_communicator.hpp"
+#include "comm/wait_board.hpp"
 #include "core/error.hpp"
 
 namespace trident {
@@ -44,6 +45,7 @@ Grid::Grid(MPI_Comm parent, GridShape shape) : shape_(shape) {
   MPI_Comm_rank(node, &local_rank_);
   MPI_Comm_size(node, &local_size_);
   MPI_Comm_free(&node);
+  board_ = std::make_unique<MpiWaitBoard>(parent);
   make_communicators(make_communicator);
 }
 
@@ -54,6 +56,9 @@ void Grid::make_communicators(const CommunicatorFactory& make) {
   pipeline_ = make(pipeline_comm_, "pipeline");
   model_ = make(model_comm_, "model");
   if (embedding_comm_ != MPI_COMM_NULL) embedding_ = make(embedding_comm_, "embedding");
+  for (Communicator* c : {world_.get(), tensor_.get(), data_.get(), pipeline_.get(), model_.get(),
+                          embedding_.get()})
+    if (c) c->set_wait_observer(board_.get());
 }
 
 void Grid::use_communicators(const CommunicatorFactory& make) {

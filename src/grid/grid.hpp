@@ -13,6 +13,8 @@
 
 namespace trident {
 
+class MpiWaitBoard;
+
 struct GridShape {
   int tp = 1;
   int dp = 1;
@@ -70,6 +72,7 @@ class Grid {
 
  private:
   void make_communicators(const CommunicatorFactory& make);
+  std::unique_ptr<MpiWaitBoard> board_;  // where each rank waits: named when a wait times out
   GridShape shape_;
   GridCoord coord_;
   int rank_ = 0;

@@ -4,6 +4,10 @@
 // then reduce gradients and update once every W has run.
 #include <fmt/format.h>
 
+#include <chrono>
+#include <thread>
+
+#include "core/fault_inject.hpp"
 #include "core/timer.hpp"
 #include "optim/schedule.hpp"
 #include "train/pipedream_runner.hpp"
@@ -95,6 +99,8 @@ double Trainer::run_schedule(int step, float dloss) {
 }
 
 StepStats Trainer::step(int step) {
+  // TRIDENT_FAULT_INJECT=step:stall@N on a rank: it stops answering, as a stuck node would.
+  if (fault_armed("step", "stall", step)) std::this_thread::sleep_for(std::chrono::hours(1));
   if (pipedream_) return pipedream_->step(step);
   const double t0 = now_seconds();
   const auto& t = deck_.train;

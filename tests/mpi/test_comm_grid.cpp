@@ -7,10 +7,12 @@
 #include <cmath>
 #include <cstring>
 #include <numeric>
+#include <thread>
 #include <vector>
 
 #include "comm/agree.hpp"
 #include "comm/mpi_communicator.hpp"
+#include "comm/wait_board.hpp"
 #include "core/error.hpp"
 #include "core/half.hpp"
 #include "grid/grid.hpp"
@@ -132,6 +134,47 @@ TEST(Collectives, WaitTimesOutNamingGroupOperationAndSequence) {
       c->send(&x, 1, DType::f32, 0, 99);
     }
   }
+}
+
+TEST(Collectives, ATimeoutNamesTheRanksElsewhere) {
+  // Rank 0 waits for rank 1, which computes for a while; ranks 2.. wait in a
+  // barrier of their own that rank 1 joins late. Rank 0's timeout names them.
+  if (world_size() < 3) GTEST_SKIP() << "needs three ranks";
+  MpiWaitBoard board(MPI_COMM_WORLD);
+  auto c = make_communicator(MPI_COMM_WORLD, "world");
+  c->set_wait_observer(&board);
+  MPI_Comm side_comm;
+  MPI_Comm_split(MPI_COMM_WORLD, c->rank() == 0 ? MPI_UNDEFINED : 1, c->rank(), &side_comm);
+  std::unique_ptr<Communicator> side;
+  if (side_comm != MPI_COMM_NULL) side = make_communicator(side_comm, "side"), side->set_wait_observer(&board);
+  float x = 0;
+  if (c->rank() == 0) {
+    c->set_timeout_seconds(0.5);
+    Request r = c->irecv(&x, 1, DType::f32, 1, 7);
+    try {
+      c->wait(r);
+      ADD_FAILURE() << "wait returned without a sender";
+    } catch (const RuntimeFailure& e) {
+      const std::string msg = e.what();
+      EXPECT_NE(msg.find("world recv #1"), std::string::npos) << msg;
+      EXPECT_NE(msg.find("rank 1: "), std::string::npos) << msg;
+      for (int r2 = 2; r2 < c->size(); ++r2)
+        EXPECT_NE(msg.find(fmt::format("rank {}: side barrier #1", r2)), std::string::npos) << msg;
+    }
+    c->set_timeout_seconds(60);
+    c->wait(r);
+    EXPECT_EQ(x, 7.0f);
+  } else if (c->rank() == 1) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // "computing"
+    x = 7.0f;
+    c->send(&x, 1, DType::f32, 0, 7);
+    side->barrier();
+  } else {
+    side->barrier();
+  }
+  side.reset();
+  if (side_comm != MPI_COMM_NULL) MPI_Comm_free(&side_comm);
+  MPI_Barrier(MPI_COMM_WORLD);
 }
 
 TEST(Grid, MappingIsTensorFastestThenDataThenPipeline) {
