@@ -15,7 +15,7 @@ pps=${*:-2}
 bin=${TRIDENT_BIN:-build/src/trident}
 # D_MODEL: a wider model makes the per-message latency a smaller share of
 # each micro-batch (the theory counts compute only).
-d_model=${D_MODEL:-256} schedules=${SCHEDULES:-gpipe 1f1b interleaved zb-h1 zb-h2 pipedream}
+d_model=${D_MODEL:-256} schedules=${SCHEDULES:-gpipe 1f1b interleaved zb-h1 zb-h2 zb-v pipedream}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 echo "machine: $(nproc) cores; deck $deck (d_model $d_model, 8 layers, micro_batch 1)"
 printf '%-3s %-12s %-3s %-3s %10s %10s %8s\n' p schedule m v measured theory ratio

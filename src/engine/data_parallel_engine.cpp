@@ -35,12 +35,11 @@ void DataParallelEngine::finish_backward() {
   else comm_->finish();
 }
 
-void DataParallelEngine::sum_tied_grads(Communicator& ends) {
-  if (!optimizer_) return;  // gather mode: only the root holds the summed gradients
+GradSpan DataParallelEngine::tied_grads() {
+  if (!optimizer_) return {};  // gather mode: only the root holds the summed gradients
   Arena& g = model_->grads();
   const TensorInfo& wte = model_->param_table().at("wte");
-  ends.all_reduce(static_cast<char*>(g.data()) + wte.offset * dtype_size(g.dtype()), wte.numel,
-                  g.dtype(), ReduceOp::sum);
+  return {static_cast<char*>(g.data()) + wte.offset * dtype_size(g.dtype()), wte.numel, g.dtype()};
 }
 
 double DataParallelEngine::grad_sum_squares() {

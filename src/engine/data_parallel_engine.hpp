@@ -19,7 +19,7 @@ class DataParallelEngine final : public GradEngine {
   void begin_step() override;
   GradsReadyFn grads_ready_hook() override;
   void finish_backward() override;
-  void sum_tied_grads(Communicator& ends) override;
+  GradSpan tied_grads() override;
   double grad_sum_squares() override;
   bool grads_nonfinite() override;
   void step(float lr, float grad_scale) override;

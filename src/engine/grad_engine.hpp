@@ -22,6 +22,13 @@
 
 namespace trident {
 
+// Gradients an engine holds for one tensor: where, how many, in which type.
+struct GradSpan {
+  void* data = nullptr;  // null: this rank holds none (gather mode off the root)
+  std::size_t count = 0;
+  DType dtype = DType::f32;
+};
+
 // The kinds of training state a checkpoint holds per parameter.
 enum class StateKind { params, exp_avg, exp_avg_sq, masters };
 
@@ -41,9 +48,12 @@ class GradEngine {
   // gradients are final (null when the engine does not overlap).
   virtual GradsReadyFn grads_ready_hook() = 0;
   virtual void finish_backward() = 0;  // every reduction of the step complete
-  // The tied embedding's gradients summed over `ends` (the first and last
-  // pipeline stages), which then both hold the whole gradient.
-  virtual void sum_tied_grads(Communicator& ends) = 0;
+  // The tied embedding's gradients this rank sums with the other copy's
+  // (whole, or its ZeRO slice, which lines up with the other copy's).
+  virtual GradSpan tied_grads() = 0;
+  // Summed over `ends` (the first and last pipeline stages), which then both
+  // hold the whole gradient.
+  void sum_tied_grads(Communicator& ends);
 
   // Sum of squares of the gradients this rank counts: over the whole grid,
   // each element of the model exactly once (one data replica, one tensor rank
@@ -89,6 +99,10 @@ struct EngineSetup {
 // builds its storage now; `unit_align` is then the alignment the model's
 // table must use (units split into dp equal slices), else 0.
 std::unique_ptr<GradEngine> make_grad_engine(const EngineSetup& s, std::size_t& unit_align);
+
+// zb-v: both copies of the tied embedding are chunks of one rank; each gets
+// the sum (16-bit gradients added in f32 and rounded, as the MPI sum does).
+void sum_tied_grads_locally(GradEngine& first, GradEngine& last, ComputeBackend& backend);
 
 // Whether a rank's copy of `t` is the one saved and counted: replicated
 // tensors by tensor rank 0, data replicas by data rank 0, secondary copies

@@ -28,10 +28,9 @@ void ZeroEngine::attach(GptModel& model, std::uint64_t seed) {
   if (adam_.weights != DType::f32) optimizer_->init_masters(model.initial_parameters(seed));
 }
 
-void ZeroEngine::sum_tied_grads(Communicator& ends) {
+GradSpan ZeroEngine::tied_grads() {
   const TensorInfo& wte = model_table_->at("wte");
-  const ZeroUnit& u = plan_.units()[wte.unit];
-  ends.all_reduce(storage_->owned_grads(wte.unit), plan_.slice(u), DType::f32, ReduceOp::sum);
+  return {storage_->owned_grads(wte.unit), plan_.slice(plan_.units()[wte.unit]), DType::f32};
 }
 
 double ZeroEngine::grad_sum_squares() { return optimizer_->grad_sum_squares(tp_root_); }

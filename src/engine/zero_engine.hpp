@@ -19,7 +19,7 @@ class ZeroEngine final : public GradEngine {
   void begin_step() override { storage_->begin_step(); }
   GradsReadyFn grads_ready_hook() override { return nullptr; }  // the storage reduces per unit
   void finish_backward() override { storage_->finish_backward(); }
-  void sum_tied_grads(Communicator& ends) override;
+  GradSpan tied_grads() override;
   double grad_sum_squares() override;
   bool grads_nonfinite() override;
   void step(float lr, float grad_scale) override;

@@ -150,10 +150,11 @@ void read_rest(DeckReader& r, Deck& d) {
   r.get("parallel", "p2p_gbps", p.p2p_gbps);
   r.require(p.schedule == "naive" || p.schedule == "gpipe" || p.schedule == "1f1b" ||
                 p.schedule == "interleaved" || p.schedule == "pipedream" ||
-                p.schedule == "zb-h1" || p.schedule == "zb-h2",
+                p.schedule == "zb-h1" || p.schedule == "zb-h2" || p.schedule == "zb-v",
             "parallel", "schedule",
             fmt::format("= \"{}\" is not a schedule; use \"naive\", \"gpipe\", \"1f1b\", "
-                        "\"zb-h1\", \"zb-h2\", \"interleaved\" or \"pipedream\"", p.schedule));
+                        "\"zb-h1\", \"zb-h2\", \"zb-v\", \"interleaved\" or \"pipedream\"",
+                        p.schedule));
   r.require(p.partition == "uniform" || p.partition == "parameters" || p.partition == "profile",
             "parallel", "partition",
             fmt::format("= \"{}\" is not a partition; use \"uniform\", \"parameters\" or "
@@ -270,6 +271,20 @@ GridShape resolve_layout(Deck& d, int world) {
     throw InputError(fmt::format("{}: [parallel] tp = {} does not divide the MLP width 4 * "
                                  "model.d_model = {}; choose tp in {{{}}}",
                                  f, p.tp, m.d_ff(), divisors(m.d_ff())));
+  if (p.schedule == "zb-v" && p.pp >= 2) {
+    // The V: two chunks per rank, whatever virtual_stages said (1 or 2).
+    if (p.virtual_stages > 2)
+      throw InputError(fmt::format("{}: [parallel] schedule = \"zb-v\" runs 2 chunks per rank; "
+                                   "set virtual_stages = 2 (or leave it out)", f));
+    p.virtual_stages = 2;
+    if (p.partition != "uniform")
+      throw InputError(fmt::format("{}: [parallel] schedule = \"zb-v\" uses the uniform "
+                                   "partition; set partition = \"uniform\"", f));
+    if (m.layers % (2 * p.pp) != 0)
+      throw InputError(fmt::format("{}: [parallel] schedule = \"zb-v\" splits model.layers = {} "
+                                   "into 2 * pp = {} equal chunks; choose layers divisible by {}, "
+                                   "or another schedule", f, m.layers, 2 * p.pp, 2 * p.pp));
+  }
   const int chunks = p.virtual_stages;
   if (p.schedule == "interleaved") {
     if (chunks < 2)
@@ -285,7 +300,7 @@ GridShape resolve_layout(Deck& d, int world) {
     throw InputError(fmt::format("{}: [parallel] schedule = \"{}\" needs pp >= 2 (one stage "
                                  "has no bubble to fill); set pp, or use schedule = \"1f1b\"",
                                  f, p.schedule));
-  } else if (chunks != 1) {
+  } else if (chunks != 1 && p.schedule != "zb-v") {
     throw InputError(fmt::format("{}: [parallel] virtual_stages = {} needs schedule = "
                                  "\"interleaved\"", f, chunks));
   }

@@ -1,5 +1,6 @@
 #include "memory/estimate.hpp"
 
+#include "memory/schedule_costs.hpp"
 #include "memory/working_copies.hpp"
 #include "model/gpt.hpp"
 #include "optim/grad_view.hpp"
@@ -52,8 +53,10 @@ MemoryEstimate estimate_memory(const Deck& deck, const GridShape& shape, int sta
   const int B = deck.train.micro_batch > 0 ? deck.train.micro_batch : deck.train.batch / shape.dp;
   const int micro_batches = std::max(1, deck.train.batch / (shape.dp * B));
   const Partition part = predicted_partition(deck, V);
-  const auto actions = build_schedule(parse_schedule(deck.parallel.schedule), shape.pp, 0,
-                                      micro_batches, v);
+  const ScheduleKind kind = parse_schedule(deck.parallel.schedule);
+  const bool split = splits_backward(kind) && shape.pp > 1;
+  const ZeroBubbleCosts costs = split ? zero_bubble_costs(deck, shape, part) : ZeroBubbleCosts{};
+  const auto actions = build_schedule(kind, shape.pp, 0, micro_batches, v, split ? &costs : nullptr);
   const double f = sizeof(float), tokens = double(B) * m.seq_len;
   // 16-bit weights: resident in 2 bytes, f32 working copies of the units in
   // use, and f32 masters beside the Adam moments.
@@ -64,8 +67,8 @@ MemoryEstimate estimate_memory(const Deck& deck, const GridShape& shape, int sta
   const DType grads = precision_dtype(deck.precision.reduce_dtype);
   const double g = double(dtype_size(grads));
   auto at = [&](MemCategory c) -> double& { return e.bytes[int(c)]; };
-  for (int c = 0; c < v; ++c) {  // rank 0's chunks: virtual stages c * pp
-    const int vs = c * shape.pp;
+  for (int c = 0; c < v; ++c) {  // rank 0's chunks: virtual stages c * pp, or the V's 0 and 2pp - 1
+    const int vs = virtual_stage_of(v_placement(kind), shape.pp, 0, c);
     const StageSpec spec{part[vs], part[vs + 1] - part[vs], vs == 0, vs == V - 1};
     const TensorTable table = build_gpt_param_table(m, tp, align, spec);
     const double n = double(table.size());
@@ -114,11 +117,9 @@ MemoryEstimate estimate_memory(const Deck& deck, const GridShape& shape, int sta
                                      double(GptModel::scratch_table(m, B, tp).size())) * f +
                                     double(saved16.size()) * slots * 2 +
                                     2 * tokens * slots * sizeof(std::int32_t);
-    if (splits_backward(parse_schedule(deck.parallel.schedule))) {  // kept from B for W
-      TensorTable kept = GptModel::weight_input_table(m, B, tp, spec);
-      kept.align_end(TensorTable::kAlign);
-      at(MemCategory::activations) += double(kept.size()) * slots * f;
-    }
+    // Zero bubble: the W buffers, kept from B for W.
+    at(MemCategory::activations) +=
+        max_pending_weights(actions, c) * weight_buffer_bytes(deck, shape, spec);
   }
   e.parameters = double(gpt_num_parameters(m));
   return e;

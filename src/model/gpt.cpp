@@ -33,11 +33,11 @@ GptModel::GptModel(const GptConfig& c, int micro_batch, ComputeBackend& backend,
                     saved16_.size() * o.activation_slots, policy_.store);
   if (work_.size() > 0) work_arena_ = Arena(backend, ledger, MemCategory::activations, work_.size());
   scratch_arena_ = Arena(backend, ledger, MemCategory::activations, scratch_.size());
-  if (o.split_backward) {
+  if (o.weight_buffers > 0) {
     weight_inputs_table_ = weight_input_table(c, B_, tp_, stage_);
     weight_inputs_table_.align_end(TensorTable::kAlign);
     weight_inputs_ = Arena(backend, ledger, MemCategory::activations,
-                           weight_inputs_table_.size() * o.activation_slots);
+                           weight_inputs_table_.size() * o.weight_buffers);
   }
   io_ = Arena(backend, ledger, MemCategory::activations, 2 * std::size_t(BT_) * o.activation_slots,
               DType::i32);

@@ -36,9 +36,11 @@ struct GptModelOptions {
   StageSpec stage;                  // default: the whole model
   int activation_slots = 1;         // micro-batches whose activations are kept at once
   ActivationPolicy activations;     // what is saved for backward, and in which type
-  // Zero-bubble schedules: backward_input and backward_weights run apart, so
-  // each slot also keeps the output gradients of the weight ops.
-  bool split_backward = false;
+  // Zero-bubble schedules: micro-batches between backward_input and
+  // backward_weights at once, each keeping the output gradients of the weight
+  // ops in a W buffer (a pool apart from the slots: a B fused with its W
+  // needs none).
+  int weight_buffers = 0;
 };
 
 class GptModel {
@@ -75,7 +77,7 @@ class GptModel {
                                 const TensorParallelLayout& tp, const ActivationPolicy& policy);
   static TensorTable scratch_table(const GptConfig& c, int micro_batch,
                                    const TensorParallelLayout& tp);
-  // Per slot under split_backward: the output gradient of every weight op of
+  // Per W buffer: the output gradient of every weight op of
   // the stage (each linear's and norm's, the embeddings'), B to W.
   static TensorTable weight_input_table(const GptConfig& c, int micro_batch,
                                         const TensorParallelLayout& tp, const StageSpec& st);
@@ -93,12 +95,12 @@ class GptModel {
   // tensor group are summed then, and `ready` (may be empty) is told as ranges
   // of gradients become final.
   void backward(int slot, const GradsReadyFn& ready, bool finalize = true);
-  // The same, split in two (split_backward; Qi et al. 2024, section 2): B
-  // leaves input_grad(slot) and no weight gradient; W, any time later and
-  // before the slot is reused, adds the weight gradients; `ready` and
-  // `finalize` as for backward().
-  void backward_input(int slot);
-  void backward_weights(int slot, const GradsReadyFn& ready, bool finalize);
+  // The same, split in two (Qi et al. 2024, section 2): B leaves
+  // input_grad(slot) and no weight gradient, keeping what W needs in W buffer
+  // `wbuf`; W, any time later and before the slot or the buffer is reused,
+  // adds the weight gradients; `ready` and `finalize` as for backward().
+  void backward_input(int slot, int wbuf);
+  void backward_weights(int slot, int wbuf, const GradsReadyFn& ready, bool finalize);
 
   // Pipeline boundaries: this rank's tokens x d_model floats each.
   std::size_t boundary_elements() const { return std::size_t(BTl_) * cfg_.d_model; }
@@ -148,19 +150,18 @@ class GptModel {
   // (the step's last backward, or every one where the storage reduces each
   // micro-batch's gradients: summing accumulated sums twice would be wrong).
   void sum_partial_grads(const std::vector<std::string>& names);
-  // One backward over the stage; weights_now: each weight op runs with its
-  // input gradient, else its output gradient is kept for backward_weights.
-  void backward_pass(int slot, bool weights_now, const GradsReadyFn& ready, bool finalize);
-  void head_backward(int slot, float* d_res, bool weights_now, bool finalize);
-  void block_backward(int slot, int l, bool weights_now, bool finalize);
+  // One backward over the stage; wbuf < 0: each weight op runs with its
+  // input gradient, else its output gradient is kept in W buffer wbuf.
+  void backward_pass(int slot, int wbuf, const GradsReadyFn& ready, bool finalize);
+  void head_backward(int slot, float* d_res, int wbuf, bool finalize);
+  void block_backward(int slot, int l, int wbuf, bool finalize);
   void embedding_grads(int slot, const float* d_emb, bool finalize);
   // After a unit's weight gradients of one micro-batch: SP sums, storage told.
   void finish_head_grads(bool finalize);
   void finish_block_grads(int l, bool finalize);
-  void keep_for_weights(bool weights_now, int slot, const std::string& name, const float* src,
-                        std::size_t n);
-  float* weight_input(int slot, const std::string& name) {
-    return weight_inputs_.f32() + std::size_t(slot) * weight_inputs_table_.size() +
+  void keep_for_weights(int wbuf, const std::string& name, const float* src, std::size_t n);
+  float* weight_input(int wbuf, const std::string& name) {
+    return weight_inputs_.f32() + std::size_t(wbuf) * weight_inputs_table_.size() +
            weight_inputs_table_.at(name).offset;
   }
 

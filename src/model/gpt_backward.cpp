@@ -3,7 +3,7 @@
 // with SP, all-gather of the gradient leaving it, reduce-scatter of the one
 // entering it). Split for the zero-bubble schedules (Qi et al. 2024, section
 // 2): B computes the activation gradients the previous stage waits for and
-// keeps the output gradient of each weight op in the slot; W computes the
+// keeps the output gradient of each weight op in a W buffer; W computes the
 // weight gradients from those and the saved inputs. backward() runs both in
 // one pass, each weight op where its output gradient is made.
 #include <fmt/format.h>
@@ -12,12 +12,13 @@
 
 namespace trident {
 
-void GptModel::keep_for_weights(bool weights_now, int slot, const std::string& name,
-                                const float* src, std::size_t n) {
-  if (!weights_now) backend_.copy(weight_input(slot, name), src, n * sizeof(float));
+void GptModel::keep_for_weights(int wbuf, const std::string& name, const float* src,
+                                std::size_t n) {
+  if (wbuf >= 0) backend_.copy(weight_input(wbuf, name), src, n * sizeof(float));
 }
 
-void GptModel::head_backward(int slot, float* d_res, bool weights_now, bool finalize) {
+void GptModel::head_backward(int slot, float* d_res, int wbuf, bool finalize) {
+  const bool weights_now = wbuf < 0;
   const int C = cfg_.d_model, BT = BT_, BTl = BTl_, Vl = tp_.local_vocab(cfg_);
   ComputeBackend& be = backend_;
   ModelStorage& st = *storage_;
@@ -33,7 +34,7 @@ void GptModel::head_backward(int slot, float* d_res, bool weights_now, bool fina
   round(d_c, std::size_t(BT) * C);
   be.zero(d_res, std::size_t(BTl) * C * sizeof(float));
   const float* d_lnf = reduce_row_parallel(d_c);
-  keep_for_weights(weights_now, slot, "d_lnf", d_lnf, std::size_t(BTl) * C);
+  keep_for_weights(wbuf, "d_lnf", d_lnf, std::size_t(BTl) * C);
   be.layernorm_backward(d_res, gw("lnf.w"), gw("lnf.b"), d_lnf, output(slot), P("lnf.w"),
                         act(slot, "lnf_mean"), act(slot, "lnf_rstd"), BTl, C);
   st.done_params(unit("lnf.w"));
@@ -48,7 +49,8 @@ void GptModel::finish_head_grads(bool finalize) {
   if (!stage_.embedding) st.done_grads(unit("wte"), finalize);  // the head's copy is done
 }
 
-void GptModel::block_backward(int slot, int l, bool weights_now, bool finalize) {
+void GptModel::block_backward(int slot, int l, int wbuf, bool finalize) {
+  const bool weights_now = wbuf < 0;
   const int B = B_, T = cfg_.seq_len, C = cfg_.d_model, BT = BT_, BTl = BTl_;
   const int Cl = tp_.local_width(cfg_), NHl = tp_.local_heads(cfg_), Fl = tp_.local_ff(cfg_);
   ComputeBackend& be = backend_;
@@ -61,7 +63,7 @@ void GptModel::block_backward(int slot, int l, bool weights_now, bool finalize) 
   const std::string p = fmt::format("h.{}.", l);
   auto gw = [&](const char* n) { return weights_now ? G(p + n) : nullptr; };
   auto keep = [&](const char* n, const float* src, std::size_t count) {
-    keep_for_weights(weights_now, slot, p + n, src, count);
+    keep_for_weights(wbuf, p + n, src, count);
   };
   const Block a = block(slot, l);
   const int u = unit(p + "ln1.w");
@@ -134,19 +136,19 @@ void GptModel::embedding_grads(int slot, const float* d_emb, bool finalize) {
   st.done_grads(unit("wte"), finalize);
 }
 
-void GptModel::backward_pass(int slot, bool weights_now, const GradsReadyFn& ready,
-                             bool finalize) {
+void GptModel::backward_pass(int slot, int wbuf, const GradsReadyFn& ready, bool finalize) {
+  const bool weights_now = wbuf < 0;
   auto notify = [&](const std::string& first) {
     if (weights_now && ready && finalize) ready(table_.at(first).offset);
   };
   // d_res: dLoss/d(output) of this stage, from the head or from the next stage.
   float* d_res = scratch("d_res");
   if (stage_.head) {
-    head_backward(slot, d_res, weights_now, finalize);
+    head_backward(slot, d_res, wbuf, finalize);
     notify("lnf.w");
   }
   for (int l = last_block() - 1; l >= stage_.first_block; --l) {
-    block_backward(slot, l, weights_now, finalize);
+    block_backward(slot, l, wbuf, finalize);
     notify(fmt::format("h.{}.ln1.w", l));
   }
   const std::size_t n = std::size_t(BTl_) * cfg_.d_model;
@@ -154,22 +156,22 @@ void GptModel::backward_pass(int slot, bool weights_now, const GradsReadyFn& rea
     backend_.copy(act(slot, "d_input"), d_res, n * sizeof(float));
     return;
   }
-  keep_for_weights(weights_now, slot, "d_embed", d_res, n);
+  keep_for_weights(wbuf, "d_embed", d_res, n);
   if (!weights_now) return;
   embedding_grads(slot, d_res, finalize);
   notify("wte");
 }
 
 void GptModel::backward(int slot, const GradsReadyFn& ready, bool finalize) {
-  backward_pass(slot, /*weights_now=*/true, ready, finalize);
+  backward_pass(slot, /*wbuf=*/-1, ready, finalize);
 }
 
-void GptModel::backward_input(int slot) {
-  if (!weight_inputs_.data()) throw std::logic_error("backward_input needs split_backward");
-  backward_pass(slot, /*weights_now=*/false, nullptr, false);
+void GptModel::backward_input(int slot, int wbuf) {
+  if (!weight_inputs_.data()) throw std::logic_error("backward_input needs weight_buffers");
+  backward_pass(slot, wbuf, nullptr, false);
 }
 
-void GptModel::backward_weights(int slot, const GradsReadyFn& ready, bool finalize) {
+void GptModel::backward_weights(int slot, int wbuf, const GradsReadyFn& ready, bool finalize) {
   const int C = cfg_.d_model, BT = BT_, BTl = BTl_;
   const int Cl = tp_.local_width(cfg_), Fl = tp_.local_ff(cfg_), Vl = tp_.local_vocab(cfg_);
   ComputeBackend& be = backend_;
@@ -182,7 +184,7 @@ void GptModel::backward_weights(int slot, const GradsReadyFn& ready, bool finali
     st.need_grads(unit("lnf.w"));
     const float* lnf_all = tp_.sp() ? act(slot, "lnf_full") : act(slot, "lnf");
     be.matmul_backward(nullptr, G("wte"), nullptr, act(slot, "logits"), lnf_all, nullptr, BT, C, Vl);
-    be.layernorm_backward(nullptr, G("lnf.w"), G("lnf.b"), weight_input(slot, "d_lnf"),
+    be.layernorm_backward(nullptr, G("lnf.w"), G("lnf.b"), weight_input(wbuf, "d_lnf"),
                           output(slot), nullptr, act(slot, "lnf_mean"), act(slot, "lnf_rstd"),
                           BTl, C);
     finish_head_grads(finalize);
@@ -190,7 +192,7 @@ void GptModel::backward_weights(int slot, const GradsReadyFn& ready, bool finali
   }
   for (int l = last_block() - 1; l >= stage_.first_block; --l) {
     const std::string p = fmt::format("h.{}.", l);
-    auto d = [&](const char* n) { return weight_input(slot, p + n); };
+    auto d = [&](const char* n) { return weight_input(wbuf, p + n); };
     const Block a = block(slot, l);
     const int u = unit(p + "ln1.w");
     const float* x_in = block_input(slot, l);
@@ -220,7 +222,7 @@ void GptModel::backward_weights(int slot, const GradsReadyFn& ready, bool finali
     notify(p + "ln1.w");
   }
   if (!stage_.embedding) return;
-  embedding_grads(slot, weight_input(slot, "d_embed"), finalize);
+  embedding_grads(slot, weight_input(wbuf, "d_embed"), finalize);
   notify("wte");
 }
 

@@ -30,6 +30,18 @@ int Trainer::acquire_slot(ModelChunk& c, int mb) {
 void Trainer::release_slot(ModelChunk& c, int mb) {
   c.busy[c.slot_of[mb]] = false;
   c.slot_of[mb] = -1;
+  if (c.buffer_of[mb] >= 0) c.buffer_busy[c.buffer_of[mb]] = false;
+  c.buffer_of[mb] = -1;
+}
+
+int Trainer::acquire_weight_buffer(ModelChunk& c, int mb) {
+  for (std::size_t b = 0; b < c.buffer_busy.size(); ++b) {
+    if (c.buffer_busy[b]) continue;
+    c.buffer_busy[b] = true;
+    c.buffer_of[mb] = int(b);
+    return int(b);
+  }
+  throw std::logic_error("pipeline: more pending weight passes than W buffers");
 }
 
 double Trainer::run_schedule(int step, float dloss) {
@@ -70,7 +82,7 @@ double Trainer::run_schedule(int step, float dloss) {
     if (a.part == BackwardPart::weights) {  // W: nobody waits for it
       ScopedTimer timer(times_.backward);
       TraceScope ts(trace_, fmt::format("W{}", mb), "weights");
-      m.backward_weights(slot, ready, last);
+      m.backward_weights(slot, c.buffer_of[mb], ready, last);
       release_slot(c, mb);
       continue;
     }
@@ -82,7 +94,7 @@ double Trainer::run_schedule(int step, float dloss) {
     {
       ScopedTimer timer(times_.backward);
       TraceScope ts(trace_, fmt::format("B{}", mb), "backward");
-      if (a.part == BackwardPart::input) m.backward_input(slot);
+      if (a.part == BackwardPart::input) m.backward_input(slot, acquire_weight_buffer(c, mb));
       else m.backward(slot, ready, last);
     }
     if (!pcomm_.first_virtual(a.chunk))

@@ -7,6 +7,7 @@
 #include "model/gpt_params.hpp"
 #include "optim/clip.hpp"
 #include "optim/schedule.hpp"
+#include "memory/schedule_costs.hpp"
 #include "train/pipedream_runner.hpp"
 #include "train/profile.hpp"
 
@@ -23,7 +24,7 @@ Trainer::Trainer(const Deck& deck, Grid& grid, ComputeBackend& backend, MemoryLe
       trace_(trace),
       schedule_(parse_schedule(deck.parallel.schedule)),
       micro_batches_(deck.train.batch / (grid.shape().dp * deck.train.micro_batch)),
-      pcomm_(grid.pipeline(), deck.parallel.virtual_stages),
+      pcomm_(grid.pipeline(), deck.parallel.virtual_stages, v_placement(schedule_)),
       weights_(precision_dtype(deck.precision.dtype)),
       grads_(precision_dtype(deck.precision.reduce_dtype)) {
   if (deck.precision.dtype == "fp16") {
@@ -32,14 +33,16 @@ Trainer::Trainer(const Deck& deck, Grid& grid, ComputeBackend& backend, MemoryLe
   }
   const int v = deck.parallel.virtual_stages, p = grid.shape().pp, s = grid.coord().pp;
   choose_partition(ledger);
-  actions_ = build_schedule(schedule_, p, s, micro_batches_, v);
+  const bool split = splits_backward(schedule_) && p > 1;
+  const ZeroBubbleCosts costs = split ? zero_bubble_costs(deck, grid.shape(), partition_) : ZeroBubbleCosts{};
+  actions_ = build_schedule(schedule_, p, s, micro_batches_, v, split ? &costs : nullptr);
   chunks_.resize(v);
   for (int c = 0; c < v; ++c) {
     ModelChunk& ch = chunks_[c];
-    ch.virtual_stage = c * p + s;
+    ch.virtual_stage = virtual_stage_of(v_placement(schedule_), p, s, c);
     const int vs = ch.virtual_stage, V = p * v;
     ch.spec = StageSpec{partition_[vs], partition_[vs + 1] - partition_[vs], vs == 0, vs == V - 1};
-    build_chunk(ch, ledger, max_in_flight(actions_, c));
+    build_chunk(ch, ledger, max_in_flight(actions_, c), max_pending_weights(actions_, c));
   }
   if (schedule_ == ScheduleKind::pipedream) pipedream_ = std::make_unique<PipedreamRunner>(*this, ledger);
   const std::size_t bt = std::size_t(deck.train.micro_batch) * deck.model.seq_len;
@@ -70,7 +73,7 @@ void Trainer::choose_partition(MemoryLedger& ledger) {
   (void)ledger;
 }
 
-void Trainer::build_chunk(ModelChunk& ch, MemoryLedger& ledger, int slots) {
+void Trainer::build_chunk(ModelChunk& ch, MemoryLedger& ledger, int slots, int weight_buffers) {
   const auto& t = deck_.train;
   const TensorParallelLayout tp{grid_.shape().tp, grid_.coord().tp, deck_.parallel.sequence_parallel};
   GptModelOptions o;
@@ -80,7 +83,7 @@ void Trainer::build_chunk(ModelChunk& ch, MemoryLedger& ledger, int slots) {
   o.tensor_comm = &grid_.tensor();
   o.stage = ch.spec;
   o.activation_slots = slots;
-  o.split_backward = splits_backward(schedule_);
+  o.weight_buffers = weight_buffers;
   o.activations = make_activation_policy(t.recompute, t.partition_activations, tp.size, tp.sp(),
                                          deck_.precision.dtype);
   o.weights = weights_;
@@ -92,6 +95,8 @@ void Trainer::build_chunk(ModelChunk& ch, MemoryLedger& ledger, int slots) {
   ch.sends.resize(slots);
   ch.busy.assign(slots, false);
   ch.slot_of.assign(std::max(micro_batches_, 1), -1);
+  ch.buffer_busy.assign(weight_buffers, false);
+  ch.buffer_of.assign(std::max(micro_batches_, 1), -1);
 }
 
 void Trainer::refresh_weights_from_masters() {
@@ -116,6 +121,12 @@ void Trainer::load(const TokenDataset& data, std::uint64_t first_window) {
 void Trainer::sum_tied_embedding() {
   // The first and last stages hold copies of the token embedding: their
   // gradients (each stage's own contribution) are summed so both stay equal.
+  // In a V both are chunks of rank 0: summed there, no message.
+  if (v_placement(schedule_)) {
+    if (grid_.coord().pp == 0)
+      sum_tied_grads_locally(*chunks_.front().engine, *chunks_.back().engine, backend_);
+    return;
+  }
   Communicator* ends = grid_.embedding();
   if (!ends) return;
   (grid_.coord().pp == 0 ? chunks_.front() : chunks_.back()).engine->sum_tied_grads(*ends);

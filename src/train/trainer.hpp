@@ -47,6 +47,8 @@ struct ModelChunk {
   std::vector<int> slot_of;                 // micro-batch -> activation slot
   std::vector<std::vector<Request>> sends;  // per slot: sends still reading it
   std::vector<bool> busy;                   // per slot
+  std::vector<int> buffer_of;               // micro-batch -> W buffer (zero bubble)
+  std::vector<bool> buffer_busy;            // per W buffer
   int weight_passes_left = 0;               // in this step's schedule (B+W or W)
 };
 
@@ -94,12 +96,13 @@ class Trainer {
 
  private:
   friend class PipedreamRunner;
-  void build_chunk(ModelChunk& c, MemoryLedger& ledger, int slots);
+  void build_chunk(ModelChunk& c, MemoryLedger& ledger, int slots, int weight_buffers);
   void choose_partition(MemoryLedger& ledger);
   void load(const TokenDataset& data, std::uint64_t first_window);
   double run_schedule(int step, float dloss);  // returns this rank's loss sum
   int acquire_slot(ModelChunk& c, int mb);
   void release_slot(ModelChunk& c, int mb);
+  int acquire_weight_buffer(ModelChunk& c, int mb);
   void sum_tied_embedding();
   void update(float lr, StepStats& s);
 

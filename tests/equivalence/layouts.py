@@ -13,7 +13,7 @@ AXES = [
     ("dp", [1, 2, 4]),
     ("tp", [1, 2, 4]),
     ("pp", [1, 2, 4]),
-    ("schedule", ["naive", "gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2"]),  # interleaved: v 2
+    ("schedule", ["naive", "gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2", "zb-v"]),  # interleaved: v 2; zb-v: 2 chunks (the deck sets them)
     ("sp", [False, True]),
     ("zero", [0, 1, 2, 3]),
     ("dp_mode", ["allreduce", "gather"]),

@@ -2,7 +2,8 @@
 
 namespace trident {
 
-PipelineComm::PipelineComm(Communicator& pipeline, int chunks) : pipe_(pipeline), chunks_(chunks) {}
+PipelineComm::PipelineComm(Communicator& pipeline, int chunks, bool v_shape)
+    : pipe_(pipeline), chunks_(chunks), v_shape_(v_shape) {}
 
 int PipelineComm::tag(int mb, int receiver, bool forward, int space) const {
   // Evaluation numbers its micro-batches -1, -2, ...: they get a tag range of
@@ -14,26 +15,26 @@ int PipelineComm::tag(int mb, int receiver, bool forward, int space) const {
   return int(t & 0x0fffffff) | (space << 28);
 }
 
-// The previous virtual stage of (chunk, s) is (chunk, s-1), or the last stage
-// of the previous chunk; the next is (chunk, s+1), or stage 0 of the next chunk.
+// Neighbours are the ranks of virtual stages vs - 1 and vs + 1: the ring for
+// interleaving; in a V the turn at stage p - 1 is a message to itself.
 void PipelineComm::recv_forward(float* buf, std::size_t n, int mb, int chunk) {
-  const int prev = (stage() + stages() - 1) % stages();
-  pipe_.recv(buf, n, DType::f32, prev, tag(mb, virtual_stage(chunk), true));
+  const int vs = virtual_stage(chunk);
+  pipe_.recv(buf, n, DType::f32, rank_of(vs - 1), tag(mb, vs, true));
 }
 
 Request PipelineComm::send_forward(const float* buf, std::size_t n, int mb, int chunk) {
-  const int next = (stage() + 1) % stages();
-  return pipe_.isend(buf, n, DType::f32, next, tag(mb, virtual_stage(chunk) + 1, true));
+  const int vs = virtual_stage(chunk);
+  return pipe_.isend(buf, n, DType::f32, rank_of(vs + 1), tag(mb, vs + 1, true));
 }
 
 void PipelineComm::recv_backward(float* buf, std::size_t n, int mb, int chunk) {
-  const int next = (stage() + 1) % stages();
-  pipe_.recv(buf, n, DType::f32, next, tag(mb, virtual_stage(chunk), false));
+  const int vs = virtual_stage(chunk);
+  pipe_.recv(buf, n, DType::f32, rank_of(vs + 1), tag(mb, vs, false));
 }
 
 Request PipelineComm::send_backward(const float* buf, std::size_t n, int mb, int chunk) {
-  const int prev = (stage() + stages() - 1) % stages();
-  return pipe_.isend(buf, n, DType::f32, prev, tag(mb, virtual_stage(chunk) - 1, false));
+  const int vs = virtual_stage(chunk);
+  return pipe_.isend(buf, n, DType::f32, rank_of(vs - 1), tag(mb, vs - 1, false));
 }
 
 Request PipelineComm::send_head_grad(const float* buf, std::size_t n, int mb) {

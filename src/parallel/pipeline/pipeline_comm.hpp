@@ -11,16 +11,18 @@
 #include <vector>
 
 #include "comm/communicator.hpp"
+#include "parallel/pipeline/schedule.hpp"
 
 namespace trident {
 
 class PipelineComm {
  public:
-  PipelineComm(Communicator& pipeline, int chunks);
+  // v_shape: zb-v's placement (chunk 1 of rank s is virtual stage 2p - 1 - s).
+  PipelineComm(Communicator& pipeline, int chunks, bool v_shape = false);
   int stage() const { return pipe_.rank(); }
   int stages() const { return pipe_.size(); }
-  bool first_virtual(int chunk) const { return chunk == 0 && stage() == 0; }
-  bool last_virtual(int chunk) const { return chunk == chunks_ - 1 && stage() == stages() - 1; }
+  bool first_virtual(int chunk) const { return virtual_stage(chunk) == 0; }
+  bool last_virtual(int chunk) const { return virtual_stage(chunk) == chunks_ * stages() - 1; }
 
   void recv_forward(float* buf, std::size_t n, int mb, int chunk);
   Request send_forward(const float* buf, std::size_t n, int mb, int chunk);
@@ -33,13 +35,15 @@ class PipelineComm {
   void wait(Request& r) { pipe_.wait(r); }
 
  private:
-  int virtual_stage(int chunk) const { return chunk * stages() + stage(); }
+  int virtual_stage(int chunk) const { return virtual_stage_of(v_shape_, stages(), stage(), chunk); }
+  int rank_of(int vs) const { return rank_of_virtual_stage(v_shape_, stages(), vs); }
   // Tag spaces (the top bits): training's activations and gradients,
   // evaluation's, and pipedream's head gradients to stage 0.
   static constexpr int kTrainTags = 0, kEvalTags = 1, kHeadTags = 2;
   int tag(int mb, int receiver_virtual_stage, bool forward, int space = kTrainTags) const;
   Communicator& pipe_;
   int chunks_;
+  bool v_shape_;
 };
 
 }  // namespace trident

@@ -15,22 +15,34 @@
 //  - zb-h1, zb-h2: zero bubble (Qi et al. 2024): each backward split into B
 //    (the input gradient the previous stage waits for) and W (the weight
 //    gradients nobody waits for), and W placed in what would be bubbles.
-//    zb-h1 keeps at most min(p, m) micro-batches' activations on a stage (the
-//    peak of 1F1B, on its stage 0) and leaves about a third of its bubble;
-//    zb-h2 keeps up to min(2p - 1, m) and leaves only the (p - 1) forwards
-//    before the last stage starts, which a synchronous step cannot avoid.
+//    zb-h1 keeps 1F1B's activation memory on every stage (p - s micro-batches
+//    at most, W buffers included in the byte budget) and leaves about a third
+//    of its bubble; zb-h2 keeps up to min(2p - 1, m) and leaves only the
+//    (p - 1) forwards before the last stage starts, which a synchronous step
+//    cannot avoid; zb-v runs two chunks per rank in a V (rank s holds virtual
+//    stages s and 2p - 1 - s, section 6) within 1F1B's peak memory.
 #pragma once
 #include <string>
 #include <vector>
 
 namespace trident {
 
-enum class ScheduleKind { naive, gpipe, one_f_one_b, interleaved, pipedream, zb_h1, zb_h2 };
+enum class ScheduleKind { naive, gpipe, one_f_one_b, interleaved, pipedream, zb_h1, zb_h2, zb_v };
 ScheduleKind parse_schedule(const std::string& name);  // throws std::invalid_argument
 const char* schedule_name(ScheduleKind k);
 // Whether the schedule runs B and W as separate actions.
 inline bool splits_backward(ScheduleKind k) {
-  return k == ScheduleKind::zb_h1 || k == ScheduleKind::zb_h2;
+  return k == ScheduleKind::zb_h1 || k == ScheduleKind::zb_h2 || k == ScheduleKind::zb_v;
+}
+// zb-v's V placement: chunk 0 of rank s is virtual stage s, chunk 1 is
+// 2p - 1 - s, so the embedding and the head share rank 0. Elsewhere chunk c
+// of rank s is virtual stage c * p + s.
+inline bool v_placement(ScheduleKind k) { return k == ScheduleKind::zb_v; }
+inline int virtual_stage_of(bool v_shape, int stages, int stage, int chunk) {
+  return v_shape && chunk == 1 ? 2 * stages - 1 - stage : chunk * stages + stage;
+}
+inline int rank_of_virtual_stage(bool v_shape, int stages, int vs) {
+  return v_shape && vs >= stages ? 2 * stages - 1 - vs : vs % stages;
 }
 
 // What a backward action computes: both gradients back to back, or one half
@@ -45,9 +57,31 @@ struct PipelineAction {
   bool frees_slot() const { return !forward && part != BackwardPart::input; }
 };
 
-// One step's actions; pipedream: its first step from a cold start.
+// What the zero-bubble lists are built from (Qi et al. 2024, section 3: the
+// heuristic takes T_F, T_B, T_W and the memory each pass holds). Per virtual
+// stage: durations of its F, B and W (any unit, identical on every rank), the
+// bytes of one activation slot and of one W buffer (the output gradients B
+// keeps for W). Per rank: the bytes its slots and W buffers may take.
+struct ZeroBubbleCosts {
+  std::vector<double> f, b, w, slot_bytes, w_bytes, budget;
+};
+// Unit durations; a slot of a whole stage 1, a W buffer 2/3 of it (what a
+// block keeps for W against what it saves); budgets as the schedule states.
+ZeroBubbleCosts unit_costs(ScheduleKind kind, int stages, int chunks);
+// The budget each schedule states for rank s, from the bytes of a slot of
+// each 1F1B stage (one chunk per rank): zb-h1 1F1B's own p - s slots, zb-v
+// 1F1B's peak over the ranks, both + 5%; zb-h2 none (0).
+double zero_bubble_budget(ScheduleKind kind, int stage, const std::vector<double>& one_f_one_b_slot);
+
+// One step's actions; pipedream: its first step from a cold start. Zero
+// bubble: from `costs` (null: unit_costs).
 std::vector<PipelineAction> build_schedule(ScheduleKind kind, int stages, int stage,
-                                           int micro_batches, int chunks);
+                                           int micro_batches, int chunks,
+                                           const ZeroBubbleCosts* costs = nullptr);
+// All ranks' zero-bubble lists (schedule_zero_bubble.cpp).
+std::vector<std::vector<PipelineAction>> zero_bubble_schedule(ScheduleKind kind, int stages,
+                                                              int micro_batches,
+                                                              const ZeroBubbleCosts& costs);
 // Pipedream, step `step` of the stream, micro-batches numbered globally
 // (step * m + i): with `warm_up` (the stream's first step, also after a
 // resume) the p - s - 1 forwards that run ahead first, then m pairs
@@ -59,11 +93,14 @@ std::vector<PipelineAction> pipedream_actions(int stages, int stage, int micro_b
 inline int pipedream_in_flight(int stages, int stage) { return stages - stage; }
 // The most micro-batches a chunk holds activations for at once under `actions`.
 int max_in_flight(const std::vector<PipelineAction>& actions, int chunk);
+// The most micro-batches of a chunk whose B has run and W not: W buffers.
+int max_pending_weights(const std::vector<PipelineAction>& actions, int chunk);
 // The bound each schedule states for max_in_flight on stage s (chunk 0);
 // 0 where none is stated (interleaved, pipedream).
 int in_flight_bound(ScheduleKind kind, int stages, int stage, int micro_batches);
 // Theory: idle fraction of a step for p stages, m micro-batches, v chunks
-// (zero bubble: replayed with unit F, B and W, the paper's cost model).
+// (zero bubble: replayed with unit F, B and W, the paper's cost model; zb-v
+// has two chunks whatever `chunks` says).
 double theoretical_bubble(ScheduleKind kind, int stages, int micro_batches, int chunks);
 
 }  // namespace trident

@@ -20,7 +20,8 @@ std::string describe(const PipelineAction& a) {
 
 }  // namespace
 
-ScheduleReplay replay_schedule(const std::vector<std::vector<PipelineAction>>& ranks, int v) {
+ScheduleReplay replay_schedule(const std::vector<std::vector<PipelineAction>>& ranks, int v,
+                               bool v_shape) {
   const int p = int(ranks.size()), V = p * v;
   // Finish time of the F and of the input-gradient pass per (virtual stage, micro-batch).
   std::map<std::pair<int, int>, long long> f_end, b_end;
@@ -32,7 +33,7 @@ ScheduleReplay replay_schedule(const std::vector<std::vector<PipelineAction>>& r
     for (int s = 0; s < p; ++s) {
       for (; next[s] < ranks[s].size(); ++next[s]) {
         const PipelineAction& a = ranks[s][next[s]];
-        const int vs = a.chunk * p + s;
+        const int vs = virtual_stage_of(v_shape, p, s, a.chunk);
         long long start = free_at[s];
         // What this action receives: the previous stage's F, the next one's B.
         if (a.forward && vs > 0) {
@@ -60,6 +61,8 @@ ScheduleReplay replay_schedule(const std::vector<std::vector<PipelineAction>>& r
 }
 
 std::string validate_schedule(ScheduleKind kind, int p, int m, int v) {
+  const bool v_shape = v_placement(kind);
+  if (v_shape) v = 2;
   std::vector<std::vector<PipelineAction>> ranks;
   // (direction, receiving virtual stage, micro-batch) -> sends minus receives
   std::map<std::tuple<bool, int, int>, int> messages;
@@ -70,7 +73,7 @@ std::string validate_schedule(ScheduleKind kind, int p, int m, int v) {
     std::map<std::pair<int, int>, std::vector<int>> seen;
     for (std::size_t k = 0; k < ranks[s].size(); ++k) {
       const PipelineAction& a = ranks[s][k];
-      const int vs = a.chunk * p + s;
+      const int vs = virtual_stage_of(v_shape, p, s, a.chunk);
       if (a.micro_batch < 0 || a.micro_batch >= m || a.chunk < 0 || a.chunk >= v)
         return fmt::format("rank {}: {} is out of range", s, describe(a));
       auto& pos = seen[{a.chunk, a.micro_batch}];
@@ -100,6 +103,18 @@ std::string validate_schedule(ScheduleKind kind, int p, int m, int v) {
     if (bound > 0 && max_in_flight(ranks[s], 0) > bound)
       return fmt::format("rank {}: {} micro-batches in flight, above the bound {}", s,
                          max_in_flight(ranks[s], 0), bound);
+    if (splits_backward(kind)) {
+      const ZeroBubbleCosts c = unit_costs(kind, p, m);
+      double bytes = 0;
+      for (int ch = 0; ch < v; ++ch) {
+        const int vs = virtual_stage_of(v_shape, p, s, ch);
+        bytes += max_in_flight(ranks[s], ch) * c.slot_bytes[vs] +
+                 max_pending_weights(ranks[s], ch) * c.w_bytes[vs];
+      }
+      if (c.budget[s] > 0 && bytes > c.budget[s] * (1 + 1e-9))
+        return fmt::format("rank {}: slots and W buffers take {:.3f}, above the budget {:.3f}", s,
+                           bytes, c.budget[s]);
+    }
   }
   for (const auto& [key, balance] : messages)
     if (balance != 0)
@@ -107,7 +122,7 @@ std::string validate_schedule(ScheduleKind kind, int p, int m, int v) {
                          std::get<0>(key) ? "activation" : "gradient", std::get<2>(key),
                          std::get<1>(key),
                          balance > 0 ? "sent, never received" : "received, never sent");
-  return replay_schedule(ranks, v).deadlock;
+  return replay_schedule(ranks, v, v_shape).deadlock;
 }
 
 }  // namespace trident

@@ -16,12 +16,15 @@ struct ScheduleReplay {
   std::string deadlock;    // empty, or which rank waits at which action
 };
 
-// Each rank's actions (rank s runs virtual stages c * p + s), started as soon
-// as their input has arrived: receives block, sends do not.
-ScheduleReplay replay_schedule(const std::vector<std::vector<PipelineAction>>& ranks, int chunks);
+// Each rank's actions (rank s runs virtual stages c * p + s, or the V's s and
+// 2p - 1 - s), started as soon as their input has arrived: receives block,
+// sends do not.
+ScheduleReplay replay_schedule(const std::vector<std::vector<PipelineAction>>& ranks, int chunks,
+                               bool v_shape = false);
 
 // Empty when build_schedule's lists for every rank are sound; else the first
-// problem found.
+// problem found. Zero bubble (unit costs): each rank's slots and W buffers
+// also within its budget.
 std::string validate_schedule(ScheduleKind kind, int stages, int micro_batches, int chunks);
 
 }  // namespace trident

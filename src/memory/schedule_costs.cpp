@@ -1,0 +1,82 @@
+#include "memory/schedule_costs.hpp"
+
+#include "model/gpt.hpp"
+
+namespace trident {
+namespace {
+
+int micro_batch_of(const Deck& deck, const GridShape& shape) {
+  return deck.train.micro_batch > 0 ? deck.train.micro_batch : deck.train.batch / shape.dp;
+}
+
+StageSpec spec_of(const Partition& part, int vs) {
+  const int V = int(part.size()) - 1;
+  return StageSpec{part[vs], part[vs + 1] - part[vs], vs == 0, vs == V - 1};
+}
+
+}  // namespace
+
+double slot_bytes(const Deck& deck, const GridShape& shape, const StageSpec& spec) {
+  const GptConfig& m = deck.model;
+  const int B = micro_batch_of(deck, shape);
+  const TensorParallelLayout tp{shape.tp, 0, deck.parallel.sequence_parallel};
+  const ActivationPolicy policy =
+      make_activation_policy(deck.train.recompute, deck.train.partition_activations, shape.tp,
+                             tp.sp(), deck.precision.dtype);
+  TensorTable saved = GptModel::saved_activation_table(m, B, tp, spec, policy);
+  saved.align_end(TensorTable::kAlign);
+  TensorTable saved16 = GptModel::saved_16bit_table(m, B, tp, spec, policy);
+  saved16.align_end(2 * TensorTable::kAlign);
+  return double(saved.size()) * sizeof(float) + double(saved16.size()) * 2 +
+         2.0 * B * m.seq_len * sizeof(std::int32_t);
+}
+
+double weight_buffer_bytes(const Deck& deck, const GridShape& shape, const StageSpec& spec) {
+  const TensorParallelLayout tp{shape.tp, 0, deck.parallel.sequence_parallel};
+  TensorTable kept = GptModel::weight_input_table(deck.model, micro_batch_of(deck, shape), tp, spec);
+  kept.align_end(TensorTable::kAlign);
+  return double(kept.size()) * sizeof(float);
+}
+
+ZeroBubbleCosts zero_bubble_costs(const Deck& deck, const GridShape& shape,
+                                  const Partition& part) {
+  const ScheduleKind kind = parse_schedule(deck.parallel.schedule);
+  const GptConfig& m = deck.model;
+  const int p = shape.pp, V = int(part.size()) - 1;
+  // FLOPs per token of one block (Narayanan et al. 2021, appendix): GEMMs
+  // 2 * 12 C^2 / tp forward, as much for the input gradients (B) and for the
+  // weight gradients (W); attention's two T x T products 4 T C / tp forward,
+  // twice that backward, all in B. The head's 2 C V in F, B and W.
+  const double C = m.d_model, T = m.seq_len, vocab = m.vocab, tp = shape.tp;
+  const double gemm = 24 * C * C / tp, attn = 4 * T * C / tp, head = 2 * C * vocab / tp;
+  ZeroBubbleCosts c;
+  for (int vs = 0; vs < V; ++vs) {
+    const StageSpec spec = spec_of(part, vs);
+    const double blocks = spec.blocks(m.layers), h = spec.head ? head : 0;
+    c.f.push_back(blocks * (gemm + attn) + h);
+    c.b.push_back(blocks * (gemm + 2 * attn) + h);
+    c.w.push_back(blocks * gemm + h);
+    c.slot_bytes.push_back(slot_bytes(deck, shape, spec));
+    c.w_bytes.push_back(weight_buffer_bytes(deck, shape, spec));
+  }
+  // The budget is 1F1B's on the same model: one chunk per rank, its own partition.
+  const Partition one = V == p ? part : partition_uniform(m.layers, p);
+  std::vector<double> one_f_one_b;
+  for (int s = 0; s < p; ++s) one_f_one_b.push_back(slot_bytes(deck, shape, spec_of(one, s)));
+  // Each chunk also has its working buffer and scratch, whatever the schedule:
+  // what a rank's chunks take beyond 1F1B's one set comes out of the budget.
+  const TensorParallelLayout tpl{shape.tp, 0, deck.parallel.sequence_parallel};
+  const ActivationPolicy policy =
+      make_activation_policy(deck.train.recompute, deck.train.partition_activations, shape.tp,
+                             tpl.sp(), deck.precision.dtype);
+  const int B = micro_batch_of(deck, shape);
+  const double fixed = double(GptModel::work_table(m, B, tpl, policy).size() +
+                              GptModel::scratch_table(m, B, tpl).size()) * sizeof(float);
+  for (int s = 0; s < p; ++s) {
+    const double b = zero_bubble_budget(kind, s, one_f_one_b);
+    c.budget.push_back(b > 0 ? b - (V / p - 1.05) * fixed : 0);
+  }
+  return c;
+}
+
+}  // namespace trident

@@ -1,0 +1,23 @@
+// The costs the zero-bubble lists are built from, for a deck's model: the
+// bytes of a slot and of a W buffer per virtual stage (the model's own
+// tables) and the durations of F, B and W from their FLOPs, so every rank
+// derives the same lists without measuring.
+#pragma once
+#include "grid/grid.hpp"
+#include "io/deck.hpp"
+#include "parallel/pipeline/partition.hpp"
+#include "parallel/pipeline/schedule.hpp"
+#include "parallel/tensor/tensor_layout.hpp"
+
+namespace trident {
+
+// `partition` over the schedule's virtual stages (2p for zb-v, else p).
+ZeroBubbleCosts zero_bubble_costs(const Deck& deck, const GridShape& shape,
+                                  const Partition& partition);
+
+// Bytes of one activation slot of a stage (saved f32 and 16-bit arrays,
+// tokens and targets), and of one W buffer.
+double slot_bytes(const Deck& deck, const GridShape& shape, const StageSpec& spec);
+double weight_buffer_bytes(const Deck& deck, const GridShape& shape, const StageSpec& spec);
+
+}  // namespace trident

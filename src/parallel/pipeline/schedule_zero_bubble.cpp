@@ -1,0 +1,187 @@
+// Zero-bubble lists (Qi et al., ICLR 2024) by list scheduling every rank at
+// once over the costs of each pass (section 3.1's heuristic): a rank that is
+// free runs the B whose gradient has arrived (the critical path), else the
+// next F whose input is there and whose slot fits, else its oldest pending W,
+// which thereby fills what would be a bubble. Candidates that alternate take
+// the F first after a B (the heuristic's steady state: F and B in turn).
+//
+// Memory is what the trainer allocates: per chunk, as many activation slots
+// as micro-batches are ever in flight (F to W) and as many W buffers as ever
+// wait between B and W. A rank may grow either pool only within its budget;
+// a B that finds no room for a W buffer runs fused with its W (nothing kept).
+// The candidates differ in how much budget the slots leave to W buffers (a
+// slot fewer lets W wait: the paper's ZB-H1 delays W and keeps 1F1B's count)
+// and in how many forwards each virtual stage may start; the shortest wins.
+#include <algorithm>
+#include <deque>
+#include <limits>
+#include <map>
+#include <stdexcept>
+
+#include "parallel/pipeline/schedule.hpp"
+
+namespace trident {
+namespace {
+
+constexpr double kNever = std::numeric_limits<double>::infinity();
+
+struct Chunk {
+  int vs = 0;
+  int cap = 0;                     // forwards in flight at most (schedule's bound)
+  int nf = 0, nb = 0;              // F and B done, in micro-batch order
+  int live = 0, pending = 0;       // slots held; W buffers held
+  int slots = 1, buffers = 0;      // pool sizes reached (one slot reserved up front)
+};
+
+struct Rank {
+  std::vector<Chunk> chunks;
+  std::deque<std::pair<int, int>> waiting_w;  // (chunk, micro-batch) in B order
+  double free_at = 0, budget = 0, reserve = 0;
+  bool after_b = false;  // the last pass was a B
+  std::vector<PipelineAction> actions;
+};
+
+struct Outcome {
+  std::vector<std::vector<PipelineAction>> ranks;
+  double makespan = kNever;
+};
+
+double pool_bytes(const Rank& r, const ZeroBubbleCosts& c) {
+  double bytes = 0;
+  for (const Chunk& k : r.chunks) bytes += k.slots * c.slot_bytes[k.vs] + k.buffers * c.w_bytes[k.vs];
+  return bytes;
+}
+
+// One candidate: `cap_extra` more forwards per virtual stage than 1F1B's
+// V - vs, slots kept `reserve` bytes below the budget.
+Outcome simulate(ScheduleKind kind, int p, int m, const ZeroBubbleCosts& c, int cap_extra,
+                 double reserve_w, bool alternate) {
+  const bool v_shape = v_placement(kind);
+  const int chunks = v_shape ? 2 : 1, V = p * chunks;
+  std::vector<std::vector<double>> f_done(V, std::vector<double>(m, kNever)), b_done = f_done;
+  std::vector<Rank> ranks(p);
+  for (int s = 0; s < p; ++s) {
+    Rank& r = ranks[s];
+    r.budget = c.budget.empty() || c.budget[s] <= 0 ? kNever : c.budget[s];
+    r.reserve = reserve_w;
+    for (int ch = 0; ch < chunks; ++ch) {
+      Chunk k;
+      k.vs = virtual_stage_of(v_shape, p, s, ch);
+      const int bound = in_flight_bound(kind, p, s, m);
+      k.cap = std::min(bound > 0 ? bound : m, V - k.vs + cap_extra);
+      r.chunks.push_back(k);
+    }
+  }
+  std::size_t left = std::size_t(V) * m;  // slots still to free
+  double t = 0;
+  auto fits = [&](const Rank& r, double more, double room) {
+    return pool_bytes(r, c) + more <= room * (1 + 1e-12);
+  };
+  while (left > 0) {
+    for (int s = 0; s < p; ++s) {
+      Rank& r = ranks[s];
+      if (r.free_at > t) continue;
+      // B: the lowest micro-batch whose gradient is here, the later virtual stage first.
+      Chunk *b = nullptr, *f = nullptr;
+      for (Chunk& k : r.chunks) {
+        if (k.nb >= k.nf || (k.vs < V - 1 && b_done[k.vs + 1][k.nb] > t)) continue;
+        if (!b || k.nb < b->nb || (k.nb == b->nb && k.vs > b->vs)) b = &k;
+      }
+      // F: the lowest micro-batch whose input is here and whose slot fits.
+      for (Chunk& k : r.chunks) {
+        if (k.nf >= m || k.live >= k.cap || (k.vs > 0 && f_done[k.vs - 1][k.nf] > t)) continue;
+        if (k.live >= k.slots && !fits(r, c.slot_bytes[k.vs], r.budget - r.reserve)) continue;
+        if (!f || k.nf < f->nf || (k.nf == f->nf && k.vs > f->vs)) f = &k;
+      }
+      if (b && f && alternate && r.after_b) b = nullptr;
+      PipelineAction a;
+      double dur = 0;
+      if (b) {
+        Chunk& k = *b;
+        const int ch = int(&k - r.chunks.data());
+        const bool split = k.pending < k.buffers || fits(r, c.w_bytes[k.vs], r.budget);
+        a = {false, k.nb, ch, split ? BackwardPart::input : BackwardPart::both};
+        dur = c.b[k.vs] + (split ? 0 : c.w[k.vs]);
+        b_done[k.vs][k.nb] = t + dur;
+        if (split) {
+          k.buffers = std::max(k.buffers, ++k.pending);
+          r.waiting_w.push_back({ch, k.nb});
+        } else {
+          --k.live, --left;
+        }
+        ++k.nb;
+      } else if (f) {
+        Chunk& k = *f;
+        a = {true, k.nf, int(&k - r.chunks.data())};
+        dur = c.f[k.vs];
+        f_done[k.vs][k.nf] = t + dur;
+        k.slots = std::max(k.slots, ++k.live);
+        ++k.nf;
+      } else if (!r.waiting_w.empty()) {
+        auto [ch, mb] = r.waiting_w.front();
+        r.waiting_w.pop_front();
+        Chunk& k = r.chunks[ch];
+        a = {false, mb, ch, BackwardPart::weights};
+        dur = c.w[k.vs];
+        --k.pending, --k.live, --left;
+      } else {
+        continue;
+      }
+      if (!a.forward || a.part != BackwardPart::weights) r.after_b = !a.forward;
+      r.actions.push_back(a);
+      r.free_at = t + dur;
+    }
+    double next = kNever;
+    for (const Rank& r : ranks)
+      if (r.free_at > t) next = std::min(next, r.free_at);
+    if (next == kNever) return {};  // nobody can move: this candidate is infeasible
+    t = next;
+  }
+  Outcome o;
+  o.makespan = 0;
+  for (Rank& r : ranks) {
+    o.makespan = std::max(o.makespan, r.free_at);
+    o.ranks.push_back(std::move(r.actions));
+  }
+  return o;
+}
+
+}  // namespace
+
+ZeroBubbleCosts unit_costs(ScheduleKind kind, int p, int) {
+  const int chunks = v_placement(kind) ? 2 : 1, V = p * chunks;
+  ZeroBubbleCosts c;
+  c.f.assign(V, 1.0), c.b.assign(V, 1.0), c.w.assign(V, 1.0);
+  c.slot_bytes.assign(V, 1.0 / chunks), c.w_bytes.assign(V, 2.0 / 3.0 / chunks);
+  const std::vector<double> one_f_one_b(p, 1.0);
+  for (int s = 0; s < p; ++s) c.budget.push_back(zero_bubble_budget(kind, s, one_f_one_b));
+  return c;
+}
+
+double zero_bubble_budget(ScheduleKind kind, int s, const std::vector<double>& slot) {
+  const int p = int(slot.size());
+  // 5% above 1F1B: room for a W buffer where a slot's worth is traded.
+  constexpr double kSlack = 1.05;
+  if (kind == ScheduleKind::zb_h1) return kSlack * (p - s) * slot[s];
+  if (kind != ScheduleKind::zb_v) return 0;
+  double peak = 0;
+  for (int r = 0; r < p; ++r) peak = std::max(peak, (p - r) * slot[r]);
+  return kSlack * peak;
+}
+
+std::vector<std::vector<PipelineAction>> zero_bubble_schedule(ScheduleKind kind, int p, int m,
+                                                              const ZeroBubbleCosts& c) {
+  double w_max = 0;
+  for (double w : c.w_bytes) w_max = std::max(w_max, w);
+  Outcome best;
+  for (int extra = 0; extra <= p; ++extra)
+    for (int reserve = 0; reserve <= 3; ++reserve)
+      for (bool alternate : {false, true}) {
+        Outcome o = simulate(kind, p, m, c, extra, reserve * w_max, alternate);
+        if (o.makespan < best.makespan * (1 - 1e-9)) best = std::move(o);
+      }
+  if (best.ranks.empty()) throw std::logic_error("zero-bubble schedule: no candidate fits its budget");
+  return best.ranks;
+}
+
+}  // namespace trident
