@@ -53,17 +53,23 @@ int estimate_command(const EstimateOptions& o) {
                "(weights {}, gradients {}{}), padding, ZeRO slots and f32 working copies "
                "included\n\n", base.parameters / 1e6, pr.dtype, pr.reduce_dtype,
                pr.dtype == "fp32" ? "" : ", f32 masters");
-    fmt::print("{:<8}{:>12}{:>12}{:>12}{:>14}{:>14}{:>12}{:>12}{}\n", "zero", "params", "grads",
-               "optimizer", "model state", "activations", "buffers", "peak",
-               limit > 0 ? fmt::format("  fits {}", format_bytes(limit)) : "");
+    // The paper's model state beside ours: its precision is the deck's
+    // (mixed 2+2+12 B with 16-bit weights, else 4+4+8 B), Psi per tensor rank.
+    const bool mixed = pr.dtype != "fp32";
+    const double psi = base.parameters / shape.tp;
+    fmt::print("{:<8}{:>12}{:>12}{:>12}{:>14}{:>12}{:>8}{:>14}{:>12}{:>12}{}\n", "zero", "params",
+               "grads", "optimizer", "model state", "paper", "ratio", "activations", "buffers",
+               "peak", limit > 0 ? fmt::format("  fits {}", format_bytes(limit)) : "");
     for (int stage = 0; stage <= 3; ++stage) {
       const MemoryEstimate e = estimate_memory(deck, shape, stage);
       auto b = [&](MemCategory c) { return format_bytes(e.bytes[int(c)]); };
       const std::string mark = stage == deck.zero.stage ? " (deck)" : "";
-      fmt::print("{:<8}{:>12}{:>12}{:>12}{:>14}{:>14}{:>12}{:>12}{}\n",
+      const double paper = zero_paper_bytes(psi, shape.dp, stage, mixed);
+      fmt::print("{:<8}{:>12}{:>12}{:>12}{:>14}{:>12}{:>8}{:>14}{:>12}{:>12}{}\n",
                  fmt::format("{}{}", stage, mark), b(MemCategory::parameters),
                  b(MemCategory::gradients), b(MemCategory::optimizer),
-                 format_bytes(e.model_state()), b(MemCategory::activations),
+                 format_bytes(e.model_state()), format_bytes(paper),
+                 fmt::format("{:.2f}", e.model_state() / paper), b(MemCategory::activations),
                  b(MemCategory::buffers), format_bytes(e.peak()),
                  limit > 0 ? fmt::format("  {}", e.peak() <= limit ? "yes" : "NO") : "");
     }
@@ -78,13 +84,12 @@ int estimate_command(const EstimateOptions& o) {
     }
     fmt::print("\nactivations (recompute = {}, {}): {}\n", deck.train.recompute,
                deck.precision.dtype, modes);
-    const double psi = base.parameters / shape.tp;
     fmt::print("ZeRO paper's model state per rank (Psi = {:.2f} M per tensor rank, N_d = {}):\n",
                psi / 1e6, shape.dp);
-    for (bool mixed : {true, false}) {
-      fmt::print("  {:<28}", mixed ? "mixed precision (2+2+12 B):" : "fp32 (4+4+8 B):");
+    for (bool paper_mixed : {true, false}) {
+      fmt::print("  {:<28}", paper_mixed ? "mixed precision (2+2+12 B):" : "fp32 (4+4+8 B):");
       for (int stage = 0; stage <= 3; ++stage)
-        fmt::print("  stage {} {:>10}", stage, format_bytes(zero_paper_bytes(psi, shape.dp, stage, mixed)));
+        fmt::print("  stage {} {:>10}", stage, format_bytes(zero_paper_bytes(psi, shape.dp, stage, paper_mixed)));
       fmt::print("\n");
     }
     if (limit > 0) {

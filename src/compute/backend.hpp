@@ -40,6 +40,10 @@ class ComputeBackend {
   virtual void copy_to_host(void* host, const void* dev, std::size_t bytes) = 0;
   virtual void copy_from_host(void* dev, const void* host, std::size_t bytes) = 0;
   virtual void copy(void* dst, const void* src, std::size_t bytes) = 0;  // device to device
+  // rows x cols floats between matrices with leading dimensions dst_ld and
+  // src_ld (a column block of the logits to or from a contiguous buffer).
+  virtual void copy_2d(float* dst, std::size_t dst_ld, const float* src, std::size_t src_ld,
+                       std::size_t rows, std::size_t cols) = 0;
   virtual void synchronize() = 0;
   // f32 to or from bf16/f16 storage (round to nearest even; f16 overflows to
   // inf), or f32 to f32; and f32 values rounded in place to the nearest value

@@ -96,9 +96,11 @@ struct EngineSetup {
 };
 
 // The engine the deck asks for (zero.stage, parallel.dp_mode). A ZeRO engine
-// builds its storage now; `unit_align` is then the alignment the model's
-// table must use (units split into dp equal slices), else 0.
-std::unique_ptr<GradEngine> make_grad_engine(const EngineSetup& s, std::size_t& unit_align);
+// builds its storage now; `units` is then the unit layout the model's table
+// must use (units split into dp equal slices), else the default.
+std::unique_ptr<GradEngine> make_grad_engine(const EngineSetup& s, UnitLayout& units);
+// The unit layout ZeRO `stage` uses on dp data ranks (the estimator's too).
+UnitLayout zero_unit_layout(const Deck& deck, int dp, int stage, const TensorParallelLayout& tp);
 
 // zb-v: both copies of the tied embedding are chunks of one rank; each gets
 // the sum (16-bit gradients added in f32 and rounded, as the MPI sum does).

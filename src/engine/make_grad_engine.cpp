@@ -4,16 +4,27 @@
 
 namespace trident {
 
-std::unique_ptr<GradEngine> make_grad_engine(const EngineSetup& s, std::size_t& unit_align) {
+UnitLayout zero_unit_layout(const Deck& deck, int dp, int stage, const TensorParallelLayout& tp) {
+  UnitLayout u(stage > 0 ? std::size_t(dp) * TensorTable::kAlign : 1);  // dp equal, aligned slices
+  if (stage == 3) {  // the stage whose slots hold gathered parameters
+    u.dp = dp;
+    u.table_units = deck.zero.table_units > 0 ? deck.zero.table_units
+                                               : table_units_for_blocks(deck.model, tp);
+  }
+  return u;
+}
+
+std::unique_ptr<GradEngine> make_grad_engine(const EngineSetup& s, UnitLayout& units) {
   const auto& t = s.deck.train;
   const AdamWConfig adam{float(t.beta1), float(t.beta2), float(t.eps), float(t.weight_decay),
                          s.weights, s.grads};
   if (s.deck.zero.stage > 0) {
-    // Every unit splits into dp equal, vector-aligned slices.
-    unit_align = std::size_t(s.grid.shape().dp) * TensorTable::kAlign;
-    return std::make_unique<ZeroEngine>(s, unit_align, adam);
+    const TensorParallelLayout tp{s.grid.shape().tp, s.grid.coord().tp,
+                                  s.deck.parallel.sequence_parallel};
+    units = zero_unit_layout(s.deck, s.grid.shape().dp, s.deck.zero.stage, tp);
+    return std::make_unique<ZeroEngine>(s, units, adam);
   }
-  unit_align = 1;
+  units = UnitLayout{};
   return std::make_unique<DataParallelEngine>(
       s.grid, s.backend, s.ledger, adam, s.deck.parallel.dp_mode == "gather",
       std::size_t(s.deck.parallel.bucket_mb * 1024 * 1024));

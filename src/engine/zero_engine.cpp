@@ -7,7 +7,7 @@
 
 namespace trident {
 
-ZeroEngine::ZeroEngine(const EngineSetup& s, std::size_t unit_align, AdamWConfig adam)
+ZeroEngine::ZeroEngine(const EngineSetup& s, const UnitLayout& units, AdamWConfig adam)
     : backend_(s.backend),
       ledger_(s.ledger),
       adam_(adam),
@@ -15,7 +15,7 @@ ZeroEngine::ZeroEngine(const EngineSetup& s, std::size_t unit_align, AdamWConfig
       table_(build_gpt_param_table(
           s.deck.model,
           TensorParallelLayout{s.grid.shape().tp, s.grid.coord().tp, s.deck.parallel.sequence_parallel},
-          unit_align, s.stage)),
+          units, s.stage)),
       plan_(table_, s.grid.shape().dp, s.grid.coord().dp,
             std::size_t(s.deck.zero.persistence_threshold)) {
   storage_ = std::make_unique<ZeroStorage>(s.deck.zero.stage, table_, plan_, s.backend, s.ledger,
@@ -30,13 +30,17 @@ void ZeroEngine::attach(GptModel& model, std::uint64_t seed) {
 
 GradSpan ZeroEngine::tied_grads() {
   const TensorInfo& wte = model_table_->at("wte");
-  return {storage_->owned_grads(wte.unit), plan_.slice(plan_.units()[wte.unit]), DType::f32};
+  const ZeroUnit& u = plan_.units()[wte.unit];
+  // A cut table's units are adjacent, so are this rank's slices of them.
+  return {storage_->owned_grads(wte.unit), plan_.slice(u) * wte.units, DType::f32};
 }
 
 double ZeroEngine::grad_sum_squares() { return optimizer_->grad_sum_squares(tp_root_); }
 
 bool ZeroEngine::grads_nonfinite() {
-  return !std::isfinite(backend_.sum_squares(storage_->owned_grads_all(), plan_.shard_size()));
+  double s = 0;
+  storage_->for_each_owned_grads([&](float* g, std::size_t n) { s += backend_.sum_squares(g, n); });
+  return !std::isfinite(s);
 }
 
 void ZeroEngine::step(float lr, float grad_scale) {
@@ -54,7 +58,8 @@ TensorSlice ZeroEngine::state_slice(StateKind kind, const TensorInfo& t, const G
     return whole_shard(t, static_cast<char*>(storage_->full_params()) + t.offset * psz,
                        counts_copy(t, c, true));
   const ZeroUnit& u = plan_.units()[t.unit];
-  const std::size_t lo = plan_.slice_begin(u), hi = lo + plan_.slice(u);
+  // A cut table's slices of this rank are one range of the tensor and of the shard.
+  const std::size_t lo = plan_.slice_begin(u), hi = lo + plan_.slice(u) * t.units;
   const std::size_t a = std::max(lo, t.offset), b = std::min(hi, t.offset + t.numel);
   if (a >= b) return {};
   // The moments and masters sit in the optimizer's shard layout.
@@ -79,7 +84,7 @@ bool ZeroEngine::replicated_over_data(StateKind kind) const {
 
 void ZeroEngine::poison_gradient() {
   const float inf = INFINITY;
-  backend_.copy_from_host(storage_->owned_grads_all(), &inf, 4);
+  backend_.copy_from_host(storage_->owned_grads(0), &inf, 4);
 }
 
 }  // namespace trident

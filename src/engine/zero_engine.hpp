@@ -12,7 +12,7 @@ namespace trident {
 
 class ZeroEngine final : public GradEngine {
  public:
-  ZeroEngine(const EngineSetup& s, std::size_t unit_align, AdamWConfig adam);
+  ZeroEngine(const EngineSetup& s, const UnitLayout& units, AdamWConfig adam);
 
   ModelStorage* storage() override { return storage_.get(); }
   void attach(GptModel& model, std::uint64_t seed) override;

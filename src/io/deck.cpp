@@ -174,6 +174,9 @@ void read_rest(DeckReader& r, Deck& d) {
   r.require(d.zero.stage >= 0 && d.zero.stage <= 3, "zero", "stage",
             "must be 0 (off), 1 (optimizer state), 2 (+ gradients) or 3 (+ parameters)");
   r.require(d.zero.persistence_threshold >= 0, "zero", "persistence_threshold", "must be >= 0");
+  r.get("zero", "table_units", d.zero.table_units);
+  r.require(d.zero.table_units >= 0, "zero", "table_units",
+            "must be >= 0 (0: as many as keep each no larger than a block)");
   r.require(d.zero.stage == 0 || p.dp_mode == "allreduce", "zero", "stage",
             "needs parallel.dp_mode = \"allreduce\" (gather mode keeps everything on rank 0)");
   if (p.schedule == "pipedream") {

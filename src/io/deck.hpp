@@ -60,6 +60,7 @@ struct ParallelSection {
 struct ZeroSection {
   int stage = 0;  // 0: plain data parallel; 1: optimizer state; 2: + gradients; 3: + parameters
   std::int64_t persistence_threshold = 100000;  // units smaller than this (elements) stay whole
+  int table_units = 0;  // stage 3: units the token embedding is cut into; 0: none larger than a block
 };
 
 struct OutputSection {

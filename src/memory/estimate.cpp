@@ -1,5 +1,6 @@
 #include "memory/estimate.hpp"
 
+#include "engine/grad_engine.hpp"
 #include "memory/schedule_costs.hpp"
 #include "memory/working_copies.hpp"
 #include "model/gpt.hpp"
@@ -48,7 +49,7 @@ MemoryEstimate estimate_memory(const Deck& deck, const GridShape& shape, int sta
   MemoryEstimate e;
   const GptConfig& m = deck.model;
   const TensorParallelLayout tp{shape.tp, 0, deck.parallel.sequence_parallel};
-  const std::size_t align = stage > 0 ? std::size_t(shape.dp) * TensorTable::kAlign : 1;
+  const UnitLayout units = zero_unit_layout(deck, shape.dp, stage, tp);
   const int v = deck.parallel.virtual_stages, V = shape.pp * v;
   const int B = deck.train.micro_batch > 0 ? deck.train.micro_batch : deck.train.batch / shape.dp;
   const int micro_batches = std::max(1, deck.train.batch / (shape.dp * B));
@@ -70,7 +71,7 @@ MemoryEstimate estimate_memory(const Deck& deck, const GridShape& shape, int sta
   for (int c = 0; c < v; ++c) {  // rank 0's chunks: virtual stages c * pp, or the V's 0 and 2pp - 1
     const int vs = virtual_stage_of(v_placement(kind), shape.pp, 0, c);
     const StageSpec spec{part[vs], part[vs + 1] - part[vs], vs == 0, vs == V - 1};
-    const TensorTable table = build_gpt_param_table(m, tp, align, spec);
+    const TensorTable table = build_gpt_param_table(m, tp, units, spec);
     const double n = double(table.size());
     const ZeroPlan plan(table, stage > 0 ? shape.dp : 1, 0,
                         stage > 0 ? std::size_t(deck.zero.persistence_threshold) : 0);
@@ -97,11 +98,12 @@ MemoryEstimate estimate_memory(const Deck& deck, const GridShape& shape, int sta
       at(MemCategory::parameters) += (stage <= 2 ? n : shard + pool(ZeroStorage::param_slots(table, plan, weights))) * w;
       // Stages 2-3 accumulate in f32 slots; a 16-bit reduce adds their 16-bit copies.
       const double slot_bytes = f + (grads == DType::f32 ? 0 : g);
-      at(MemCategory::gradients) +=
-          (stage == 1 ? n * g : pool(ZeroStorage::kGradSlots) * slot_bytes) + shard * f;
+      // f32 sums of the owned slices: in place at stage 1 with f32 gradients.
+      const bool in_place = stage == 1 && grads == DType::f32;
+      at(MemCategory::gradients) += (stage == 1 ? n * g : pool(ZeroStorage::kGradSlots) * slot_bytes) +
+                                    (in_place ? 0 : shard * f);
       at(MemCategory::optimizer) += (2 + masters) * shard * f;
-      if (stage >= 2 || grads != DType::f32)
-        at(MemCategory::buffers) +=
+      at(MemCategory::buffers) +=
             ZeroStorage::kRecvBuffers * double(std::size_t(large) / shape.dp) * g;
     }
     const ActivationPolicy policy =

@@ -49,12 +49,24 @@ const TensorInfo& TensorTable::at(const std::string& name) const {
 
 std::vector<UnitRange> unit_ranges(const TensorTable& table) {
   std::vector<UnitRange> units;
+  bool open = false;  // the last plain unit ends where the next unit begins
+  auto close = [&](std::size_t end) {
+    if (open) units.back().piece = units.back().stride = end - units.back().begin;
+    open = false;
+  };
   for (const TensorInfo& t : table.tensors()) {
     if (t.unit < int(units.size())) continue;
-    if (!units.empty()) units.back().end = t.offset;
-    units.push_back({units.empty() ? 0 : t.offset, 0});
+    close(t.offset);
+    if (t.units > 1) {
+      for (int k = 0; k < t.units; ++k)
+        units.push_back({t.offset + k * t.piece, t.piece, t.units * t.piece,
+                         std::size_t(t.pieces / t.units)});
+    } else {
+      units.push_back({units.empty() ? 0 : t.offset, 0, 0, 1});
+      open = true;
+    }
   }
-  if (!units.empty()) units.back().end = table.size();
+  close(table.size());
   return units;
 }
 

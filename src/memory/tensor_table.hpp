@@ -2,6 +2,7 @@
 // Parameters, gradients and optimizer moments share one table, so sharding,
 // collectives and file I/O are slicing of a flat range.
 #pragma once
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -25,6 +26,11 @@ struct TensorInfo {
   int layer = -1;                          // transformer block index, -1 for the rest
   int unit = 0;  // partition unit (ZeRO slices and gathers whole units): a block, or one
                  // of the embedding table, position table and final norm
+  // A tensor too big to be one unit (ZeRO-3's token embedding) is cut into
+  // `pieces` equal pieces of `piece` elements (whole rows), dealt round-robin
+  // to units [unit, unit + units): piece j lies in unit `unit + j % units`.
+  int units = 1, pieces = 1;
+  std::size_t piece = 0;
   bool weight_decay = false;               // AdamW decays matrices, not biases or norms
   bool primary = true;  // false for a second copy of a tensor kept elsewhere too (e.g. the
                         // tied embedding on the last pipeline stage): never saved from here
@@ -45,10 +51,12 @@ class TensorTable {
   const TensorInfo& at(const std::string& name) const;
   const TensorInfo* find(const std::string& name) const;
   const std::vector<TensorInfo>& tensors() const { return tensors_; }
+  TensorInfo& last() { return tensors_.back(); }  // the one just added, to annotate
   std::size_t size() const { return end_; }  // elements, padding included
   // Pads the end to a multiple of `multiple` elements (the next tensor, or the
   // arena's end, starts there): ZeRO makes each unit divisible by dp this way.
   void align_end(std::size_t multiple) { end_ = (end_ + multiple - 1) / multiple * multiple; }
+  void pad_end_to(std::size_t end) { end_ = std::max(end_, end); }
   std::size_t numel() const { return numel_; }  // elements, padding excluded
 
  private:
@@ -61,9 +69,20 @@ class TensorTable {
 // The arena range of each partition unit (TensorInfo::unit), in unit order:
 // a unit runs from its first tensor to the next unit's first tensor (the
 // first from 0, the last to the table's end), so the ranges tile the arena.
+// A unit of a cut tensor is `pieces` ranges of `piece` elements, `stride`
+// apart; a plain unit is one piece.
 struct UnitRange {
-  std::size_t begin = 0, end = 0;
-  std::size_t size() const { return end - begin; }
+  std::size_t begin = 0, piece = 0, stride = 0;
+  std::size_t pieces = 1;
+  std::size_t size() const { return piece * pieces; }
+  // Where arena element `off` sits in the unit packed piece after piece, or
+  // npos when the unit does not hold it.
+  std::size_t packed_index(std::size_t off) const {
+    if (off < begin) return npos;
+    const std::size_t d = off - begin, p = d / stride, r = d % stride;
+    return p < pieces && r < piece ? p * piece + r : npos;
+  }
+  static constexpr std::size_t npos = std::size_t(-1);
 };
 std::vector<UnitRange> unit_ranges(const TensorTable& table);
 

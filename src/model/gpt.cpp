@@ -14,7 +14,8 @@ GptModel::GptModel(const GptConfig& c, int micro_batch, ComputeBackend& backend,
       tp_(o.tp),
       tcomm_(o.tensor_comm, o.tp),
       stage_(o.stage),
-      table_(build_gpt_param_table(c, o.tp, o.unit_align, o.stage)) {
+      table_(build_gpt_param_table(c, o.tp, o.units, o.stage)),
+      table_units_(table_units(table_, c.d_model)) {
   if (!o.storage) own_storage_ = std::make_unique<FullStorage>(table_, backend, ledger, o.weights, o.grads);
   storage_ = o.storage ? o.storage : own_storage_.get();
   BT_ = B_ * c.seq_len;

@@ -29,7 +29,7 @@ using GradsReadyFn = std::function<void(std::size_t first_ready_offset)>;
 struct GptModelOptions {
   TensorParallelLayout tp;
   Communicator* tensor_comm = nullptr;
-  std::size_t unit_align = 1;       // see build_gpt_param_table
+  UnitLayout units;                 // see build_gpt_param_table
   ModelStorage* storage = nullptr;  // not owned; null: full arenas
   DType weights = DType::f32;       // the full arenas' parameter type (bf16/f16: 16-bit weights)
   DType grads = DType::f32;         // and gradient type (precision.reduce_dtype)
@@ -160,6 +160,22 @@ class GptModel {
   void finish_head_grads(bool finalize);
   void finish_block_grads(int l, bool finalize);
   void keep_for_weights(int wbuf, const std::string& name, const float* src, std::size_t n);
+  // The token embedding, reached unit by unit where ZeRO-3 cuts it into row
+  // pieces (TensorInfo::units; gpt_table.cpp): each unit is gathered, used
+  // and released in turn, so no slot ever holds the whole table.
+  struct TableUnit {
+    int unit;
+    std::vector<std::pair<int, int>> rows;  // (first row, rows) of each piece, local vocabulary
+  };
+  static std::vector<TableUnit> table_units(const TensorTable& table, int d_model);
+  bool table_cut() const { return table_units_.size() > 1; }
+  void lookup_tokens(float* out, const std::int32_t* tokens);  // the embedding's lookup
+  // The tied head: logits = lnf wte^T; a whole table stays held for backward.
+  void logits_forward(float* logits, const float* lnf);
+  // d_lnf += dlogits wte (if d_lnf), and with weight_grads dwte += dlogits^T lnf.
+  void logits_backward(int slot, float* d_lnf, const float* lnf_all, bool weight_grads,
+                       bool finalize);
+  void table_grads_from_tokens(int slot, const float* d_emb, bool finalize);
   float* weight_input(int wbuf, const std::string& name) {
     return weight_inputs_.f32() + std::size_t(wbuf) * weight_inputs_table_.size() +
            weight_inputs_table_.at(name).offset;
@@ -172,6 +188,7 @@ class GptModel {
   TensorComm tcomm_;
   StageSpec stage_;
   TensorTable table_;
+  std::vector<TableUnit> table_units_;
   std::unique_ptr<FullStorage> own_storage_;
   ModelStorage* storage_;
   ActivationPolicy policy_;

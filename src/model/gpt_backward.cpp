@@ -19,18 +19,18 @@ void GptModel::keep_for_weights(int wbuf, const std::string& name, const float* 
 
 void GptModel::head_backward(int slot, float* d_res, int wbuf, bool finalize) {
   const bool weights_now = wbuf < 0;
-  const int C = cfg_.d_model, BT = BT_, BTl = BTl_, Vl = tp_.local_vocab(cfg_);
+  const int C = cfg_.d_model, BT = BT_, BTl = BTl_;
   ComputeBackend& be = backend_;
   ModelStorage& st = *storage_;
   float* d_c = scratch("d_c");
   const float* lnf_all = tp_.sp() ? act(slot, "lnf_full") : act(slot, "lnf");
-  if (weights_now) {
-    st.need_grads(unit("wte"));  // on the first stage it collects here and at the very end
-    st.need_grads(unit("lnf.w"));
-  }
   auto gw = [&](const char* n) { return weights_now ? G(n) : nullptr; };
   be.zero(d_c, std::size_t(BT) * C * sizeof(float));
-  be.matmul_backward(d_c, gw("wte"), nullptr, act(slot, "logits"), lnf_all, P("wte"), BT, C, Vl);
+  // A whole table's gradients, on the first stage, collect here and at the very end.
+  // The table's slot is taken before the norm's: the norm must not take the one slot
+  // that fits the table.
+  logits_backward(slot, d_c, lnf_all, weights_now, finalize);
+  if (weights_now) st.need_grads(unit("lnf.w"));
   round(d_c, std::size_t(BT) * C);
   be.zero(d_res, std::size_t(BTl) * C * sizeof(float));
   const float* d_lnf = reduce_row_parallel(d_c);
@@ -38,7 +38,7 @@ void GptModel::head_backward(int slot, float* d_res, int wbuf, bool finalize) {
   be.layernorm_backward(d_res, gw("lnf.w"), gw("lnf.b"), d_lnf, output(slot), P("lnf.w"),
                         act(slot, "lnf_mean"), act(slot, "lnf_rstd"), BTl, C);
   st.done_params(unit("lnf.w"));
-  st.done_params(unit("wte"));  // the embedding's backward needs only gradients
+  if (!table_cut()) st.done_params(unit("wte"));  // the embedding's backward needs only gradients
   if (weights_now) finish_head_grads(finalize);
 }
 
@@ -46,7 +46,8 @@ void GptModel::finish_head_grads(bool finalize) {
   ModelStorage& st = *storage_;
   if (finalize || st.grads_leave_each_backward()) sum_partial_grads({"lnf.w", "lnf.b"});
   st.done_grads(unit("lnf.w"), finalize);
-  if (!stage_.embedding) st.done_grads(unit("wte"), finalize);  // the head's copy is done
+  // The head's copy is done (a cut table's units left in logits_backward).
+  if (!stage_.embedding && !table_cut()) st.done_grads(unit("wte"), finalize);
 }
 
 void GptModel::block_backward(int slot, int l, int wbuf, bool finalize) {
@@ -124,16 +125,12 @@ void GptModel::finish_block_grads(int l, bool finalize) {
 void GptModel::embedding_grads(int slot, const float* d_emb, bool finalize) {
   ComputeBackend& be = backend_;
   ModelStorage& st = *storage_;
-  const int Vl = tp_.local_vocab(cfg_), vlo = tp_.vocab_begin(cfg_);
-  st.need_grads(unit("wte"));
   st.need_grads(unit("wpe"));
   be.position_backward(G("wpe"), d_emb, BTl_, cfg_.seq_len, first_token_, cfg_.d_model);
   if ((finalize || st.grads_leave_each_backward()) && tp_.sp())
     tcomm_.all_reduce(G("wpe"), table_.at("wpe").numel);
-  be.embedding_backward(G("wte"), gather(d_emb, scratch("full_c")), tokens_of(slot), vlo, Vl,
-                        BT_, cfg_.d_model);
+  table_grads_from_tokens(slot, gather(d_emb, scratch("full_c")), finalize);
   st.done_grads(unit("wpe"), finalize);
-  st.done_grads(unit("wte"), finalize);
 }
 
 void GptModel::backward_pass(int slot, int wbuf, const GradsReadyFn& ready, bool finalize) {
@@ -173,17 +170,16 @@ void GptModel::backward_input(int slot, int wbuf) {
 
 void GptModel::backward_weights(int slot, int wbuf, const GradsReadyFn& ready, bool finalize) {
   const int C = cfg_.d_model, BT = BT_, BTl = BTl_;
-  const int Cl = tp_.local_width(cfg_), Fl = tp_.local_ff(cfg_), Vl = tp_.local_vocab(cfg_);
+  const int Cl = tp_.local_width(cfg_), Fl = tp_.local_ff(cfg_);
   ComputeBackend& be = backend_;
   ModelStorage& st = *storage_;
   auto notify = [&](const std::string& first) {
     if (ready && finalize) ready(table_.at(first).offset);
   };
   if (stage_.head) {
-    st.need_grads(unit("wte"));
-    st.need_grads(unit("lnf.w"));
     const float* lnf_all = tp_.sp() ? act(slot, "lnf_full") : act(slot, "lnf");
-    be.matmul_backward(nullptr, G("wte"), nullptr, act(slot, "logits"), lnf_all, nullptr, BT, C, Vl);
+    logits_backward(slot, nullptr, lnf_all, true, finalize);  // the table's slot first
+    st.need_grads(unit("lnf.w"));
     be.layernorm_backward(nullptr, G("lnf.w"), G("lnf.b"), weight_input(wbuf, "d_lnf"),
                           output(slot), nullptr, act(slot, "lnf_mean"), act(slot, "lnf_rstd"),
                           BTl, C);

@@ -56,20 +56,17 @@ double GptModel::forward(int slot, const std::int32_t* tokens, const std::int32_
   const float* x = act(slot, "encoded");
   if (stage_.embedding) {
     // Vocab-parallel embedding: each rank looks up its shard, the group sums.
-    const int Vl = tp_.local_vocab(cfg_), vlo = tp_.vocab_begin(cfg_);
-    st.need_params(unit("wte"), Pass::forward);
-    st.need_params(unit("wpe"), Pass::forward);
     float* enc = act(slot, "encoded");
     if (tp_.sp()) {
-      be.embedding_forward(full, tok, P("wte"), vlo, Vl, BT, C);
+      lookup_tokens(full, tok);
       tcomm_.reduce_scatter_tokens(full, enc, std::size_t(BTl) * C);
     } else {
-      be.embedding_forward(enc, tok, P("wte"), vlo, Vl, BT, C);
+      lookup_tokens(enc, tok);
       tcomm_.all_reduce(enc, std::size_t(BT) * C);
     }
+    st.need_params(unit("wpe"), Pass::forward);
     be.position_forward(enc, P("wpe"), BTl, T, first_token_, C);
     st.done_params(unit("wpe"));
-    st.done_params(unit("wte"));
   }
 
   for (int l = stage_.first_block; l < last_block(); ++l) {
@@ -83,16 +80,16 @@ double GptModel::forward(int slot, const std::int32_t* tokens, const std::int32_
   if (!stage_.head) return 0.0;
 
   // The head needs the final norm and, being tied, the token embedding. Both
-  // stay until backward has passed the head (or until now, for eval).
+  // stay until backward has passed the head (or until now, for eval); a cut
+  // table is gathered again, unit by unit, in backward.
   const int Vl = tp_.local_vocab(cfg_), vlo = tp_.vocab_begin(cfg_), valid = tp_.valid_vocab(cfg_);
   st.need_params(unit("lnf.w"), Pass::forward);
-  st.need_params(unit("wte"), Pass::forward);
   be.layernorm_forward(act(slot, "lnf"), act(slot, "lnf_mean"), act(slot, "lnf_rstd"), x,
                        P("lnf.w"), P("lnf.b"), BTl, C);
   round(act(slot, "lnf"), std::size_t(BTl) * C);
   const float* lnf = gather(act(slot, "lnf"), tp_.sp() ? act(slot, "lnf_full") : nullptr);
   float* logits = act(slot, "logits");
-  be.matmul_forward(logits, lnf, P("wte"), nullptr, BT, C, Vl);  // tied head, vocab shard
+  logits_forward(logits, lnf);  // tied head, vocab shard
   // Vocab-parallel cross-entropy: no rank ever holds all the logits of a token.
   float *mx = act(slot, "xent_max"), *packed = act(slot, "xent_packed");
   be.xent_max(mx, logits, BT, Vl, valid);
@@ -101,7 +98,10 @@ double GptModel::forward(int slot, const std::int32_t* tokens, const std::int32_
   tcomm_.sum_over_vocab(packed, 2 * std::size_t(BT));
   be.xent_finish(act(slot, "losses"), dloss != 0.0f ? logits : nullptr, logits, mx, packed, tgt,
                  vlo, BT, Vl, valid, dloss);
-  if (dloss == 0.0f) st.done_params(unit("lnf.w")), st.done_params(unit("wte"));
+  if (dloss == 0.0f) {
+    st.done_params(unit("lnf.w"));
+    if (!table_cut()) st.done_params(unit("wte"));
+  }
   be.copy_to_host(host_losses_.data(), act(slot, "losses"), BT * sizeof(float));
   double sum = 0;
   for (float v : host_losses_) sum += v;

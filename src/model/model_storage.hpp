@@ -20,6 +20,10 @@ class ModelStorage {
   virtual ~ModelStorage() = default;
   virtual float* param(const TensorInfo& t) = 0;
   virtual float* grad(const TensorInfo& t) = 0;
+  // Element `element` of t, whose unit is held (a tensor cut into pieces over
+  // several units, TensorInfo::units, is reached piece by piece this way).
+  virtual float* param_at(const TensorInfo& t, std::size_t element) { return param(t) + element; }
+  virtual float* grad_at(const TensorInfo& t, std::size_t element) { return grad(t) + element; }
   // Parameters of `unit` are about to be read / no longer needed in this pass.
   virtual void need_params(int unit, Pass pass) {}
   virtual void done_params(int unit) {}

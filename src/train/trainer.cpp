@@ -78,7 +78,7 @@ void Trainer::build_chunk(ModelChunk& ch, MemoryLedger& ledger, int slots, int w
   const TensorParallelLayout tp{grid_.shape().tp, grid_.coord().tp, deck_.parallel.sequence_parallel};
   GptModelOptions o;
   ch.engine = make_grad_engine(EngineSetup{deck_, grid_, backend_, ledger, ch.spec, weights_, grads_},
-                               o.unit_align);
+                               o.units);
   o.tp = tp;
   o.tensor_comm = &grid_.tensor();
   o.stage = ch.spec;

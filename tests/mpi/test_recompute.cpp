@@ -51,8 +51,8 @@ TrainRun train(int ranks, std::vector<std::string> sets) {
   for (int s = 0; s < kSteps; ++s) run.losses.push_back(tr.step(s).loss);
   for (ModelChunk& ch : tr.chunks()) {
     if (auto* zero = dynamic_cast<ZeroEngine*>(ch.engine.get())) {
-      const float* g = zero->zero_storage().owned_grads_all();
-      run.grads.insert(run.grads.end(), g, g + zero->plan().shard_size());
+      zero->zero_storage().for_each_owned_grads(
+          [&](const float* g, std::size_t n) { run.grads.insert(run.grads.end(), g, g + n); });
     } else {
       const float* g = ch.model->grads().f32();
       run.grads.insert(run.grads.end(), g, g + ch.model->grads().numel());

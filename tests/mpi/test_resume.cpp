@@ -182,6 +182,20 @@ TEST(ResumePrecision, SixteenBitRunsContinueBitExactly) {
   expect_bit_exact(b_again, b, "bf16 dp=2, bf16 gradients");
 }
 
+// ZeRO-3 with the token embedding cut into units of row pieces, at both ends
+// of a pipeline (the tied copies summed slice by slice): each rank's slices of
+// the table are one range of it, saved and reloaded as any ZeRO range.
+TEST(ResumeCutTable, Zero3ContinuesBitExactlyAndReshardsToSerial) {
+  const std::vector<std::string> cut = {"zero.stage=3", "zero.table_units=3", "parallel.pp=2",
+                                        "parallel.schedule=\"1f1b\""};
+  const Trained z = train(4, "zero3_cut", cut);
+  const Trained again = train(4, "zero3_cut_again", cut, step_file("zero3_cut", kSaveAt));
+  const Trained serial = train(1, "zero3_cut_to_1", {}, step_file("zero3_cut", kSaveAt));
+  if (!is_root()) return;
+  expect_bit_exact(again, z, "ZeRO-3 dp2 pp2, table in 3 units");
+  expect_close(serial, z, "ZeRO-3 dp2 pp2 table cut -> serial");
+}
+
 TEST_F(Resume, CheckpointsReshardAcrossEveryParallelism) {
   // Written under one layout, continued under another; compared with the
   // writer's own continuation.

@@ -39,6 +39,7 @@ struct ZeroRun {
   MemoryEstimate estimate;
   CommStats data, world;
   std::size_t partitioned = 0, persistent = 0, embeddings = 0, shard = 0, largest_unit = 0;
+  int cut_units = 0;  // units of a cut table
 };
 
 void run(MPI_Comm comm, const std::vector<std::string>& sets, ZeroRun& out, int steps = kSteps) {
@@ -58,7 +59,10 @@ void run(MPI_Comm comm, const std::vector<std::string>& sets, ZeroRun& out, int 
   out.estimate = estimate_memory(d, shape, d.zero.stage);
   if (auto* engine = dynamic_cast<ZeroEngine*>(&tr.engine())) {
     ZeroStorage* z = &engine->zero_storage();
-    for (const auto& u : z->plan().units()) (u.persistent ? out.persistent : out.partitioned) += u.size();
+    for (const auto& u : z->plan().units()) {
+      (u.persistent ? out.persistent : out.partitioned) += u.size();
+      out.cut_units += u.cut() ? 1 : 0;
+    }
     out.embeddings = z->plan().units()[0].size();
     out.shard = z->plan().shard_size();
     out.largest_unit = ZeroStorage::large_slot_elements(z->plan());
@@ -93,6 +97,25 @@ TEST(Zero, EveryStageTrainsLikePlainDataParallelism) {
   }
 }
 
+TEST(Zero, Stage3WithTheTableCutIntoUnitsTrainsLikePlainDataParallelism) {
+  // The token embedding in 3 units of row pieces (gathered, used and reduced
+  // one unit at a time), fp32 and bf16 weights, tp 1 and 2.
+  for (const std::string dtype : {"fp32", "bf16"})
+    for (const std::string tp : {"1", "2"}) {
+      const std::vector<std::string> layout = {"parallel.tp=" + tp, "train.micro_batch=1",
+                                               "precision.dtype=\"" + dtype + "\""};
+      ZeroRun base, z;
+      run(MPI_COMM_WORLD, layout, base, 6);
+      auto sets = layout;
+      sets.insert(sets.end(), {"zero.stage=3", "zero.table_units=3"});
+      run(MPI_COMM_WORLD, sets, z, 6);
+      EXPECT_EQ(z.cut_units, world_size() > 1 ? 3 : 0);
+      for (int s = 0; s < 6; ++s)
+        EXPECT_NEAR(z.losses[s], base.losses[s], kTol * base.losses[s])
+            << dtype << " tp " << tp << " step " << s;
+    }
+}
+
 TEST(Zero, MeasuredBytesEqualTheEstimatorExactly) {
   // fp32; 16-bit weights (2-byte resident parameters, f32 working copies of
   // the units in use, f32 masters); and 16-bit gradients besides (stored in
@@ -101,9 +124,10 @@ TEST(Zero, MeasuredBytesEqualTheEstimatorExactly) {
       {"fp32", "fp32"}, {"bf16", "fp32"}, {"bf16", "bf16"}};
   for (const auto& [dtype, reduce] : precisions)
     for (const std::string tp : {"1", "2"}) {
-      for (int stage = 0; stage <= 3; ++stage) {
+      for (int stage = 0; stage <= 4; ++stage) {  // 4: stage 3 with the table cut in 3 units
         ZeroRun z;
-        run(MPI_COMM_WORLD, {"parallel.tp=" + tp, "zero.stage=" + std::to_string(stage),
+        run(MPI_COMM_WORLD, {"parallel.tp=" + tp, "zero.stage=" + std::to_string(std::min(stage, 3)),
+                             "zero.table_units=" + std::to_string(stage == 4 ? 3 : 0),
                              "precision.dtype=\"" + dtype + "\"",
                              "precision.reduce_dtype=\"" + reduce + "\""}, z, 1);
         for (MemCategory c : {MemCategory::parameters, MemCategory::gradients,

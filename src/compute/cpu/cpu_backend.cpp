@@ -46,6 +46,12 @@ class CpuBackend final : public ComputeBackend {
   void copy_to_host(void* h, const void* d, std::size_t n) override { std::memcpy(h, d, n); }
   void copy_from_host(void* d, const void* h, std::size_t n) override { std::memcpy(d, h, n); }
   void copy(void* d, const void* s, std::size_t n) override { std::memcpy(d, s, n); }
+  void copy_2d(float* d, std::size_t d_ld, const float* s, std::size_t s_ld, std::size_t rows,
+               std::size_t cols) override {
+#pragma omp parallel for
+    for (std::int64_t r = 0; r < std::int64_t(rows); ++r)
+      std::memcpy(d + r * d_ld, s + r * s_ld, cols * sizeof(float));
+  }
   void synchronize() override {}
   void convert(void* dst, DType dt, const void* src, DType st, std::size_t n) override {
     const bool to16 = st == DType::f32 && (dt == DType::bf16 || dt == DType::f16);

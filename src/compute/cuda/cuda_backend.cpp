@@ -108,6 +108,15 @@ void CudaBackend::copy(void* dst, const void* src, std::size_t bytes) {
   });
 }
 
+void CudaBackend::copy_2d(float* dst, std::size_t dst_ld, const float* src, std::size_t src_ld,
+                          std::size_t rows, std::size_t cols) {
+  run("copy_2d", [&] {
+    cuda_check(cudaMemcpy2DAsync(dst, dst_ld * sizeof(float), src, src_ld * sizeof(float),
+                                 cols * sizeof(float), rows, cudaMemcpyDeviceToDevice, stream_),
+               site_, "copy_2d");
+  });
+}
+
 namespace {
 int storage_kind(DType t) {
   return t == DType::bf16 ? gpu::kBF16 : t == DType::f16 ? gpu::kF16 : t == DType::f32 ? gpu::kF32 : -1;

@@ -44,6 +44,8 @@ class CudaBackend final : public ComputeBackend {
   void copy_to_host(void* host, const void* dev, std::size_t bytes) override;
   void copy_from_host(void* dev, const void* host, std::size_t bytes) override;
   void copy(void* dst, const void* src, std::size_t bytes) override;
+  void copy_2d(float* dst, std::size_t dst_ld, const float* src, std::size_t src_ld,
+               std::size_t rows, std::size_t cols) override;
   void synchronize() override;
   void convert(void* dst, DType dst_type, const void* src, DType src_type,
                std::size_t n) override;

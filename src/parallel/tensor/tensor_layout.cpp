@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <numeric>
 
 namespace trident {
 
@@ -11,7 +12,7 @@ int TensorParallelLayout::valid_vocab(const GptConfig& c) const {
 }
 
 TensorTable build_gpt_param_table(const GptConfig& c, const TensorParallelLayout& tp,
-                                  std::size_t unit_align, const StageSpec& stage) {
+                                  const UnitLayout& units, const StageSpec& stage) {
   const std::int64_t C = c.d_model, F = c.d_ff(), T = c.seq_len, V = c.vocab, n = tp.size;
   const std::int64_t Vl = tp.local_vocab(c);
   TensorTable t;
@@ -38,14 +39,32 @@ TensorTable build_gpt_param_table(const GptConfig& c, const TensorParallelLayout
     t.add(std::move(info));
   };
   auto end_unit = [&] {
-    t.align_end(unit_align);
+    t.align_end(units.align);
     ++unit;
+  };
+  // The token embedding, whole or cut into dp x table_units pieces of whole
+  // rows (each a multiple of kAlign elements), rank r's pieces adjacent in the
+  // tensor: the ZeRO slices of a rank stay one range of the tensor.
+  auto add_table = [&](bool primary) {
+    add("wte", {V, C}, 0, -1, true, primary);
+    const int K = units.table_units;
+    if (K <= 1) return end_unit();
+    TensorInfo& w = t.last();
+    const std::int64_t P = std::int64_t(K) * units.dp, row_align = TensorTable::kAlign /
+                                                                  std::gcd(std::size_t(C), TensorTable::kAlign);
+    const std::int64_t rows = ((Vl + P - 1) / P + row_align - 1) / row_align * row_align;
+    w.units = K;
+    w.pieces = int(P);
+    w.piece = std::size_t(rows * C);
+    t.pad_end_to(w.offset + std::size_t(P) * w.piece);
+    unit += K - 1;
+    end_unit();
   };
   // The embedding table is a unit of its own wherever it appears (the first
   // stage, and the last as the tied head), so ZeRO slices it the same way on
   // both and the two copies' gradients can be summed slice by slice.
   if (stage.embedding) {
-    add("wte", {V, C}, 0, -1, true), end_unit();
+    add_table(true);
     add("wpe", {T, C}, -1, -1, true), end_unit();
   }
   const int last = stage.num_blocks < 0 ? c.layers : stage.first_block + stage.num_blocks;
@@ -73,9 +92,15 @@ TensorTable build_gpt_param_table(const GptConfig& c, const TensorParallelLayout
     end_unit();
     // The last stage's copy of the tied embedding: last in the arena, since the
     // head's backward finishes it first; the first stage's copy is the one saved.
-    if (!stage.embedding) add("wte", {V, C}, 0, -1, true, false), end_unit();
+    if (!stage.embedding) add_table(false);
   }
   return t;
+}
+
+int table_units_for_blocks(const GptConfig& c, const TensorParallelLayout& tp) {
+  const std::size_t block = build_gpt_param_table(c, tp, {}, StageSpec{0, 1, false, false}).size();
+  const std::size_t table = std::size_t(tp.local_vocab(c)) * std::size_t(c.d_model);
+  return int(std::max<std::size_t>(1, (table + block - 1) / block));
 }
 
 }  // namespace trident

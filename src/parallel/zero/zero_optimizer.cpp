@@ -57,7 +57,7 @@ double ZeroOptimizer::grad_sum_squares(bool count_tp_replicated) {
 }
 
 void ZeroOptimizer::scale_grads(float coef) {
-  backend_.scale(storage_.owned_grads_all(), coef, storage_.plan().shard_size());
+  storage_.for_each_owned_grads([&](float* g, std::size_t n) { backend_.scale(g, coef, n); });
 }
 
 void ZeroOptimizer::step(float lr) {

@@ -16,7 +16,7 @@ ZeroStorage::ZeroStorage(int stage, const TensorTable& table, const ZeroPlan& pl
   if (stage == 1) g_full_ = Arena(backend, ledger, MemCategory::gradients, table.size(), grads);
   if (stage == 1 && grads != DType::f32)
     grad_working_ = WorkingCopies(backend, ledger, table, MemCategory::gradients);
-  g_shard_ = Arena(backend, ledger, MemCategory::gradients, plan.shard_size());
+  if (!grads_in_place()) g_shard_ = Arena(backend, ledger, MemCategory::gradients, plan.shard_size());
   auto fill = [&](std::vector<std::unique_ptr<Slot>>& pool, int n, MemCategory cat, DType t) {
     for (int i = 0; i < n; ++i) {
       pool.push_back(std::make_unique<Slot>());
@@ -33,9 +33,8 @@ ZeroStorage::ZeroStorage(int stage, const TensorTable& table, const ZeroPlan& pl
       for (auto& s : g_slots_)
         s->bits = Arena(backend, ledger, MemCategory::gradients, s->mem.numel(), grads);
   }
-  // Summed slices land here (stage 1 reduce-scatters f32 straight into its slices).
-  if (stage >= 2 || grads != DType::f32)
-    for (int i = 0; i < kRecvBuffers; ++i)
+  // Summed slices land here (a reduce-scatter may not write into its own input).
+  for (int i = 0; i < kRecvBuffers; ++i)
       recv_buffers_.emplace_back(backend, ledger, MemCategory::buffers, large_slot_ / plan.dp(),
                                  grads);
 }
@@ -76,7 +75,11 @@ ZeroStorage::Slot* ZeroStorage::acquire(std::vector<std::unique_ptr<Slot>>& pool
     for (auto& s : pool)
       if (s->unit == -1 && s->mem.numel() >= need && (!best || s->mem.numel() < best->mem.numel()))
         best = s.get();
-    if (best) {
+    // A unit that fits a small gradient slot waits for one rather than take
+    // the large one (the table's) while reductions are still freeing slots.
+    const bool wait_for_small = best && &pool == &g_slots_ && best->mem.numel() > small_slot_ &&
+                                need <= small_slot_ && !reductions_.empty();
+    if (best && !wait_for_small) {
       best->unit = unit;
       best->users = 0;
       return best;
@@ -91,32 +94,36 @@ ZeroStorage::Slot* ZeroStorage::acquire(std::vector<std::unique_ptr<Slot>>& pool
   }
 }
 
-float* ZeroStorage::param(const TensorInfo& t) {
-  const int u = unit_of(t);
+float* ZeroStorage::param_at(const TensorInfo& t, std::size_t element) {
+  const std::size_t off = t.offset + element;
+  const int u = plan_.unit_of_offset(off);
   const ZeroUnit& U = plan_.units()[u];
+  const std::size_t i = U.range.packed_index(off);  // where the unit's copies hold it
   if (sixteen()) {
     float* w = working_.find(u);
     if (!w) throw std::logic_error("ZeRO: parameters of " + t.name + " used before need_params");
-    return w + (t.offset - U.begin);
+    return w + i;
   }
-  if (stage_ <= 2) return p_full_.f32() + t.offset;
-  if (U.persistent) return p_shard_.f32() + U.shard_offset + (t.offset - U.begin);
+  if (stage_ <= 2) return p_full_.f32() + off;
+  if (U.persistent) return p_shard_.f32() + U.shard_offset + i;
   Slot* s = find(p_slots_, u);
   if (!s || s->users == 0) throw std::logic_error("ZeRO-3: parameters of " + t.name + " not gathered");
-  return s->mem.f32() + (t.offset - U.begin);
+  return s->mem.f32() + i;
 }
 
-float* ZeroStorage::grad(const TensorInfo& t) {
-  const int u = unit_of(t);
+float* ZeroStorage::grad_at(const TensorInfo& t, std::size_t element) {
+  const std::size_t off = t.offset + element;
+  const int u = plan_.unit_of_offset(off);
+  const std::size_t i = plan_.units()[u].range.packed_index(off);
   if (stage_ == 1 && sixteen_grads()) {
     float* g = grad_working_.find(u);
     if (!g) throw std::logic_error("ZeRO: gradients of " + t.name + " used before need_grads");
-    return g + (t.offset - plan_.units()[u].begin);
+    return g + i;
   }
-  if (stage_ == 1) return g_full_.f32() + t.offset;
+  if (stage_ == 1) return g_full_.f32() + off;
   Slot* s = find(g_slots_, u);
   if (!s) throw std::logic_error("ZeRO: gradients of " + t.name + " have no slot");
-  return s->mem.f32() + (t.offset - plan_.units()[u].begin);
+  return s->mem.f32() + i;
 }
 
 void ZeroStorage::start_gather(int u, bool prefetch) {
@@ -150,7 +157,7 @@ void ZeroStorage::need_working_copy(int u) {
   }
   if (stage_ <= 2 || U.persistent) {
     working_.acquire(u, param_bytes(stage_ <= 2 ? p_full_ : p_shard_,
-                                    stage_ <= 2 ? U.begin : U.shard_offset),
+                                    stage_ <= 2 ? U.begin() : U.shard_offset),
                      weights_, U.size());
     return;
   }
@@ -170,10 +177,15 @@ void ZeroStorage::prefetch_after(int u, Pass pass) {
   // While a block computes, prefetch the next block of this pass (only from
   // blocks: the embeddings are also gathered for the tied head, where a
   // prefetch of block 0 would sit unused until the next step).
-  const int next = pass == Pass::forward ? u + 1 : u - 1;
+  // A cut table's units are used in order in every pass.
   const auto& units = plan_.units();
-  if (units[u].block && next >= 0 && next < int(units.size()) && units[next].block &&
-      !units[next].persistent && !find(p_slots_, next) && !(sixteen() && working_.find(next)))
+  const bool table = units[u].embedding_table;
+  const int next = pass == Pass::forward || table ? u + 1 : u - 1;
+  const bool follows = table ? next < int(units.size()) && units[next].embedding_table
+                             : units[u].block && next >= 0 && next < int(units.size()) &&
+                                   units[next].block;
+  if (follows && !units[next].persistent && !find(p_slots_, next) &&
+      !(sixteen() && working_.find(next)))
     start_gather(next, true);
 }
 
@@ -190,7 +202,7 @@ void ZeroStorage::done_params(int u) {
 void ZeroStorage::need_grads(int u) {
   if (stage_ == 1) {  // 16-bit: the unit's accumulated gradients as f32, until done_grads
     if (sixteen_grads() && !grad_working_.find(u))
-      grad_working_.acquire(u, grad_bytes(g_full_, plan_.units()[u].begin), grads_,
+      grad_working_.acquire(u, grad_bytes(g_full_, plan_.units()[u].begin()), grads_,
                             plan_.units()[u].size());
     return;
   }
@@ -203,11 +215,11 @@ void ZeroStorage::done_grads(int u, bool last) {
   const ZeroUnit& U = plan_.units()[u];
   if (stage_ == 1) {
     if (sixteen_grads())
-      grad_working_.write_back_and_release(u, grad_bytes(g_full_, U.begin), grads_, U.size());
+      grad_working_.write_back_and_release(u, grad_bytes(g_full_, U.begin()), grads_, U.size());
     if (!last) return;  // stage 1 accumulates in full gradients: one reduction per step
-    void* recv = U.persistent ? nullptr : sixteen_grads() ? free_recv_buffer() : owned_grads(u);
+    void* recv = U.persistent ? nullptr : free_recv_buffer();
     Reduction r{u, nullptr, recv, {}};
-    r.req = comm_.reduce_unit(U, grad_bytes(g_full_, U.begin), r.recv, grads_);
+    r.req = comm_.reduce_unit(U, grad_bytes(g_full_, U.begin()), r.recv, grads_);
     reductions_.push_back(std::move(r));
     return;
   }
@@ -240,9 +252,9 @@ void ZeroStorage::complete_oldest_reduction() {
   float* owned = owned_grads(r.unit);
   const std::size_t n = plan_.slice(U);
   if (stage_ == 1) {  // one reduction per step: the sum is the owned slice
-    if (U.persistent) backend_.convert(owned, DType::f32, grad_bytes(g_full_, U.begin), grads_, n);
-    else if (sixteen_grads()) backend_.convert(owned, DType::f32, r.recv, grads_, n);
-    return;  // f32 partitioned: the reduce-scatter wrote the owned slice directly
+    const void* summed = U.persistent ? grad_bytes(g_full_, U.begin()) : r.recv;
+    if (summed != owned) backend_.convert(owned, DType::f32, summed, grads_, n);
+    return;
   }
   // 16-bit: the sum is widened into the slot's f32 memory (idle since the
   // reduction took its 16-bit copy) before it is accumulated.
@@ -258,7 +270,7 @@ void ZeroStorage::complete_oldest_reduction() {
 
 void ZeroStorage::begin_step() {
   if (stage_ == 1) g_full_.zero();
-  g_shard_.zero();
+  if (!grads_in_place()) g_shard_.zero();
 }
 
 void ZeroStorage::finish_backward() {
@@ -277,7 +289,7 @@ void ZeroStorage::publish_params() {
   for (const auto& U : plan_.units())
     if (!U.persistent)
       reqs.push_back(comm_.gather_unit(U, param_bytes(p_full_, plan_.slice_begin(U)),
-                                       param_bytes(p_full_, U.begin), weights_));
+                                       param_bytes(p_full_, U.begin()), weights_));
   for (auto& r : reqs) comm_.wait(r);
 }
 
@@ -305,7 +317,10 @@ void ZeroStorage::gather_params_to_host(std::vector<float>& out) {
       comm_.wait(r);
       src = tmp.data();
     }
-    copy_to_host_as_f32(backend_, out.data() + U.begin, src, weights_, U.size());
+    plan_.for_each_piece(U, [&](std::size_t arena, std::size_t packed, std::size_t n) {
+      copy_to_host_as_f32(backend_, out.data() + arena,
+                          static_cast<const char*>(src) + packed * dtype_size(weights_), weights_, n);
+    });
   }
 }
 

@@ -12,7 +12,8 @@
 // stage 3 gathers 16-bit units, and a unit in use is unpacked into an f32
 // working copy (WorkingCopies). A 16-bit precision.reduce_dtype reduces
 // gradients in 16 bits (stage 1 also stores its full gradients so, with f32
-// working copies like the weights'); the owned, summed slices stay f32.
+// working copies like the weights'); the owned, summed slices stay f32
+// (stage 1 with f32 gradients keeps them in place, in its full gradients).
 #pragma once
 #include <deque>
 #include <memory>
@@ -51,8 +52,10 @@ class ZeroStorage final : public ModelStorage {
   int stage() const { return stage_; }
   const ZeroPlan& plan() const { return plan_; }
 
-  float* param(const TensorInfo& t) override;
-  float* grad(const TensorInfo& t) override;
+  float* param(const TensorInfo& t) override { return param_at(t, 0); }
+  float* grad(const TensorInfo& t) override { return grad_at(t, 0); }
+  float* param_at(const TensorInfo& t, std::size_t element) override;
+  float* grad_at(const TensorInfo& t, std::size_t element) override;
   void need_params(int unit, Pass pass) override;
   void done_params(int unit) override;
   void need_grads(int unit) override;
@@ -66,8 +69,18 @@ class ZeroStorage final : public ModelStorage {
   // This rank's slice of unit u: its parameters (of param_dtype()) and its
   // summed gradients.
   void* owned_params(int u);
-  float* owned_grads(int u) { return g_shard_.f32() + plan_.units()[u].shard_offset; }
-  float* owned_grads_all() { return g_shard_.f32(); }
+  // Stage 1 with f32 gradients sums each slice in place, in the full
+  // gradients (no second copy); otherwise the slices are a shard of their own.
+  float* owned_grads(int u) {
+    const ZeroUnit& U = plan_.units()[u];
+    return grads_in_place() ? g_full_.f32() + plan_.slice_begin(U) : g_shard_.f32() + U.shard_offset;
+  }
+  // Calls f(owned gradients, length) for each unit's slice.
+  template <class F> void for_each_owned_grads(F&& f) {
+    if (!grads_in_place()) return f(g_shard_.f32(), plan_.shard_size());
+    for (std::size_t u = 0; u < plan_.units().size(); ++u)
+      f(owned_grads(int(u)), plan_.slice(plan_.units()[u]));
+  }
   // Stages 1-2: every parameter, in the table's layout (null at stage 3).
   void* full_params() { return stage_ <= 2 ? p_full_.data() : nullptr; }
   void publish_params();  // stages 1-2: all-gather the updated slices
@@ -99,10 +112,10 @@ class ZeroStorage final : public ModelStorage {
   void complete_oldest_reduction();
   void* free_recv_buffer();
   bool sixteen_grads() const { return grads_ != DType::f32; }
+  bool grads_in_place() const { return stage_ == 1 && !sixteen_grads(); }
   void* grad_bytes(Arena& a, std::size_t element) {
     return static_cast<char*>(a.data()) + element * dtype_size(a.dtype());
   }
-  int unit_of(const TensorInfo& t) const { return plan_.unit_of_offset(t.offset); }
 
   int stage_;
   DType weights_, grads_;

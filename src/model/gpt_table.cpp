@@ -1,0 +1,113 @@
+// The token embedding (and tied head) over a table that may be cut into row
+// pieces spread over several units (ZeRO-3: no slot holds the whole table).
+// A piece's logits are a column block of the logits: they go through a
+// contiguous scratch of at most d_model columns (full_c, idle while the head
+// runs), so no buffer grows with the vocabulary.
+#include "model/gpt.hpp"
+
+namespace trident {
+
+std::vector<GptModel::TableUnit> GptModel::table_units(const TensorTable& table, int d_model) {
+  const TensorInfo* w = table.find("wte");
+  if (!w) return {};
+  const int vocab = int(w->shape[0]);
+  if (w->units <= 1) return {TableUnit{w->unit, {{0, vocab}}}};
+  std::vector<TableUnit> units;
+  for (int k = 0; k < w->units; ++k) units.push_back({w->unit + k, {}});
+  const int rows = int(w->piece / std::size_t(d_model));
+  for (int j = 0; j < w->pieces; ++j)
+    if (j * rows < vocab) units[j % w->units].rows.push_back({j * rows, std::min(rows, vocab - j * rows)});
+  return units;
+}
+
+namespace {
+// Calls f(first row, rows) over `u`'s pieces in blocks of at most `most` rows.
+template <class F>
+void for_each_row_block(const std::vector<std::pair<int, int>>& pieces, int most, F&& f) {
+  for (const auto& [first, rows] : pieces)
+    for (int r = 0; r < rows; r += most) f(first + r, std::min(most, rows - r));
+}
+}  // namespace
+
+void GptModel::lookup_tokens(float* out, const std::int32_t* tok) {
+  const int C = cfg_.d_model, vlo = tp_.vocab_begin(cfg_);
+  const TensorInfo& w = table_.at("wte");
+  float* part = scratch("d_c");  // free in forward
+  bool first = true;
+  for (const TableUnit& u : table_units_) {
+    storage_->need_params(u.unit, Pass::forward);
+    for (const auto& [row, rows] : u.rows) {
+      // Tokens outside a piece look up zeros: the pieces' lookups add up.
+      backend_.embedding_forward(first ? out : part, tok, storage_->param_at(w, std::size_t(row) * C),
+                                 vlo + row, rows, BT_, C);
+      if (!first) backend_.add(out, out, part, std::size_t(BT_) * C);
+      first = false;
+    }
+    storage_->done_params(u.unit);
+  }
+}
+
+void GptModel::logits_forward(float* logits, const float* lnf) {
+  const int C = cfg_.d_model, Vl = tp_.local_vocab(cfg_);
+  ModelStorage& st = *storage_;
+  if (!table_cut()) {
+    st.need_params(unit("wte"), Pass::forward);
+    backend_.matmul_forward(logits, lnf, P("wte"), nullptr, BT_, C, Vl);
+    return;
+  }
+  const TensorInfo& w = table_.at("wte");
+  float* part = scratch("full_c");
+  for (const TableUnit& u : table_units_) {
+    st.need_params(u.unit, Pass::forward);
+    for_each_row_block(u.rows, C, [&](int row, int rows) {
+      backend_.matmul_forward(part, lnf, st.param_at(w, std::size_t(row) * C), nullptr, BT_, C, rows);
+      backend_.copy_2d(logits + row, std::size_t(Vl), part, std::size_t(rows), std::size_t(BT_),
+                       std::size_t(rows));
+    });
+    st.done_params(u.unit);
+  }
+}
+
+void GptModel::logits_backward(int slot, float* d_lnf, const float* lnf_all, bool weight_grads,
+                               bool finalize) {
+  const int C = cfg_.d_model, Vl = tp_.local_vocab(cfg_);
+  ModelStorage& st = *storage_;
+  const float* dlogits = act(slot, "logits");
+  if (!table_cut()) {  // the whole table is still held from forward
+    if (weight_grads) st.need_grads(unit("wte"));
+    backend_.matmul_backward(d_lnf, weight_grads ? G("wte") : nullptr, nullptr, dlogits, lnf_all,
+                             d_lnf ? P("wte") : nullptr, BT_, C, Vl);
+    return;
+  }
+  // Each unit's gradients leave now and the embedding's backward starts its
+  // own: holding them until then would hold the whole table.
+  const TensorInfo& w = table_.at("wte");
+  float* part = scratch("full_c");
+  for (const TableUnit& u : table_units_) {
+    if (d_lnf) st.need_params(u.unit, Pass::backward);
+    if (weight_grads) st.need_grads(u.unit);
+    for_each_row_block(u.rows, C, [&](int row, int rows) {
+      const std::size_t at = std::size_t(row) * C;
+      backend_.copy_2d(part, std::size_t(rows), dlogits + row, std::size_t(Vl), std::size_t(BT_),
+                       std::size_t(rows));
+      backend_.matmul_backward(d_lnf, weight_grads ? st.grad_at(w, at) : nullptr, nullptr, part,
+                               lnf_all, d_lnf ? st.param_at(w, at) : nullptr, BT_, C, rows);
+    });
+    if (d_lnf) st.done_params(u.unit);
+    if (weight_grads) st.done_grads(u.unit, finalize);
+  }
+}
+
+void GptModel::table_grads_from_tokens(int slot, const float* d_emb, bool finalize) {
+  const int C = cfg_.d_model, vlo = tp_.vocab_begin(cfg_);
+  const TensorInfo& w = table_.at("wte");
+  for (const TableUnit& u : table_units_) {
+    storage_->need_grads(u.unit);
+    for (const auto& [row, rows] : u.rows)
+      backend_.embedding_backward(storage_->grad_at(w, std::size_t(row) * C), d_emb,
+                                  tokens_of(slot), vlo + row, rows, BT_, C);
+    storage_->done_grads(u.unit, finalize);
+  }
+}
+
+}  // namespace trident
