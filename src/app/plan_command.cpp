@@ -44,12 +44,12 @@ nlohmann::json to_json(const Prediction& p) {
 }
 
 void print_header() {
-  fmt::print("{:<58}{:>9}{:>10}{:>8}{:>8}{:>6}{:>22}  {}\n", "layout", "step s", "tok/s/gpu",
+  fmt::print("{:<58}{:>9}{:>10}{:>8}{:>8}{:>6}{:>24}  {}\n", "layout", "step s", "tok/s/gpu",
              "TF mdl", "TF hw", "MFU", "memory / capacity", "bounded by");
 }
 
 void print_row(const Prediction& p) {
-  fmt::print("{:<58}{:>9.3f}{:>10.0f}{:>8.1f}{:>8.1f}{:>5.0f}%{:>22}  {}\n", layout_string(p),
+  fmt::print("{:<58}{:>9.3f}{:>10.0f}{:>8.1f}{:>8.1f}{:>5.0f}%{:>24}  {}\n", layout_string(p),
              p.step_s, p.tokens_per_s_per_gpu, p.model_tflops, p.hardware_tflops, 100 * p.mfu,
              format_bytes(p.memory_bytes) + " / " + format_bytes(p.capacity_bytes), p.reason());
 }

@@ -89,7 +89,14 @@ Prediction predict_step(const Deck& deck, const GridShape& shape, const Cluster&
   if (cluster.shared_node) c.hbm_gbps /= on_node;
   const StepModel sm{m, c, t, w, c.peak_tflops(deck.precision.dtype) * 1e12 / on_node};
   const double h = m.d_model, s = m.seq_len, tokens = double(p.micro_batch) * s;
-  auto link_for = [&](int span) { return span <= c.gpus_per_node ? c.intra : c.inter; };
+  // A group inside a node rides NVLink. One spanning nodes with k members per
+  // node runs k rings side by side, one per NIC (NCCL channels), so it sees k
+  // NICs' bandwidth, capped by NVLink.
+  auto link_for = [&](int span, int stride) {
+    if (span <= c.gpus_per_node) return c.intra;
+    const int members = std::max(1, c.gpus_per_node / std::min(stride, c.gpus_per_node));
+    return Link{std::min(c.intra.gbps, members * c.inter.gbps), c.inter.latency_us};
+  };
   auto all_reduce = [&](double bytes, int n, const Link& l) { return ring(bytes, n, l, c.comm_efficiency, 2); };
   auto gather = [&](double bytes, int n, const Link& l) { return ring(bytes, n, l, c.comm_efficiency, 1); };
 
@@ -106,7 +113,7 @@ Prediction predict_step(const Deck& deck, const GridShape& shape, const Cluster&
   const double softmax = sm.bytes_time(kTrafficPerSavedByte * kept_scores);
   // Two all-reduces per layer each way (Megatron section 3); SP's all-gather +
   // reduce-scatter pairs move the same bytes (Korthikanti section 4.2.2).
-  const double tp_comm = 2 * all_reduce(tokens * h * w, t, link_for(t));
+  const double tp_comm = 2 * all_reduce(tokens * h * w, t, link_for(t, 1));
   const double forward = linear + scores + elementwise;
   double recompute = 0;
   if (p.recompute == "full") recompute = forward + tp_comm;
@@ -119,9 +126,9 @@ Prediction predict_step(const Deck& deck, const GridShape& shape, const Cluster&
   const double layers_per_rank = double(m.layers) / pp;
   // Activations cross each chunk boundary once each way (SP: 1/tp of them).
   const double p2p_bytes = tokens * h * w / (p.sequence_parallel ? t : 1);
-  const double p2p = pp > 1 ? 2 * v * (p2p_bytes / (link_for(2 * t * shape.dp).gbps * 1e9 *
+  const double p2p = pp > 1 ? 2 * v * (p2p_bytes / (link_for(2 * t * shape.dp, t * shape.dp).gbps * 1e9 *
                                                     c.comm_efficiency) +
-                                       link_for(2 * t * shape.dp).latency_us * 1e-6)
+                                       link_for(2 * t * shape.dp, t * shape.dp).latency_us * 1e-6)
                             : 0;
   const double gemm_mb = layers_per_rank * 3 * (linear + scores);
   const double elem_mb = layers_per_rank * 3 * elementwise;
@@ -137,7 +144,7 @@ Prediction predict_step(const Deck& deck, const GridShape& shape, const Cluster&
   // Data parallel: parameters on this rank (its layers, and the tied embedding
   // on the first and last stage), gradients reduced over dp ranks tp apart.
   const double psi = (layers_per_rank * (12 * h * h + 13 * h) + double(m.vocab) * h + s * h) / t;
-  const Link dp_link = link_for(t * shape.dp);
+  const Link dp_link = link_for(t * shape.dp, t);
   const int dp = shape.dp, zs = deck.zero.stage;
   const double backward_last = layers_per_rank * (2 * (linear + scores + elementwise + tp_comm)) +
                                rc_mb + 2.0 / 3.0 * logits;

@@ -4,6 +4,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <sstream>
 #include <tuple>
@@ -154,7 +155,13 @@ PlanResult plan_all(const PlanRequest& r, const Cluster& cluster) {
                 }
               }
     }
-  auto faster = [](const Prediction& a, const Prediction& b) { return a.step_s < b.step_s; };
+  // Within 0.5% the simpler layout wins: less ZeRO sharding, then less memory.
+  auto faster = [](const Prediction& a, const Prediction& b) {
+    if (std::abs(a.step_s - b.step_s) > 0.005 * std::min(a.step_s, b.step_s))
+      return a.step_s < b.step_s;
+    if (a.zero_stage != b.zero_stage) return a.zero_stage < b.zero_stage;
+    return a.memory_bytes < b.memory_bytes;
+  };
   std::sort(out.fitting.begin(), out.fitting.end(), faster);
   std::sort(out.too_large.begin(), out.too_large.end(), faster);
   return out;
