@@ -31,6 +31,17 @@ struct CheckOptions {
 };
 int check_command(const CheckOptions& options);
 
+struct PlanOptions {
+  std::string deck;
+  std::vector<std::string> overrides;
+  int gpus = 1;
+  std::string cluster = "dgx-a100-80gb";  // built-in name or a .toml file
+  std::string layout;  // tp=8,pp=4,...: predict this one; empty: rank every valid layout
+  int top = 5;
+  bool json = false;
+};
+int plan_command(const PlanOptions& options);
+
 struct TokenizeOptions {
   std::string input;   // text file, or - for standard input
   std::string output;  // .bin shard

@@ -4,6 +4,8 @@
 //   trident tokenize IN.txt OUT.bin
 //   trident inspect CHECKPOINT.h5
 //   trident check DECK.toml --ranks N [--set section.key=value]... [--layouts FILE] [--json]
+//   trident plan DECK.toml --gpus N [--cluster NAME|FILE.toml] [--set ...]... [--top K]
+//                [--layout tp=8,pp=4,dp=16,v=2,mb=1,zero=1,sp=1,recompute=selective] [--json]
 #include <mpi.h>
 
 #include <fmt/format.h>
@@ -55,6 +57,21 @@ int run(int argc, char** argv, int rank) {
                         "optionally ranks=N; prints one JSON verdict per line");
   check_cmd->add_flag("--json", check.json, "Print the verdict as one JSON object");
 
+  PlanOptions plan;
+  CLI::App* plan_cmd = app.add_subcommand(
+      "plan", "Predict step time and memory per layout on a cluster and pick one (one process)");
+  plan_cmd->add_option("deck", plan.deck, "Input deck (TOML)")->required();
+  plan_cmd->add_option("--gpus", plan.gpus, "GPUs (ranks) of the planned job")->required();
+  plan_cmd->add_option("--cluster", plan.cluster,
+                       "dgx-a100-80gb (default), dgx-a100-40gb, dgx-h100, dgx-h200, this-cpu, "
+                       "or a cluster .toml file");
+  plan_cmd->add_option("--set", plan.overrides, "Override a deck key: section.key=value");
+  plan_cmd->add_option("--top", plan.top, "How many layouts to list (default 5)");
+  plan_cmd->add_option("--layout", plan.layout,
+                       "Predict one layout: tp=8,pp=4,dp=16,v=2,mb=1,zero=1,sp=1,"
+                       "recompute=selective[,offload=none]");
+  plan_cmd->add_flag("--json", plan.json, "Print the plan as one JSON document");
+
   TokenizeOptions tok;
   CLI::App* tok_cmd =
       app.add_subcommand("tokenize", "Turn a text file into a token shard (byte-level, vocab 257)");
@@ -93,6 +110,7 @@ int run(int argc, char** argv, int rank) {
   if (*train_cmd) return train_command(train);
   if (*tok_cmd) return rank == 0 ? tokenize_command(tok) : kExitOk;
   if (*est_cmd) return rank == 0 ? estimate_command(est) : kExitOk;
+  if (*plan_cmd) return rank == 0 ? plan_command(plan) : kExitOk;
   if (*check_cmd) return rank == 0 ? check_command(check) : kExitOk;
   if (*inspect_cmd) return rank == 0 ? inspect_command(inspect) : kExitOk;
   return kExitBadInput;

@@ -1,0 +1,174 @@
+#include "plan/cluster.hpp"
+
+#include <cblas.h>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+#include <toml++/toml.h>
+
+#include "core/error.hpp"
+
+namespace trident {
+
+double Cluster::gemm_fraction(double flops) const {
+  const auto& c = gemm_efficiency;
+  if (c.empty()) return 1.0;
+  if (flops <= c.front().first) return c.front().second;
+  if (flops >= c.back().first) return c.back().second;
+  std::size_t i = 1;
+  while (c[i].first < flops) ++i;
+  const double x = std::log(flops / c[i - 1].first) / std::log(c[i].first / c[i - 1].first);
+  return c[i - 1].second + x * (c[i].second - c[i - 1].second);
+}
+
+namespace {
+
+// Fitted on the rows of perf/plan/published_runs.csv marked "fit" (median
+// error there to about zero): large GEMMs reach ~75% of peak end to end, a
+// 1 GFLOP one 40%.
+const std::vector<std::pair<double, double>> kGpuGemmCurve = {
+    {1e8, 0.16}, {1e9, 0.40}, {1e10, 0.63}, {1e11, 0.72}, {1e12, 0.75}};
+
+Cluster dgx(const std::string& name, double peak16, double peak32, double gib, double hbm,
+            double nvlink, double nic) {
+  Cluster c;
+  c.name = name;
+  c.gpus_per_node = 8;
+  c.peak_tflops_16 = peak16;
+  c.peak_tflops_32 = peak32;
+  c.hbm_gib = gib;
+  c.hbm_gbps = hbm;
+  c.intra = {nvlink, 10};
+  c.inter = {nic, 20};
+  c.gemm_efficiency = kGpuGemmCurve;
+  return c;
+}
+
+// Vendor data sheets: A100 SXM (312 TFLOP/s bf16, NVLink 3 at 300 GB/s per
+// direction, one 200 Gb/s HDR NIC per GPU); H100/H200 SXM (989 TFLOP/s bf16,
+// NVLink 4 at 450 GB/s, one 400 Gb/s NDR NIC per GPU).
+Cluster builtin(const std::string& name) {
+  if (name == "dgx-a100-80gb") return dgx(name, 312, 19.5, 80, 2039, 300, 25);
+  if (name == "dgx-a100-40gb") return dgx(name, 312, 19.5, 40, 1555, 300, 25);
+  if (name == "dgx-h100") return dgx(name, 989, 67, 80, 3350, 450, 50);
+  if (name == "dgx-h200") return dgx(name, 989, 67, 141e9 / (1 << 30), 4800, 450, 50);
+  if (name == "this-cpu") return calibrate_this_cpu();
+  return {};
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace
+
+std::vector<std::string> builtin_cluster_names() {
+  return {"dgx-a100-80gb", "dgx-a100-40gb", "dgx-h100", "dgx-h200", "this-cpu"};
+}
+
+Cluster parse_cluster_toml(const std::string& text, const std::string& origin) {
+  toml::table t;
+  try {
+    t = toml::parse(text, origin);
+  } catch (const toml::parse_error& e) {
+    throw InputError(fmt::format("{}:{}: TOML syntax error: {}", origin,
+                                 e.source().begin.line, e.description()));
+  }
+  auto need = [&](const char* key) {
+    const auto v = t[key].value<double>();
+    if (!v || *v <= 0)
+      throw InputError(fmt::format("{}: cluster key '{}' is required and must be a positive "
+                                   "number", origin, key));
+    return *v;
+  };
+  Cluster c;
+  c.name = t["name"].value_or(std::filesystem::path(origin).stem().string());
+  c.gpus_per_node = int(need("gpus_per_node"));
+  c.peak_tflops_16 = need("peak_tflops_bf16");
+  c.peak_tflops_32 = t["peak_tflops_fp32"].value_or(c.peak_tflops_16 / 16);
+  c.hbm_gib = need("hbm_gib");
+  c.hbm_gbps = need("hbm_gbps");
+  c.intra = {need("intra_node_gbps"), t["intra_node_latency_us"].value_or(10.0)};
+  c.inter = {need("inter_node_gbps"), t["inter_node_latency_us"].value_or(20.0)};
+  c.comm_efficiency = t["comm_efficiency"].value_or(c.comm_efficiency);
+  c.gemm_efficiency = kGpuGemmCurve;
+  if (const toml::array* curve = t["gemm_efficiency"].as_array()) {
+    c.gemm_efficiency.clear();
+    for (const auto& point : *curve) {
+      const toml::array* p = point.as_array();
+      const auto flops = p && p->size() == 2 ? (*p)[0].value<double>() : std::nullopt;
+      const auto frac = p && p->size() == 2 ? (*p)[1].value<double>() : std::nullopt;
+      if (!flops || !frac || *frac <= 0 || *frac > 1 ||
+          (!c.gemm_efficiency.empty() && *flops <= c.gemm_efficiency.back().first))
+        throw InputError(fmt::format("{}: gemm_efficiency must list [flops, fraction of peak] "
+                                     "pairs by increasing flops, fractions in (0, 1]", origin));
+      c.gemm_efficiency.emplace_back(*flops, *frac);
+    }
+  }
+  return c;
+}
+
+Cluster find_cluster(const std::string& name) {
+  if (name.size() > 5 && name.substr(name.size() - 5) == ".toml") {
+    std::ifstream in(name);
+    if (!in) throw InputError(fmt::format("--cluster {}: cannot open the file", name));
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return parse_cluster_toml(ss.str(), name);
+  }
+  Cluster c = builtin(name);
+  if (c.name.empty())
+    throw InputError(fmt::format("--cluster {}: not a cluster; use one of {} or a .toml file",
+                                 name, fmt::join(builtin_cluster_names(), ", ")));
+  return c;
+}
+
+// Square fp32 GEMMs from 64 to 1024: the efficiency curve is the rate at each
+// size over the best rate seen, which stands in for peak.
+Cluster calibrate_this_cpu() {
+  Cluster c;
+  c.name = "this-cpu";
+  c.gpus_per_node = int(std::max(1u, std::thread::hardware_concurrency()));
+  c.shared_node = true;
+  std::vector<std::pair<double, double>> rates;
+  for (int n : {64, 128, 256, 512, 1024}) {
+    std::vector<float> a(std::size_t(n) * n, 1.0f), b(a), out(a.size());
+    const double flops = 2.0 * n * n * n;
+    int reps = 0;
+    const auto t0 = std::chrono::steady_clock::now();
+    do {
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a.data(), n,
+                  b.data(), n, 0.0f, out.data(), n);
+      ++reps;
+    } while (seconds_since(t0) < 0.05);
+    rates.emplace_back(flops, flops * reps / seconds_since(t0) / 1e12);
+  }
+  double best = 0;
+  for (const auto& r : rates) best = std::max(best, r.second);
+  for (auto& r : rates) r.second /= best;
+  c.peak_tflops_16 = c.peak_tflops_32 = best;
+  c.gemm_efficiency = rates;
+  // Memory bandwidth: one large copy, read + write.
+  std::vector<float> src(std::size_t(1) << 24, 1.0f), dst(src.size());
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < 4; ++i) std::copy(src.begin(), src.end(), dst.begin());
+  c.hbm_gbps = 4 * 2.0 * double(src.size()) * sizeof(float) / seconds_since(t0) / 1e9;
+  std::ifstream meminfo("/proc/meminfo");
+  std::string key;
+  double kib = 0;
+  while (meminfo >> key >> kib && key != "MemTotal:") {}
+  c.hbm_gib = kib / (1024.0 * 1024.0);
+  // Ranks of one node talk through shared memory at about the copy rate.
+  c.intra = {c.hbm_gbps / 2, 2};
+  c.inter = {c.hbm_gbps / 2, 2};
+  return c;
+}
+
+}  // namespace trident

@@ -1,0 +1,213 @@
+#include "plan/cost_model.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "model/activation_policy.hpp"
+#include "model/gpt_config.hpp"
+#include "parallel/pipeline/schedule.hpp"
+
+namespace trident {
+namespace {
+
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+// Element-wise kernels (norms, GELU, softmax, dropout, residuals) move about
+// this many bytes per byte of activations the layer keeps (fitted, as the curve).
+constexpr double kTrafficPerSavedByte = 2.0;
+// cuBLAS/NCCL workspaces, the allocator's slack: what a framework adds on a GPU.
+constexpr double kGpuOverheadBytes = 2.0 * kGiB;
+
+// Ring collectives (nccl-tests' bus bandwidth): all-reduce moves 2(n-1)/n of
+// the buffer per rank, reduce-scatter and all-gather (n-1)/n, each step alpha.
+double ring(double bytes, int n, const Link& link, double efficiency, double factor) {
+  if (n <= 1 || bytes <= 0) return 0;
+  const double steps = factor * (n - 1);
+  return steps / n * bytes / (link.gbps * 1e9 * efficiency) + steps * link.latency_us * 1e-6;
+}
+
+struct StepModel {
+  const GptConfig& m;
+  const Cluster& c;
+  int tp, dtype_bytes;
+  double peak;  // FLOP/s per rank
+
+  double gemm(double rows, double cols, double inner, double count = 1) const {
+    const double flops = 2 * rows * cols * inner * count;
+    return flops / (peak * c.gemm_fraction(flops));
+  }
+  double bytes_time(double bytes) const { return bytes / (c.hbm_gbps * 1e9); }
+};
+
+}  // namespace
+
+double layer_activation_bytes(const GptConfig& m, double tokens, int tp, bool sp,
+                              const std::string& recompute, bool partition, int dtype_bytes) {
+  const double sbh = tokens * m.d_model, scale = dtype_bytes / 2.0;  // the paper counts 16-bit
+  const double replicated = sp ? 10.0 / tp : 10.0;  // norms and dropouts, sharded only by SP
+  if (recompute == "full") return 2 * sbh * scale / (sp || partition ? tp : 1);
+  const double attention = recompute == "selective" ? 0 : 5.0 * m.heads * m.seq_len / m.d_model / tp;
+  return sbh * (replicated + 24.0 / tp + attention) * scale;
+}
+
+std::string Prediction::largest_cost() const {
+  auto it = std::max_element(costs.begin(), costs.end(),
+                             [](const auto& a, const auto& b) { return a.second < b.second; });
+  return it == costs.end() ? "" : it->first;
+}
+
+std::string Prediction::reason() const {
+  std::vector<std::pair<std::string, double>> sorted = costs;
+  std::sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
+  std::string out;
+  for (std::size_t i = 0; i < sorted.size() && i < 3; ++i)
+    out += fmt::format("{}{} {:.0f}%", i ? ", " : "", sorted[i].first,
+                       100 * sorted[i].second / step_s);
+  if (!fits()) out = "does not fit: " + out;
+  return out;
+}
+
+Prediction predict_step(const Deck& deck, const GridShape& shape, const Cluster& cluster,
+                        const MemoryEstimate& state) {
+  const GptConfig& m = deck.model;
+  const auto& par = deck.parallel;
+  Prediction p;
+  p.shape = shape;
+  p.virtual_stages = par.virtual_stages;
+  p.micro_batch = deck.train.micro_batch;
+  p.micro_batches = deck.train.batch / (shape.dp * deck.train.micro_batch);
+  p.zero_stage = deck.zero.stage;
+  p.sequence_parallel = par.sequence_parallel && shape.tp > 1;
+  p.recompute = deck.train.recompute;
+  p.schedule = par.schedule;
+
+  const int t = shape.tp, pp = shape.pp, v = par.virtual_stages, mbs = p.micro_batches;
+  const int w = precision_dtype(deck.precision.dtype) == DType::f32 ? 4 : 2;
+  const int g = precision_dtype(deck.precision.reduce_dtype) == DType::f32 ? 4 : 2;
+  const int on_node = cluster.shared_node ? std::min(shape.size(), cluster.gpus_per_node) : 1;
+  Cluster c = cluster;
+  if (cluster.shared_node) c.hbm_gbps /= on_node;
+  const StepModel sm{m, c, t, w, c.peak_tflops(deck.precision.dtype) * 1e12 / on_node};
+  const double h = m.d_model, s = m.seq_len, tokens = double(p.micro_batch) * s;
+  // A group inside a node rides NVLink. One spanning nodes with k members per
+  // node runs k rings side by side, one per NIC (NCCL channels), so it sees k
+  // NICs' bandwidth, capped by NVLink.
+  auto link_for = [&](int span, int stride) {
+    if (span <= c.gpus_per_node) return c.intra;
+    const int members = std::max(1, c.gpus_per_node / std::min(stride, c.gpus_per_node));
+    return Link{std::min(c.intra.gbps, members * c.inter.gbps), c.inter.latency_us};
+  };
+  auto all_reduce = [&](double bytes, int n, const Link& l) { return ring(bytes, n, l, c.comm_efficiency, 2); };
+  auto gather = [&](double bytes, int n, const Link& l) { return ring(bytes, n, l, c.comm_efficiency, 1); };
+
+  // One layer, one micro-batch, forward (Megatron: QKV, projection, two MLP GEMMs
+  // split over tp; scores and mixing batched over the rank's heads).
+  const double linear = sm.gemm(tokens, 3 * h / t, h) + sm.gemm(tokens, h, h / t) +
+                        sm.gemm(tokens, 4 * h / t, h) + sm.gemm(tokens, h, 4 * h / t);
+  const double heads = double(p.micro_batch) * m.heads / t;
+  const double scores = 2 * sm.gemm(s, s, h / m.heads, heads);
+  const double kept = layer_activation_bytes(m, tokens, t, p.sequence_parallel, "none", false, w);
+  const double kept_scores = kept - layer_activation_bytes(m, tokens, t, p.sequence_parallel,
+                                                           "selective", false, w);
+  const double elementwise = sm.bytes_time(kTrafficPerSavedByte * kept);
+  const double softmax = sm.bytes_time(kTrafficPerSavedByte * kept_scores);
+  // Two all-reduces per layer each way (Megatron section 3); SP's all-gather +
+  // reduce-scatter pairs move the same bytes (Korthikanti section 4.2.2).
+  const double tp_comm = 2 * all_reduce(tokens * h * w, t, link_for(t, 1));
+  const double forward = linear + scores + elementwise;
+  double recompute = 0;
+  if (p.recompute == "full") recompute = forward + tp_comm;
+  if (p.recompute == "selective") recompute = scores + softmax;
+
+  // Logits on the last stage: the tied head's GEMM forward and twice backward,
+  // f32 softmax cross-entropy over the rank's vocabulary shard.
+  const double logits = 3 * sm.gemm(tokens, double(m.vocab) / t, h) +
+                        sm.bytes_time(3.0 * 4 * tokens * m.vocab / t);
+  const double layers_per_rank = double(m.layers) / pp;
+  // Activations cross each chunk boundary once each way (SP: 1/tp of them).
+  const double p2p_bytes = tokens * h * w / (p.sequence_parallel ? t : 1);
+  const double p2p = pp > 1 ? 2 * v * (p2p_bytes / (link_for(2 * t * shape.dp, t * shape.dp).gbps * 1e9 *
+                                                    c.comm_efficiency) +
+                                       link_for(2 * t * shape.dp, t * shape.dp).latency_us * 1e-6)
+                            : 0;
+  const double gemm_mb = layers_per_rank * 3 * (linear + scores);
+  const double elem_mb = layers_per_rank * 3 * elementwise;
+  const double tpc_mb = layers_per_rank * 2 * tp_comm;
+  const double rc_mb = layers_per_rank * recompute;
+  const double stage_mb = gemm_mb + elem_mb + tpc_mb + rc_mb + p2p;  // a stage without the head
+  const double last_mb = stage_mb + logits;
+  const double bubble_frac =
+      pp > 1 ? theoretical_bubble(parse_schedule(par.schedule), pp, mbs, v) : 0.0;
+  const double avg_mb = stage_mb + logits / pp;
+  const double bubble = bubble_frac / (1 - bubble_frac) * mbs * avg_mb;
+
+  // Data parallel: parameters on this rank (its layers, and the tied embedding
+  // on the first and last stage), gradients reduced over dp ranks tp apart.
+  const double psi = (layers_per_rank * (12 * h * h + 13 * h) + double(m.vocab) * h + s * h) / t;
+  const Link dp_link = link_for(t * shape.dp, t);
+  const int dp = shape.dp, zs = deck.zero.stage;
+  const double backward_last = layers_per_rank * (2 * (linear + scores + elementwise + tp_comm)) +
+                               rc_mb + 2.0 / 3.0 * logits;
+  double dp_exposed = 0, zero3_exposed = 0;
+  if (zs == 0) {
+    dp_exposed = std::max(0.0, all_reduce(psi * g, dp, dp_link) - backward_last);
+  } else {
+    // Reduce-scatter overlaps the last backward; the all-gather of the updated
+    // 16-bit parameters follows the optimizer (ZeRO section 5).
+    dp_exposed = std::max(0.0, gather(psi * g, dp, dp_link) - backward_last);
+    if (zs <= 2) dp_exposed += gather(psi * w, dp, dp_link);
+    // Stage 3 gathers each unit before its forward and backward, hidden behind
+    // the micro-batch's compute where the link keeps up.
+    if (zs == 3) zero3_exposed = mbs * std::max(0.0, 2 * gather(psi * w, dp, dp_link) - last_mb);
+  }
+  // AdamW touches the f32 master, both moments (read + write), the gradient
+  // and writes the 16-bit weight, on its 1/dp shard under ZeRO.
+  const double shard = zs > 0 ? psi / dp : psi;
+  const double optimizer = sm.bytes_time(shard * (3 * 2 * 4 + g + w));
+
+  p.costs = {{"gemm", mbs * gemm_mb + mbs * logits * 0.9},
+             {"memory-bound", mbs * elem_mb + mbs * logits * 0.1},
+             {"recompute", mbs * rc_mb},
+             {"tp-comm", mbs * tpc_mb},
+             {"pp-p2p", mbs * p2p},
+             {"pp-bubble", bubble},
+             {"dp-comm", dp_exposed + zero3_exposed},
+             {"optimizer", optimizer}};
+  p.step_s = mbs * last_mb + bubble + dp_exposed + zero3_exposed + optimizer;
+
+  const double step_tokens = double(deck.train.batch) * s;
+  const double model_flops = gpt_flops_per_token(m) * step_tokens;
+  const double attention_fwd = 4.0 * m.layers * h * s * step_tokens;  // QK^T and AV, forward
+  const double layer_fwd = 2.0 * 12 * h * h * m.layers * step_tokens + attention_fwd;
+  const double extra = p.recompute == "full" ? layer_fwd
+                       : p.recompute == "selective" ? attention_fwd : 0.0;
+  const double gpus = shape.size();
+  p.tokens_per_s_per_gpu = step_tokens / p.step_s / gpus;
+  p.model_tflops = model_flops / p.step_s / gpus / 1e12;
+  p.hardware_tflops = (model_flops + extra) / p.step_s / gpus / 1e12;
+  p.mfu = p.model_tflops / c.peak_tflops(deck.precision.dtype) * on_node;
+
+  // Memory: the first stage keeps the most micro-batches in flight, the last
+  // one the logits; the fuller of the two bounds the layout.
+  const ScheduleKind kind = parse_schedule(par.schedule);
+  const double per_layer = layer_activation_bytes(m, tokens, t, p.sequence_parallel, p.recompute,
+                                                  deck.train.partition_activations, w);
+  const double layers_per_chunk = double(m.layers) / (pp * v);
+  auto stage_activations = [&](int stage) {
+    const auto actions = build_schedule(kind, pp, stage, mbs, v);
+    double bytes = 0;
+    for (int chunk = 0; chunk < v; ++chunk)
+      bytes += layers_per_chunk * max_in_flight(actions, chunk) * per_layer;
+    if (p.recompute == "full") bytes += kept;  // one layer rebuilt for its backward
+    return bytes;
+  };
+  const double logits_bytes = 2.0 * 4 * tokens * m.vocab / t;  // f32 logits and their gradient
+  p.activation_bytes = std::max(stage_activations(0), stage_activations(pp - 1) + logits_bytes);
+  p.model_state_bytes = state.model_state() + state.bytes[int(MemCategory::buffers)];
+  p.overhead_bytes = cluster.shared_node ? 0 : kGpuOverheadBytes;
+  p.memory_bytes = p.model_state_bytes + p.activation_bytes + p.overhead_bytes;
+  p.capacity_bytes = cluster.hbm_gib * kGiB / (cluster.shared_node ? on_node : 1);
+  return p;
+}
+
+}  // namespace trident

@@ -1,0 +1,37 @@
+// Layouts for a deck on N GPUs: one given as tp=8,pp=4,... or every layout the
+// deck validator (parse_deck + resolve_layout, as `trident check`) accepts,
+// each with its predicted step and memory.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "plan/cluster.hpp"
+#include "plan/cost_model.hpp"
+
+namespace trident {
+
+struct PlanRequest {
+  std::string deck_path;
+  std::string deck_text;               // read once; every candidate re-parses it
+  std::vector<std::string> overrides;  // the user's --set
+  int gpus = 1;
+};
+
+// "tp=8,pp=4,dp=16,v=2,mb=1,zero=1,sp=1,recompute=selective[,offload=none]"
+// as deck overrides. Throws InputError naming the malformed field.
+std::vector<std::string> layout_overrides(const std::string& layout);
+// A prediction's layout in the same words, so it can be pasted back.
+std::string layout_string(const Prediction& p);
+
+// One layout; throws InputError with the validator's message if it is invalid.
+Prediction plan_layout(const PlanRequest& request, const std::vector<std::string>& layout,
+                       const Cluster& cluster);
+
+struct PlanResult {
+  std::vector<Prediction> fitting;     // fastest first
+  std::vector<Prediction> too_large;   // fastest first
+  int considered = 0, invalid = 0;
+};
+PlanResult plan_all(const PlanRequest& request, const Cluster& cluster);
+
+}  // namespace trident
