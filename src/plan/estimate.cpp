@@ -1,14 +1,14 @@
-#include "memory/estimate.hpp"
+#include "plan/estimate.hpp"
 
 #include "engine/grad_engine.hpp"
-#include "memory/schedule_costs.hpp"
+#include "parallel/pipeline/schedule_costs.hpp"
 #include "memory/working_copies.hpp"
 #include "model/gpt.hpp"
 #include "optim/grad_view.hpp"
 #include "model/gpt_params.hpp"
 #include "parallel/pipeline/partition.hpp"
 #include "parallel/pipeline/schedule.hpp"
-#include "parallel/tensor/tensor_layout.hpp"
+#include "model/param_table.hpp"
 #include "parallel/zero/zero_plan.hpp"
 #include "parallel/zero/zero_storage.hpp"
 
