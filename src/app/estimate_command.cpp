@@ -8,7 +8,7 @@
 #include "app/commands.hpp"
 #include "core/error.hpp"
 #include "io/deck.hpp"
-#include "memory/estimate.hpp"
+#include "plan/estimate.hpp"
 
 namespace trident {
 namespace {

@@ -10,7 +10,7 @@
 #include "comm/agree.hpp"
 #include "comm/mpi_communicator.hpp"
 #include "core/error.hpp"
-#include "io/checkpoint_reader.hpp"
+#include "checkpoint/checkpoint_reader.hpp"
 #include "memory/ledger.hpp"
 
 namespace trident {

@@ -15,7 +15,7 @@
 
 #include "grid/grid.hpp"
 #include "io/deck.hpp"
-#include "io/tensor_slice.hpp"
+#include "checkpoint/tensor_slice.hpp"
 #include "memory/arena.hpp"
 #include "model/gpt.hpp"
 #include "optim/adamw.hpp"

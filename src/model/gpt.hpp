@@ -18,7 +18,7 @@
 #include "model/gpt_config.hpp"
 #include "model/model_storage.hpp"
 #include "parallel/tensor/tensor_comm.hpp"
-#include "parallel/tensor/tensor_layout.hpp"
+#include "model/param_table.hpp"
 
 namespace trident {
 

@@ -9,7 +9,7 @@ namespace trident {
 
 // The parameter table itself (arena order wte, wpe, block 0 .. L-1, final
 // norm; backward finishes gradients back to front) is built per tensor rank by
-// build_gpt_param_table in parallel/tensor/tensor_layout.hpp.
+// build_gpt_param_table in model/param_table.hpp.
 
 // GPT-2 initialisation: matrices N(0, 0.02), residual projections
 // N(0, 0.02/sqrt(2*layers)), biases 0, norm weights 1. Each element is drawn

@@ -10,7 +10,7 @@
 
 #include "grid/grid.hpp"
 #include "io/deck.hpp"
-#include "memory/estimate.hpp"
+#include "plan/estimate.hpp"
 #include "plan/cluster.hpp"
 
 namespace trident {

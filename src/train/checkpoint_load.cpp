@@ -5,7 +5,7 @@
 #include "comm/agree.hpp"
 #include "core/error.hpp"
 #include "core/timer.hpp"
-#include "io/checkpoint_reader.hpp"
+#include "checkpoint/checkpoint_reader.hpp"
 #include "train/checkpoint_state.hpp"
 #include "train/replica_exchange.hpp"
 

@@ -8,8 +8,8 @@
 #include "core/error.hpp"
 #include "core/fault_inject.hpp"
 #include "core/timer.hpp"
-#include "io/checkpoint_dir.hpp"
-#include "io/checkpoint_writer.hpp"
+#include "checkpoint/checkpoint_dir.hpp"
+#include "checkpoint/checkpoint_writer.hpp"
 
 namespace trident {
 

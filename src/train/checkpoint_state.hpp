@@ -13,10 +13,10 @@
 #include <vector>
 
 #include "grid/grid.hpp"
-#include "io/checkpoint_schema.hpp"
+#include "checkpoint/checkpoint_schema.hpp"
 #include "io/deck.hpp"
-#include "io/io_phases.hpp"
-#include "io/tensor_slice.hpp"
+#include "checkpoint/io_phases.hpp"
+#include "checkpoint/tensor_slice.hpp"
 #include "memory/arena.hpp"
 #include "train/trainer.hpp"
 

@@ -1,6 +1,6 @@
 #include "train/checkpointer.hpp"
 
-#include "io/checkpoint_reader.hpp"
+#include "checkpoint/checkpoint_reader.hpp"
 
 #include <fmt/format.h>
 
@@ -9,7 +9,7 @@
 #include "comm/agree.hpp"
 #include "core/error.hpp"
 #include "core/timer.hpp"
-#include "io/checkpoint_dir.hpp"
+#include "checkpoint/checkpoint_dir.hpp"
 #include "memory/ledger.hpp"
 #include "model/gpt_params.hpp"
 #include "train/checkpoint_state.hpp"

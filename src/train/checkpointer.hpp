@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "grid/grid.hpp"
-#include "io/checkpoint_schema.hpp"
+#include "checkpoint/checkpoint_schema.hpp"
 #include "io/deck.hpp"
 #include "train/stop_signal.hpp"
 #include "train/trainer.hpp"

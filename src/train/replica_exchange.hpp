@@ -12,7 +12,7 @@
 
 #include "comm/communicator.hpp"
 #include "grid/grid.hpp"
-#include "io/tensor_slice.hpp"
+#include "checkpoint/tensor_slice.hpp"
 
 namespace trident {
 

@@ -7,7 +7,7 @@
 #include "model/gpt_params.hpp"
 #include "optim/clip.hpp"
 #include "optim/schedule.hpp"
-#include "memory/schedule_costs.hpp"
+#include "parallel/pipeline/schedule_costs.hpp"
 #include "train/pipedream_runner.hpp"
 #include "train/profile.hpp"
 

@@ -16,9 +16,9 @@
 #include "comm/agree.hpp"
 #include "comm/mpi_communicator.hpp"
 #include "core/error.hpp"
-#include "io/checkpoint_reader.hpp"
-#include "io/checkpoint_writer.hpp"
-#include "io/checksum.hpp"
+#include "checkpoint/checkpoint_reader.hpp"
+#include "checkpoint/checkpoint_writer.hpp"
+#include "checkpoint/checksum.hpp"
 #include "support/test_support.hpp"
 
 namespace trident::testing {

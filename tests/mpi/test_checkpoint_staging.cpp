@@ -9,8 +9,8 @@
 #include <cstring>
 #include <filesystem>
 
-#include "io/checkpoint_dir.hpp"
-#include "io/checkpoint_reader.hpp"
+#include "checkpoint/checkpoint_dir.hpp"
+#include "checkpoint/checkpoint_reader.hpp"
 #include "io/deck.hpp"
 #include "io/token_shard.hpp"
 #include "support/test_support.hpp"

@@ -2,7 +2,7 @@
 #include <gtest/gtest.h>
 
 #include "model/gpt_params.hpp"
-#include "parallel/tensor/tensor_layout.hpp"
+#include "model/param_table.hpp"
 #include "parallel/data/grad_buckets.hpp"
 
 using namespace trident;

@@ -10,7 +10,7 @@
 #include <random>
 #include <vector>
 
-#include "io/checksum.hpp"
+#include "checkpoint/checksum.hpp"
 
 using namespace trident;
 

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "io/direct_io.hpp"
+#include "checkpoint/direct_io.hpp"
 
 using namespace trident;
 

@@ -7,7 +7,7 @@
 
 #include "io/deck.hpp"
 #include "io/token_shard.hpp"
-#include "memory/estimate.hpp"
+#include "plan/estimate.hpp"
 #include "support/test_support.hpp"
 #include "train/trainer.hpp"
 

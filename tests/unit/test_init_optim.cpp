@@ -7,7 +7,7 @@
 #include "compute/backend.hpp"
 #include "memory/arena.hpp"
 #include "model/gpt_params.hpp"
-#include "parallel/tensor/tensor_layout.hpp"
+#include "model/param_table.hpp"
 #include "optim/adamw.hpp"
 #include "optim/clip.hpp"
 #include "optim/schedule.hpp"

@@ -1,6 +1,6 @@
 // Launchers of Trident's own CUDA kernels, callable from host C++. Each is a
-// template on the storage type S (float now; bf16/fp16 are instantiations
-// when mixed precision lands) with fp32 arithmetic inside; statistics the
+// template on the storage type S (those TRIDENT_GPU_STORAGE_TYPES lists in
+// device_math.cuh) with fp32 arithmetic inside; statistics the
 // kernels keep for backward (mean, rstd, row maxima, packed sums, losses) are
 // always fp32. Launchers only enqueue on `stream`; the caller checks
 // cudaGetLastError. Semantics are those of the compute seam (backend.hpp):

@@ -4,7 +4,7 @@
 #include <cstring>
 #include <utility>
 
-#include "io/checksum.hpp"
+#include "checkpoint/checksum.hpp"
 
 namespace trident {
 

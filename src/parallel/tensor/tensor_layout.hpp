@@ -12,7 +12,6 @@
 #pragma once
 #include <cstdint>
 
-#include "memory/tensor_table.hpp"
 #include "model/gpt_config.hpp"
 
 namespace trident {
@@ -39,37 +38,5 @@ struct TensorParallelLayout {
   int local_tokens(int tokens) const { return sp() ? tokens / size : tokens; }
   int first_local_token(int tokens) const { return sp() ? rank * (tokens / size) : 0; }
 };
-
-// The part of the model one pipeline stage runs: a range of blocks, plus the
-// embeddings on the first stage and the final norm and tied head on the last.
-struct StageSpec {
-  int first_block = 0;
-  int num_blocks = -1;  // -1: all blocks from first_block on
-  bool embedding = true;
-  bool head = true;
-  int blocks(int layers) const { return num_blocks < 0 ? layers - first_block : num_blocks; }
-};
-
-// How the parameter arena is cut into partition units (ZeRO's granule).
-struct UnitLayout {
-  UnitLayout(std::size_t align = 1) : align(align) {}
-  std::size_t align = 1;  // each unit padded to a multiple of this (ZeRO: dp x kAlign)
-  // ZeRO-3: the token embedding's rows cut into table_units units of dp pieces
-  // each, so no gathered unit (and no slot) holds the whole table; 1: one unit.
-  int table_units = 1, dp = 1;
-};
-
-// The GPT parameter table for one tensor rank (size 1: the serial model).
-// Arena order: wte, wpe, block 0 .. block L-1, final norm. Backward finishes
-// gradients from the end of this order to its start, so data-parallel buckets
-// are contiguous ranges that become ready back to front.
-// units.align > 1 pads each unit (embeddings, each block, final norm) to a
-// multiple of it, so ZeRO can split every unit evenly over the data group.
-TensorTable build_gpt_param_table(const GptConfig& c, const TensorParallelLayout& tp = {},
-                                  const UnitLayout& units = {}, const StageSpec& stage = {});
-
-// Units the token embedding needs so that none is larger than a block:
-// ceil(table / block) for this tensor rank's shards.
-int table_units_for_blocks(const GptConfig& c, const TensorParallelLayout& tp);
 
 }  // namespace trident

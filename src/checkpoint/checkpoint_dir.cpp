@@ -1,4 +1,4 @@
-#include "io/checkpoint_dir.hpp"
+#include "checkpoint/checkpoint_dir.hpp"
 
 #include <fcntl.h>
 #include <fmt/format.h>

@@ -1,4 +1,4 @@
-#include "io/direct_io.hpp"
+#include "checkpoint/direct_io.hpp"
 
 #include <fcntl.h>
 #include <fmt/format.h>

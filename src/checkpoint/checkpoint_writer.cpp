@@ -1,4 +1,4 @@
-#include "io/checkpoint_writer.hpp"
+#include "checkpoint/checkpoint_writer.hpp"
 
 #include <fcntl.h>
 #include <fmt/format.h>
@@ -9,8 +9,8 @@
 #include "comm/agree.hpp"
 #include "core/error.hpp"
 #include "core/fault_inject.hpp"
-#include "io/checkpoint_file.hpp"
-#include "io/checksum.hpp"
+#include "checkpoint/checkpoint_file.hpp"
+#include "checkpoint/checksum.hpp"
 
 namespace trident {
 

@@ -1,4 +1,4 @@
-#include "io/direct_queues.hpp"
+#include "checkpoint/direct_queues.hpp"
 
 #include <fmt/format.h>
 #include <unistd.h>

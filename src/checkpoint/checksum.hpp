@@ -9,7 +9,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "io/tensor_slice.hpp"
+#include "checkpoint/tensor_slice.hpp"
 
 namespace trident {
 

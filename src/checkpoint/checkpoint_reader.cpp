@@ -1,4 +1,4 @@
-#include "io/checkpoint_reader.hpp"
+#include "checkpoint/checkpoint_reader.hpp"
 
 #include <fmt/format.h>
 
@@ -6,8 +6,8 @@
 
 #include "comm/agree.hpp"
 #include "core/error.hpp"
-#include "io/checkpoint_file.hpp"
-#include "io/checksum.hpp"
+#include "checkpoint/checkpoint_file.hpp"
+#include "checkpoint/checksum.hpp"
 
 namespace trident {
 namespace {

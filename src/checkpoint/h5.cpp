@@ -1,4 +1,4 @@
-#include "io/h5.hpp"
+#include "checkpoint/h5.hpp"
 
 #include <fmt/format.h>
 

@@ -8,8 +8,8 @@
 
 #include "comm/communicator.hpp"
 #include "core/dtype.hpp"
-#include "io/h5.hpp"
-#include "io/tensor_slice.hpp"
+#include "checkpoint/h5.hpp"
+#include "checkpoint/tensor_slice.hpp"
 
 namespace trident {
 

@@ -12,11 +12,11 @@
 #include <vector>
 
 #include "comm/communicator.hpp"
-#include "io/checkpoint_schema.hpp"
-#include "io/direct_io.hpp"
-#include "io/h5.hpp"
-#include "io/io_phases.hpp"
-#include "io/tensor_slice.hpp"
+#include "checkpoint/checkpoint_schema.hpp"
+#include "checkpoint/direct_io.hpp"
+#include "checkpoint/h5.hpp"
+#include "checkpoint/io_phases.hpp"
+#include "checkpoint/tensor_slice.hpp"
 
 namespace trident {
 

@@ -1,14 +1,14 @@
-#include "memory/estimate.hpp"
+#include "plan/estimate.hpp"
 
 #include "engine/grad_engine.hpp"
-#include "memory/schedule_costs.hpp"
+#include "parallel/pipeline/schedule_costs.hpp"
 #include "memory/working_copies.hpp"
 #include "model/gpt.hpp"
 #include "optim/grad_view.hpp"
 #include "model/gpt_params.hpp"
 #include "parallel/pipeline/partition.hpp"
 #include "parallel/pipeline/schedule.hpp"
-#include "parallel/tensor/tensor_layout.hpp"
+#include "model/param_table.hpp"
 #include "parallel/zero/zero_plan.hpp"
 #include "parallel/zero/zero_storage.hpp"
 
@@ -58,7 +58,7 @@ MemoryEstimate estimate_memory(const Deck& deck, const GridShape& shape, int sta
   const bool split = splits_backward(kind) && shape.pp > 1;
   const ZeroBubbleCosts costs = split ? zero_bubble_costs(deck, shape, part) : ZeroBubbleCosts{};
   const auto actions = build_schedule(kind, shape.pp, 0, micro_batches, v, split ? &costs : nullptr);
-  const double f = sizeof(float), tokens = double(B) * m.seq_len;
+  const double f = sizeof(float);
   // 16-bit weights: resident in 2 bytes, f32 working copies of the units in
   // use, and f32 masters beside the Adam moments.
   const DType weights = precision_dtype(deck.precision.dtype);
@@ -109,16 +109,10 @@ MemoryEstimate estimate_memory(const Deck& deck, const GridShape& shape, int sta
     const ActivationPolicy policy =
         make_activation_policy(deck.train.recompute, deck.train.partition_activations, shape.tp,
                                tp.sp(), deck.precision.dtype);
-    TensorTable saved = GptModel::saved_activation_table(m, B, tp, spec, policy);
-    saved.align_end(TensorTable::kAlign);
-    TensorTable saved16 = GptModel::saved_16bit_table(m, B, tp, spec, policy);
-    saved16.align_end(2 * TensorTable::kAlign);
     const int slots = max_in_flight(actions, c);
-    at(MemCategory::activations) += (double(saved.size()) * slots +
-                                     double(GptModel::work_table(m, B, tp, policy).size()) +
-                                     double(GptModel::scratch_table(m, B, tp).size())) * f +
-                                    double(saved16.size()) * slots * 2 +
-                                    2 * tokens * slots * sizeof(std::int32_t);
+    at(MemCategory::activations) += slots * slot_bytes(deck, shape, spec) +
+                                    (double(GptModel::work_table(m, B, tp, policy).size()) +
+                                     double(GptModel::scratch_table(m, B, tp).size())) * f;
     // Zero bubble: the W buffers, kept from B for W.
     at(MemCategory::activations) +=
         max_pending_weights(actions, c) * weight_buffer_bytes(deck, shape, spec);

@@ -1,4 +1,4 @@
-#include "memory/schedule_costs.hpp"
+#include "parallel/pipeline/schedule_costs.hpp"
 
 #include "model/gpt.hpp"
 

@@ -1,4 +1,4 @@
-#include "io/checksum.hpp"
+#include "checkpoint/checksum.hpp"
 
 #include <omp.h>
 

@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "core/error.hpp"
-#include "io/direct_queues.hpp"
+#include "checkpoint/direct_queues.hpp"
 
 namespace trident {
 

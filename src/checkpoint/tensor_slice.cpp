@@ -1,4 +1,4 @@
-#include "io/tensor_slice.hpp"
+#include "checkpoint/tensor_slice.hpp"
 
 #include <algorithm>
 #include <cstring>

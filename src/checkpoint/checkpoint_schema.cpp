@@ -1,9 +1,9 @@
-#include "io/checkpoint_schema.hpp"
+#include "checkpoint/checkpoint_schema.hpp"
 
 #include <fmt/format.h>
 
 #include "core/error.hpp"
-#include "io/h5.hpp"
+#include "checkpoint/h5.hpp"
 
 namespace trident {
 namespace {
