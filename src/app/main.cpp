@@ -18,6 +18,7 @@
 #include "app/commands.hpp"
 #include "core/error.hpp"
 #include "io/deck_reader.hpp"
+#include "io/deck_reference.hpp"
 
 namespace {
 
@@ -78,6 +79,12 @@ int run(int argc, char** argv, int rank) {
   tok_cmd->add_option("input", tok.input, "Text file, or - for standard input")->required();
   tok_cmd->add_option("output", tok.output, "Token shard to write (.bin)")->required();
 
+  bool deck_reference = false;
+  CLI::App* deck_cmd = app.add_subcommand("deck", "Describe the input deck's keys");
+  deck_cmd->add_flag("--reference", deck_reference,
+                     "Print every key with its type, default and meaning (Markdown)")
+      ->required();
+
   InspectOptions inspect;
   CLI::App* inspect_cmd =
       app.add_subcommand("inspect", "Print a checkpoint's step, layout, deck and datasets");
@@ -112,6 +119,10 @@ int run(int argc, char** argv, int rank) {
   if (*est_cmd) return rank == 0 ? estimate_command(est) : kExitOk;
   if (*plan_cmd) return rank == 0 ? plan_command(plan) : kExitOk;
   if (*check_cmd) return rank == 0 ? check_command(check) : kExitOk;
+  if (*deck_cmd) {
+    if (rank == 0) std::fputs(deck_reference_markdown().c_str(), stdout);
+    return kExitOk;
+  }
   if (*inspect_cmd) return rank == 0 ? inspect_command(inspect) : kExitOk;
   return kExitBadInput;
 }

@@ -1,4 +1,4 @@
-// The checkpoint file format (README "Checkpoints"): one HDF5 file per
+// The checkpoint file format (docs/checkpoints.md): one HDF5 file per
 // checkpoint. Each global tensor is one dataset in its global shape:
 //   /params/<name>, /optim/exp_avg/<name>, /optim/exp_avg_sq/<name>
 // (fp32 masters and other sets follow the same pattern), each with attributes

@@ -28,7 +28,7 @@ class CheckpointWriter {
   // Slices are written in pieces of at most this many bytes, cut on multiples
   // of it in the file: file systems take writes of a stripe (typically 1 MiB)
   // best, and on Linux page-cache writes of 1 MiB run about 3x faster than
-  // ones of 2 MiB and up (fio, README "Checkpoints").
+  // ones of 2 MiB and up (fio, docs/checkpoints.md).
   static constexpr std::size_t kPieceBytes = std::size_t(1) << 20;
 
   // Creates (truncates) `path`.

@@ -1,8 +1,8 @@
 // Bulk transfers of checkpoint data with O_DIRECT, past the page cache: the
 // write queue and the read stream. On the benchmark machine (a VM with 2 busy
 // cores), buffered writes and reads of a fresh 1.5 GB file ran at 0.3 GB/s
-// where direct ones of 1-8 MiB ran at 1.1-1.7 GB/s (fio, README
-// "Checkpoints"): the page cache costs CPU that a loaded node does not have.
+// where direct ones of 1-8 MiB ran at 1.1-1.7 GB/s (fio, perf/RESULTS.md):
+// the page cache costs CPU that a loaded node does not have.
 // Data goes through aligned bounce buffers. While one is on its way to or from
 // the disk (on a helper thread), the caller's hook sees another, so checksums
 // overlap the transfers, and never run on memory in flight.

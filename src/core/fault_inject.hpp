@@ -1,7 +1,7 @@
 // Fault injection for tests of crash safety. TRIDENT_FAULT_INJECT=<site>:<phase>
 // or <site>:<phase>@<step> makes every rank that reaches that named phase kill
 // itself with SIGKILL (as a node failure or `scancel -s KILL` would), for any
-// step or only at the given one. Sites and phases (README "Checkpoints"):
+// step or only at the given one. Sites and phases (docs/checkpoints.md):
 //   ckpt: after_create, mid_datasets, before_rename, before_latest
 // fault_armed() only answers whether a site is named, for faults that are not
 // a kill: grad:inf sets one gradient of this rank to inf before the update;

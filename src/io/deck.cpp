@@ -244,6 +244,18 @@ Deck parse_deck(const std::string& text, const std::string& origin,
   return d;
 }
 
+std::vector<DeckKey> deck_keys() {
+  // The same reading code over an empty deck: every key, in order, with its default.
+  const toml::table empty;
+  DeckReader r(empty, "(defaults)");
+  Deck d;
+  read_model(r, d.model);
+  read_train(r, d.train);
+  read_precision(r, d.precision);
+  read_rest(r, d);
+  return r.keys_read();
+}
+
 Deck load_deck(const std::string& path, const std::vector<std::string>& overrides) {
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec))

@@ -1,11 +1,13 @@
 // The input deck (TOML): what to train and how. Every key is typed, checked and
-// documented in README; unknown keys are errors with a suggestion.
+// documented in docs/decks.md (trident deck --reference); unknown keys are
+// errors with a suggestion.
 #pragma once
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "grid/grid.hpp"
+#include "io/deck_key.hpp"
 #include "model/gpt_config.hpp"
 
 namespace trident {
@@ -32,7 +34,7 @@ struct TrainSection {
   bool partition_activations = true;  // full recompute, tp > 1 without SP: 1/tp of block inputs
 };
 
-// Mixed precision (README "Mixed precision"): 16-bit activations and weights
+// Mixed precision (docs/parallelism.md): 16-bit activations and weights
 // as the model computes with them, f32 master weights and Adam moments.
 struct PrecisionSection {
   std::string dtype = "fp32";         // fp32 | bf16 | fp16
@@ -68,7 +70,7 @@ struct OutputSection {
   int log_every = 1;
 };
 
-// Periodic, signal-triggered and final checkpoints (README "Checkpoints").
+// Periodic, signal-triggered and final checkpoints (docs/checkpoints.md).
 struct CheckpointSection {
   std::string dir;       // where checkpoints go; empty: no checkpoints
   int every = 0;         // steps between checkpoints; 0: none by step count
@@ -102,6 +104,8 @@ struct Deck {
 // Reads and checks a deck; `overrides` are "section.key=value" strings.
 // Throws InputError naming the file, the key and the fix.
 Deck load_deck(const std::string& path, const std::vector<std::string>& overrides);
+// Every key the deck reader knows, in reading order, with its type and default.
+std::vector<DeckKey> deck_keys();
 Deck parse_deck(const std::string& text, const std::string& origin,
                 const std::vector<std::string>& overrides);
 

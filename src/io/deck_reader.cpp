@@ -57,6 +57,13 @@ const toml::node* DeckReader::lookup(const std::string& sec, const std::string& 
   return n;
 }
 
+void DeckReader::note(const std::string& sec, const std::string& key, const char* type,
+                      std::string value) {
+  for (const DeckKey& k : keys_read_)
+    if (k.section == sec && k.key == key) return;
+  keys_read_.push_back({sec, key, type, std::move(value)});
+}
+
 void DeckReader::record(std::string message) {
   if (first_problem_.empty()) first_problem_ = std::move(message);
 }
@@ -72,6 +79,7 @@ void DeckReader::finish() const {
 }
 
 void DeckReader::get(const std::string& sec, const std::string& key, int& out) {
+  note(sec, key, "integer", fmt::format("{}", out));
   const toml::node* n = lookup(sec, key);
   if (!n) return;
   if (!n->is_integer()) return type_error(sec, key, *n, "an integer");
@@ -81,6 +89,7 @@ void DeckReader::get(const std::string& sec, const std::string& key, int& out) {
 }
 
 void DeckReader::get(const std::string& sec, const std::string& key, double& out) {
+  note(sec, key, "number", fmt::format("{}", out));
   const toml::node* n = lookup(sec, key);
   if (!n) return;
   if (n->is_integer()) out = double(n->as_integer()->get());
@@ -89,6 +98,7 @@ void DeckReader::get(const std::string& sec, const std::string& key, double& out
 }
 
 void DeckReader::get(const std::string& sec, const std::string& key, std::uint64_t& out) {
+  note(sec, key, "non-negative integer", fmt::format("{}", out));
   const toml::node* n = lookup(sec, key);
   if (!n) return;
   if (!n->is_integer() || n->as_integer()->get() < 0)
@@ -97,6 +107,7 @@ void DeckReader::get(const std::string& sec, const std::string& key, std::uint64
 }
 
 void DeckReader::get(const std::string& sec, const std::string& key, std::string& out) {
+  note(sec, key, "string", "\"" + out + "\"");
   const toml::node* n = lookup(sec, key);
   if (!n) return;
   if (!n->is_string()) return type_error(sec, key, *n, "a string (in double quotes)");
@@ -104,6 +115,7 @@ void DeckReader::get(const std::string& sec, const std::string& key, std::string
 }
 
 void DeckReader::get(const std::string& sec, const std::string& key, std::int64_t& out) {
+  note(sec, key, "integer", fmt::format("{}", out));
   const toml::node* n = lookup(sec, key);
   if (!n) return;
   if (!n->is_integer()) return type_error(sec, key, *n, "an integer");
@@ -111,6 +123,7 @@ void DeckReader::get(const std::string& sec, const std::string& key, std::int64_
 }
 
 void DeckReader::get(const std::string& sec, const std::string& key, bool& out) {
+  note(sec, key, "boolean", out ? "true" : "false");
   const toml::node* n = lookup(sec, key);
   if (!n) return;
   if (!n->is_boolean()) return type_error(sec, key, *n, "true or false");
@@ -119,6 +132,8 @@ void DeckReader::get(const std::string& sec, const std::string& key, bool& out) 
 
 void DeckReader::get_paths(const std::string& sec, const std::string& key,
                            std::vector<std::string>& out) {
+  note(sec, key, "path, glob or array of them",
+       out.empty() ? "none" : fmt::format("{}", fmt::join(out, ", ")));
   const toml::node* n = lookup(sec, key);
   if (!n) return;
   out.clear();

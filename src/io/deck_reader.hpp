@@ -8,6 +8,8 @@
 #include <toml++/toml.h>
 #include <vector>
 
+#include "io/deck_key.hpp"
+
 namespace trident {
 
 // The name of `names` within two edits of `word` (a typo's likely intent), or "".
@@ -34,6 +36,7 @@ class DeckReader {
   void fail(const std::string& sec, const std::string& key, const std::string& what);
   // Throws InputError: unknown sections/keys first, then the first problem.
   void finish() const;
+  const std::vector<DeckKey>& keys_read() const { return keys_read_; }
 
  private:
   const toml::node* lookup(const std::string& sec, const std::string& key);
@@ -41,6 +44,8 @@ class DeckReader {
                   const char* expected);
   void check_unknown_keys() const;
   void record(std::string message);
+  void note(const std::string& sec, const std::string& key, const char* type, std::string value);
+  std::vector<DeckKey> keys_read_;  // every key read, with the value it had before
   const toml::table& root_;
   std::string origin_;
   std::map<std::string, std::set<std::string>> known_;

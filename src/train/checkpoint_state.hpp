@@ -72,7 +72,7 @@ struct CheckpointIo {
 
 // Writes `meta` and the sets as the checkpoint of meta.step into `dir`:
 // temporary name, complete marker, flush, rename, `latest`, pruning to `keep`
-// (README "Checkpoints"). Collective over the world; failures are agreed.
+// (docs/checkpoints.md). Collective over the world; failures are agreed.
 // `global` lists every global tensor (on every rank, whatever it holds).
 CheckpointIo save_checkpoint(Grid& grid, const std::string& dir, int keep,
                              const CheckpointMeta& meta, const TensorTable& global,

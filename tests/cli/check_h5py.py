@@ -1,4 +1,4 @@
-"""A Trident checkpoint read with h5py alone, as README's "Checkpoints"
+"""A Trident checkpoint read with h5py alone, as docs/checkpoints.md
 section documents it: root attributes, one float32 dataset per global tensor
 in its global shape, and each dataset's checksum recomputed with numpy from
 the documented formula.

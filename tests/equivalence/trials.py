@@ -89,7 +89,7 @@ def read_tensors(path):
     """{"params/wte": array, ...} for params, Adam moments and fp32 masters.
     The key slice of each attn.qkv.b is left out: its gradient is exactly zero
     in exact arithmetic, so Adam turns rounding noise into lr-sized steps that
-    differ with every summation order (README, "A note on numerics")."""
+    differ with every summation order (docs/testing.md)."""
     out = {}
     with h5py.File(path, "r") as f:
         for group in ("params", "master", "optim/exp_avg", "optim/exp_avg_sq"):

@@ -99,7 +99,7 @@ void expect_bit_exact(const Trained& resumed, const Trained& straight, const std
 }
 
 // Within kTol, per tensor; the key slice of attn.qkv.b is left out (its exact
-// gradient is zero, so in fp32 it is summation-order noise; see README).
+// gradient is zero, so in fp32 it is summation-order noise; see docs/testing.md).
 void expect_close(const Trained& resumed, const Trained& straight, const std::string& what) {
   ASSERT_EQ(resumed.losses.size(), std::size_t(kSteps - kSaveAt)) << what;
   for (int i = 0; i < kSteps - kSaveAt; ++i)

@@ -1,0 +1,109 @@
+// The deck reference (docs/decks.md): every key the deck reader reads, with
+// the type and default the reader itself reports (deck_keys()), and its
+// meaning from the table below. A key read without a meaning, or a meaning
+// for a key nobody reads, is a logic error, so the reference cannot drift.
+#include "io/deck_reference.hpp"
+
+#include <fmt/format.h>
+
+#include <map>
+#include <set>
+#include <stdexcept>
+
+#include "io/deck.hpp"
+
+namespace trident {
+namespace {
+
+const std::map<std::string, std::string>& meanings() {
+  static const std::map<std::string, std::string> m = {
+      {"model.layers", "transformer blocks"},
+      {"model.d_model", "hidden size; the MLP is 4·d_model"},
+      {"model.heads", "attention heads; must divide d_model"},
+      {"model.seq_len", "tokens per sequence (context length; also the position table's size)"},
+      {"model.vocab", "vocabulary size (≤ 65536: tokens are uint16); ≥ 257 for `trident tokenize` shards"},
+      {"data.train", "token shard path, glob, or array of them (required); the matches are sorted and read as one concatenation"},
+      {"data.val", "validation shards; without them no validation loss is computed"},
+      {"train.steps", "optimizer steps"},
+      {"train.batch", "sequences per step over **all** data-parallel ranks (the global batch)"},
+      {"train.micro_batch", "sequences per forward/backward on one rank (0: batch/dp); batch/(dp·micro_batch) micro-batches are accumulated per step"},
+      {"train.lr", "peak learning rate"},
+      {"train.min_lr", "floor of the cosine decay"},
+      {"train.warmup", "steps of linear warm-up"},
+      {"train.weight_decay", "AdamW decoupled decay on matrices and embeddings (not on biases or norm weights)"},
+      {"train.grad_clip", "clip the global L2 norm to this (0: off); the factor is clip/(norm+1e-6), as in PyTorch"},
+      {"train.beta1", "AdamW β1"},
+      {"train.beta2", "AdamW β2"},
+      {"train.eps", "AdamW ε"},
+      {"train.seed", "initialisation seed (layout-independent: any layout draws the same model)"},
+      {"train.eval_every", "steps between validation passes (0: only at the end)"},
+      {"train.eval_sequences", "validation sequences per pass (0: batch; a multiple of dp·micro_batch)"},
+      {"train.recompute", "activation checkpointing: `none`, `selective` (recompute the attention probabilities), `full` (keep only each block's input)"},
+      {"train.partition_activations", "with `full`, tp > 1 and no SP: each tensor rank keeps 1/tp of every saved block input and the group all-gathers it for the recompute (ZeRO-R); micro_batch·seq_len divisible by tp"},
+      {"precision.dtype", "`fp32`, `bf16` or `fp16`: the type weights are stored and computed with and activations stored in; fp32 masters and Adam moments are kept"},
+      {"precision.reduce_dtype", "the type gradients are stored, accumulated and reduced in: `fp32`, or the weights' own 16-bit type (half the gradient memory and traffic; sums rounded at every addition)"},
+      {"precision.initial_scale", "fp16 dynamic loss scaling: the starting scale"},
+      {"precision.growth_interval", "fp16: clean steps before the scale doubles"},
+      {"precision.hysteresis", "fp16: overflows tolerated before the scale halves"},
+      {"precision.min_scale", "fp16: the scale's floor"},
+      {"parallel.dp", "data-parallel ranks (0: ranks/(tp·pp)); dp·tp·pp must equal the number of ranks"},
+      {"parallel.tp", "tensor-parallel ranks (Megatron); must divide `model.heads` and 4·d_model"},
+      {"parallel.pp", "pipeline stages"},
+      {"parallel.sequence_parallel", "with tp > 1: norms and residuals hold 1/tp of the tokens (all-gather / reduce-scatter instead of all-reduce); micro_batch·seq_len divisible by tp"},
+      {"parallel.schedule", "`naive`, `gpipe`, `1f1b` (PipeDream-Flush), `interleaved` (virtual_stages chunks per rank; micro-batches a multiple of pp), `zb-h1`, `zb-h2`, `zb-v` (zero bubble: backward split into B and W; pp ≥ 2; zb-v: two chunks per rank in a V, layers divisible by 2·pp), `pipedream` (asynchronous, weight stashing; not serial training)"},
+      {"parallel.virtual_stages", "model chunks per pipeline rank (≥ 2 only with `interleaved`; layers divisible by pp·v)"},
+      {"parallel.partition", "`uniform` (layers divisible by pp·v), `parameters` (balance parameter counts), `profile` (measure each part, then minimise the slowest stage)"},
+      {"parallel.p2p_gbps", "link speed the `profile` partitioner charges for a stage boundary"},
+      {"parallel.dp_mode", "`allreduce`: bucketed all-reduce overlapped with backward (DDP); `gather`: reduce to rank 0, update there, broadcast (the DataParallel baseline)"},
+      {"parallel.bucket_mb", "gradient bucket size in `allreduce` mode"},
+      {"zero.stage", "0: plain data parallelism; 1: optimizer state partitioned over the data group; 2: + gradients; 3: + parameters (needs dp_mode `allreduce`)"},
+      {"zero.persistence_threshold", "units (embeddings, a block, the final norm) with fewer elements stay whole on every rank and are all-reduced: each costs its whole size in parameters and gradients on every rank (not 1/dp) and an all-reduce"},
+      {"zero.table_units", "stage 3: units the token embedding is cut into (row pieces); 0: as many as keep each no larger than a block"},
+      {"output.metrics", "JSONL metrics path (one object per step)"},
+      {"output.log_every", "steps between printed lines"},
+      {"checkpoint.dir", "directory for checkpoints; when set, training also saves after the last step and on SIGUSR1/SIGTERM"},
+      {"checkpoint.every", "steps between checkpoints (0: not by step count)"},
+      {"checkpoint.minutes", "wall-clock minutes between checkpoints, by rank 0's clock (0: not by time)"},
+      {"checkpoint.keep", "complete checkpoints kept; older ones are deleted, never the one `latest` names (0: keep all)"},
+      {"system.threads", "OpenMP/BLAS threads per rank; 0: the cores this rank is bound to, or cores/ranks-per-node if unbound"},
+      {"system.peak_tflops", "per-rank peak FLOP rate used for MFU (0: MFU not reported)"},
+      {"system.comm_timeout_s", "seconds a collective may wait before the job is aborted with a diagnosis naming the ranks elsewhere"},
+      {"system.device", "`cpu` or `cuda` (one GPU per rank: node-local rank mod the GPUs it sees); `cuda` needs a build with `--preset cuda`"},
+      {"system.comm", "`mpi`, `nccl`, `staged` (MPI through pinned host copies) or `auto`: `mpi` on the CPU; on CUDA `nccl`, or `staged` when ranks share a GPU or NCCL is missing"},
+      {"system.allow_tf32", "CUDA: let cuBLAS use TF32 tensor cores for fp32 GEMMs (faster, ~1e-3 relative error per product)"},
+  };
+  return m;
+}
+
+}  // namespace
+
+std::string deck_reference_markdown() {
+  const std::vector<DeckKey> keys = deck_keys();
+  std::set<std::string> described;
+  std::string out =
+      "# Input deck reference\n\n"
+      "Generated by `trident deck --reference` from the deck reader itself (types and defaults as\n"
+      "it reads them); a test fails when this file differs. Paths are relative to the working\n"
+      "directory; unknown sections or keys are errors naming the closest known one. Any key can be\n"
+      "overridden on the command line with `--set section.key=value` (the value is parsed as TOML).\n";
+  std::string section;
+  for (const DeckKey& k : keys) {
+    const std::string name = k.section + "." + k.key;
+    auto it = meanings().find(name);
+    if (it == meanings().end())
+      throw std::logic_error("deck key " + name + " has no meaning in io/deck_reference.cpp");
+    described.insert(name);
+    if (k.section != section) {
+      section = k.section;
+      out += fmt::format("\n## [{}]\n\n| key | type | default | meaning |\n|---|---|---|---|\n",
+                         section);
+    }
+    out += fmt::format("| `{}` | {} | `{}` | {} |\n", k.key, k.type, k.default_value, it->second);
+  }
+  for (const auto& [name, meaning] : meanings())
+    if (!described.count(name))
+      throw std::logic_error("io/deck_reference.cpp describes " + name + ", which no deck reads");
+  return out;
+}
+
+}  // namespace trident
