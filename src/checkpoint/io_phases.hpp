@@ -30,9 +30,6 @@ class IoPhases {
     } charge{*this, phase};
     return fn();
   }
-  void merge(const IoPhases& other) {
-    for (const auto& [name, s] : other.phases_) add(name, s);
-  }
   std::string summary() const {  // "create 0.01 s, write 0.80 s, ..."
     std::string out;
     for (const auto& [name, s] : phases_) out += fmt::format("{}{} {:.3f} s", out.empty() ? "" : ", ", name, s);

@@ -55,11 +55,4 @@ inline float f16_to_f32(std::uint16_t h) {
   return f32_from_bits(sign | ((e + 127u - 15u) << 23) | (m << 13));
 }
 
-// The value storing x in `t` (f32, bf16 or f16) and reading it back gives.
-inline float round_to_dtype(float x, DType t) {
-  if (t == DType::bf16) return bf16_to_f32(f32_to_bf16(x));
-  if (t == DType::f16) return f16_to_f32(f32_to_f16(x));
-  return x;
-}
-
 }  // namespace trident

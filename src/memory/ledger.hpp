@@ -17,7 +17,6 @@ class MemoryLedger {
   void release(MemCategory c, std::size_t bytes);
   std::size_t current(MemCategory c) const { return current_[idx(c)]; }
   std::size_t peak(MemCategory c) const { return peak_[idx(c)]; }
-  std::size_t current_total() const { return total_; }
   std::size_t peak_total() const { return peak_total_; }
   std::string summary() const;  // one line, MiB per category
 

@@ -29,15 +29,6 @@ inline Recompute parse_recompute(const std::string& s) {
   throw std::invalid_argument("unknown recompute mode '" + s + "'");
 }
 
-inline const char* recompute_name(Recompute r) {
-  switch (r) {
-    case Recompute::none: return "none";
-    case Recompute::selective: return "selective";
-    case Recompute::full: return "full";
-  }
-  return "?";
-}
-
 struct ActivationPolicy {
   Recompute recompute = Recompute::none;
   bool partition = false;    // full recompute, tp > 1 without SP: keep 1/tp of each block input

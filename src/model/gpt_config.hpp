@@ -11,7 +11,6 @@ struct GptConfig {
   int seq_len = 64;
   int vocab = 256;
   int d_ff() const { return 4 * d_model; }
-  int head_dim() const { return d_model / heads; }
 };
 
 // Parameter count of the global (unsharded) model.
