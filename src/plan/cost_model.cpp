@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 
 #include "model/activation_policy.hpp"
 #include "model/gpt_config.hpp"
@@ -84,7 +85,9 @@ Prediction predict_step(const Deck& deck, const GridShape& shape, const Cluster&
   const int t = shape.tp, pp = shape.pp, v = par.virtual_stages, mbs = p.micro_batches;
   const int w = precision_dtype(deck.precision.dtype) == DType::f32 ? 4 : 2;
   const int g = precision_dtype(deck.precision.reduce_dtype) == DType::f32 ? 4 : 2;
-  const int on_node = cluster.shared_node ? std::min(shape.size(), cluster.gpus_per_node) : 1;
+  // this-cpu: every rank runs on this one host (mpirun --oversubscribe past its
+  // cores), so they split its FLOP/s, bandwidth and memory however many they are.
+  const int on_node = cluster.shared_node ? shape.size() : 1;
   Cluster c = cluster;
   if (cluster.shared_node) c.hbm_gbps /= on_node;
   const StepModel sm{m, c, t, w, c.peak_tflops(deck.precision.dtype) * 1e12 / on_node};
@@ -136,8 +139,16 @@ Prediction predict_step(const Deck& deck, const GridShape& shape, const Cluster&
   const double rc_mb = layers_per_rank * recompute;
   const double stage_mb = gemm_mb + elem_mb + tpc_mb + rc_mb + p2p;  // a stage without the head
   const double last_mb = stage_mb + logits;
+  // Past its cores a shared host is bound by core time: a bubble idles cores only
+  // while fewer of a pipeline's ranks are busy than it has cores, as in a
+  // pipeline with one stage per core.
+  const int bubble_stages =
+      cluster.shared_node
+          ? std::clamp(int(std::lround(double(cluster.gpus_per_node) * pp / shape.size())), 1, pp)
+          : pp;
   const double bubble_frac =
-      pp > 1 ? theoretical_bubble(parse_schedule(par.schedule), pp, mbs, v) : 0.0;
+      bubble_stages > 1 ? theoretical_bubble(parse_schedule(par.schedule), bubble_stages, mbs, v)
+                        : 0.0;
   const double avg_mb = stage_mb + logits / pp;
   const double bubble = bubble_frac / (1 - bubble_frac) * mbs * avg_mb;
 
