@@ -69,6 +69,11 @@ void print_banner(const Deck& deck, Grid& grid, const ComputeBackend& backend,
              val ? fmt::format(", val {} tokens", val->num_tokens()) : "");
   fmt::print("compute: {}{} | collectives: {}\n", backend.describe(),
              backend.name() == "cpu" ? fmt::format(" (threads/rank {})", threads) : "", comm);
+  const double peak = peak_flops_per_rank(deck, backend);
+  const std::string rate =
+      peak > 0 ? fmt::format("{:.1f} GFLOP/s", peak / 1e9) : "unknown, MFU not printed";
+  fmt::print("peak for MFU: {} per rank ({})\n", rate,
+             deck.system.peak_tflops > 0 ? "system.peak_tflops" : backend.peak_source());
 }
 
 void print_pipeline(const Deck& deck, Grid& grid, const Trainer& t) {
@@ -144,6 +149,7 @@ int train(const TrainOptions& o, Communicator& boot) {
   const int first = o.resume.empty() ? 0 : checkpoints.resume(o.resume);
   const int steps = deck.train.steps;
   const double tokens_per_step = double(trainer.tokens_per_step());
+  const double peak = peak_flops_per_rank(deck, *backend);
   double train_seconds = 0, steady_seconds = 0;
   const double wall0 = now_seconds();
   double val_loss = -1;
@@ -159,7 +165,7 @@ int train(const TrainOptions& o, Communicator& boot) {
     const bool eval = val_data && ((every > 0 && (step + 1) % every == 0) || last);
     if (eval) val_loss = trainer.evaluate();
     if (grid.is_root()) {
-      const Throughput tp = throughput(deck, grid.size(), tokens_per_step, s.seconds);
+      const Throughput tp = throughput(deck, grid.size(), tokens_per_step, s.seconds, peak);
       const double avg = step > first ? steady_seconds / (step - first) : s.seconds;
       if ((step + 1) % deck.output.log_every == 0 || last || step == first) {
         fmt::print("{}{}\n", format_step_line(s, steps, tp, ledger.peak_total(), avg * (steps - step - 1)),
@@ -195,7 +201,7 @@ int train(const TrainOptions& o, Communicator& boot) {
     const int ran = steps - first;
     const double secs = ran > 1 ? steady_seconds : train_seconds;
     const double toks = tokens_per_step * (ran > 1 ? ran - 1 : 1);
-    const Throughput tp = throughput(deck, grid.size(), toks, secs);
+    const Throughput tp = throughput(deck, grid.size(), toks, secs, peak);
     fmt::print("FOM: {:.1f} tokens/s | {:.1f} tokens/s/rank | MFU {} | {} ranks {} | deck {}\n",
                tp.tokens_per_s, tp.tokens_per_s / grid.size(),
                tp.mfu >= 0 ? fmt::format("{:.2f}%", 100 * tp.mfu) : "n/a", grid.size(),

@@ -29,6 +29,10 @@ class ComputeBackend {
   // Device time per op as a table, when the backend was asked to time its
   // kernels (the CUDA backend with TRIDENT_KERNEL_TIMES=1); otherwise empty.
   virtual std::string kernel_report() { return {}; }
+  // The device's peak dense FLOP/s for compute in `dtype` (the MFU
+  // denominator) and where it comes from; 0 when unknown (MFU not printed).
+  virtual double peak_flops(DType dtype) const = 0;
+  virtual std::string peak_source() const = 0;
 
   // Memory on the backend's device.
   virtual void* allocate(std::size_t bytes) = 0;

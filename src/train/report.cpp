@@ -5,17 +5,22 @@
 
 #include <array>
 
+#include "model/activation_policy.hpp"
 #include "model/gpt_config.hpp"
 
 namespace trident {
 
-Throughput throughput(const Deck& deck, int world, double tokens_per_step, double seconds) {
+double peak_flops_per_rank(const Deck& deck, const ComputeBackend& backend) {
+  if (deck.system.peak_tflops > 0) return deck.system.peak_tflops * 1e12;
+  return backend.peak_flops(precision_dtype(deck.precision.dtype));
+}
+
+Throughput throughput(const Deck& deck, int world, double tokens_per_step, double seconds,
+                      double peak) {
   Throughput tp;
   if (seconds <= 0) return tp;
   tp.tokens_per_s = tokens_per_step / seconds;
-  if (deck.system.peak_tflops > 0)
-    tp.mfu = tp.tokens_per_s * gpt_flops_per_token(deck.model) /
-             (deck.system.peak_tflops * 1e12 * world);
+  if (peak > 0) tp.mfu = tp.tokens_per_s * gpt_flops_per_token(deck.model) / (peak * world);
   return tp;
 }
 

@@ -13,10 +13,14 @@ namespace trident {
 
 struct Throughput {
   double tokens_per_s = 0;
-  double mfu = -1;  // fraction of peak; negative when no peak is configured
+  double mfu = -1;  // fraction of peak; negative when the peak is unknown
 };
 
-Throughput throughput(const Deck& deck, int world_size, double tokens_per_step, double seconds);
+// The MFU denominator per rank: system.peak_tflops when set (an override),
+// else the backend's peak for the deck's precision (0: unknown).
+double peak_flops_per_rank(const Deck& deck, const ComputeBackend& backend);
+Throughput throughput(const Deck& deck, int world_size, double tokens_per_step, double seconds,
+                      double peak_flops_per_rank);
 std::string format_duration(double seconds);
 std::string format_step_line(const StepStats& s, int steps, const Throughput& tp,
                              std::size_t peak_bytes, double eta_s);

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "compute/backend.hpp"
+#include "compute/cpu/cpu_peak.hpp"
 #include "compute/cpu/half_convert.hpp"
 #include "compute/cpu/kernels.hpp"
 #include "core/half.hpp"
@@ -28,6 +29,13 @@ class CpuBackend final : public ComputeBackend {
     omp_set_num_threads(threads);
     openblas_set_num_threads(threads);
     threads_ = threads;
+    peak_ = detect_cpu_peak();
+  }
+  // FP32 arithmetic for every storage type (16-bit values are unpacked).
+  double peak_flops(DType) const override { return peak_.flops_per_core * threads_; }
+  std::string peak_source() const override {
+    return fmt::format("{} x 2 FMA units at {:.2f} GHz x {} threads, an upper bound", peak_.isa,
+                       peak_.ghz, threads_);
   }
   std::string name() const override { return "cpu"; }
   std::string describe() const override {
@@ -167,6 +175,7 @@ class CpuBackend final : public ComputeBackend {
 
  private:
   int threads_ = 1;
+  CpuPeak peak_;
 };
 
 }  // namespace

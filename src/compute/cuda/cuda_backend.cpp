@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <stdexcept>
+#include <string>
 
 #include "compute/cuda/cuda_backend.hpp"
 #include "compute/cuda/device.hpp"
@@ -42,6 +43,45 @@ CudaBackend::~CudaBackend() {
   if (scratch_) cudaFree(scratch_);
   if (host_result_) cudaFreeHost(host_result_);
   cudaStreamDestroy(stream_);
+}
+
+namespace {
+
+// Dense peak TFLOP/s by device name (NVIDIA's data sheets): 16-bit tensor
+// cores, TF32 tensor cores, plain FP32. The first name the device's contains wins.
+struct DevicePeak {
+  const char* name;
+  double bf16, tf32, fp32;
+};
+constexpr DevicePeak kDevicePeaks[] = {
+    {"H100 PCIe", 756.0, 378.0, 51.2}, {"H100 NVL", 835.0, 417.5, 60.0},
+    {"H100", 989.4, 494.7, 66.9},      {"H200", 989.4, 494.7, 66.9},
+    {"GH200", 989.4, 494.7, 66.9},     {"A100", 312.0, 156.0, 19.5},
+    {"A10", 125.0, 62.5, 31.2},        {"L40S", 362.0, 183.0, 91.6},
+};
+
+const DevicePeak* device_peak(int device) {
+  cudaDeviceProp prop{};
+  if (cudaGetDeviceProperties(&prop, device) != cudaSuccess) return nullptr;
+  const std::string name = prop.name;
+  for (const DevicePeak& p : kDevicePeaks)
+    if (name.find(p.name) != std::string::npos) return &p;
+  return nullptr;
+}
+
+}  // namespace
+
+double CudaBackend::peak_flops(DType dtype) const {
+  const DevicePeak* p = device_peak(site_.device);
+  if (!p) return 0;
+  const double tflops = dtype != DType::f32 ? p->bf16 : allow_tf32_ ? p->tf32 : p->fp32;
+  return tflops * 1e12;
+}
+
+std::string CudaBackend::peak_source() const {
+  const DevicePeak* p = device_peak(site_.device);
+  return p ? fmt::format("{} data sheet, dense", p->name)
+           : "device not in the peak table: set system.peak_tflops for MFU";
 }
 
 std::string CudaBackend::describe() const {

@@ -1,0 +1,29 @@
+// The CPU peak the MFU is measured against: known for this machine's ISA, and
+// an upper bound on what a large GEMM actually reaches (so MFU <= 100%).
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "compute/backend.hpp"
+#include "core/timer.hpp"
+
+using namespace trident;
+
+TEST(Peak, CpuPeakBoundsAMeasuredGemm) {
+  auto be = make_cpu_backend(1);
+  const double peak = be->peak_flops(DType::f32);
+  ASSERT_GT(peak, 0.0) << be->peak_source();
+  EXPECT_EQ(be->peak_flops(DType::bf16), peak);  // 16-bit values are computed in f32
+  const int n = 384, reps = 8;
+  std::vector<float> a(std::size_t(n) * n, 0.5f), w(std::size_t(n) * n, 0.25f), out(a.size());
+  be->matmul_forward(out.data(), a.data(), w.data(), nullptr, n, n, n);  // warm up
+  double best = 1e30;  // the fastest of a few rounds: the machine's best, not its noise
+  for (int round = 0; round < 3; ++round) {
+    const double t0 = now_seconds();
+    for (int r = 0; r < reps; ++r) be->matmul_forward(out.data(), a.data(), w.data(), nullptr, n, n, n);
+    best = std::min(best, now_seconds() - t0);
+  }
+  const double achieved = 2.0 * n * n * n * reps / best;
+  EXPECT_LE(achieved, peak) << "a GEMM ran faster than the peak (" << be->peak_source() << ")";
+  EXPECT_FLOAT_EQ(out[0], 0.5f * 0.25f * n);
+}
