@@ -69,6 +69,7 @@ void print_banner(const Deck& deck, Grid& grid, const ComputeBackend& backend,
              val ? fmt::format(", val {} tokens", val->num_tokens()) : "");
   fmt::print("compute: {}{} | collectives: {}\n", backend.describe(),
              backend.name() == "cpu" ? fmt::format(" (threads/rank {})", threads) : "", comm);
+  if (const std::string w = backend.warning(); !w.empty()) fmt::print("warning: {}\n", w);
   const double peak = peak_flops_per_rank(deck, backend);
   const std::string rate =
       peak > 0 ? fmt::format("{:.1f} GFLOP/s", peak / 1e9) : "unknown, MFU not printed";

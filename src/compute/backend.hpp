@@ -33,6 +33,9 @@ class ComputeBackend {
   // denominator) and where it comes from; 0 when unknown (MFU not printed).
   virtual double peak_flops(DType dtype) const = 0;
   virtual std::string peak_source() const = 0;
+  // Something about the kernels in use the user should know (printed as a
+  // warning by rank 0), else "".
+  virtual std::string warning() const { return {}; }
 
   // Memory on the backend's device.
   virtual void* allocate(std::size_t bytes) = 0;

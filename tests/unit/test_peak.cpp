@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "compute/backend.hpp"
+#include "compute/cpu/cpu_peak.hpp"
 #include "core/timer.hpp"
 
 using namespace trident;
@@ -26,4 +27,14 @@ TEST(Peak, CpuPeakBoundsAMeasuredGemm) {
   const double achieved = 2.0 * n * n * n * reps / best;
   EXPECT_LE(achieved, peak) << "a GEMM ran faster than the peak (" << be->peak_source() << ")";
   EXPECT_FLOAT_EQ(out[0], 0.5f * 0.25f * n);
+}
+
+TEST(Peak, NarrowGemmKernelsOnAWideCpuAreAWarning) {
+  EXPECT_NE(gemm_kernel_mismatch("Prescott", "AVX-512"), "");  // SSE kernels on AVX-512
+  EXPECT_NE(gemm_kernel_mismatch("Haswell", "AVX-512"), "");
+  EXPECT_NE(gemm_kernel_mismatch("Prescott", "AVX2+FMA"), "");
+  EXPECT_EQ(gemm_kernel_mismatch("SkylakeX", "AVX-512"), "");
+  EXPECT_EQ(gemm_kernel_mismatch("Zen", "AVX2+FMA"), "");
+  EXPECT_EQ(gemm_kernel_mismatch("Prescott", "SSE"), "");
+  EXPECT_NE(gemm_kernel_mismatch("Prescott", "AVX-512").find("Prescott"), std::string::npos);
 }

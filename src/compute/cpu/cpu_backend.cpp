@@ -33,6 +33,10 @@ class CpuBackend final : public ComputeBackend {
   }
   // FP32 arithmetic for every storage type (16-bit values are unpacked).
   double peak_flops(DType) const override { return peak_.flops_per_core * threads_; }
+  std::string warning() const override {
+    const char* core = openblas_get_corename();
+    return gemm_kernel_mismatch(core ? core : "", peak_.isa);
+  }
   std::string peak_source() const override {
     return fmt::format("{} x 2 FMA units at {:.2f} GHz x {} threads, an upper bound", peak_.isa,
                        peak_.ghz, threads_);
