@@ -35,6 +35,20 @@ int pick_threads(const Deck& deck, const Grid& grid) {
   return std::max(1, hw / std::max(1, grid.local_size()));
 }
 
+// Ranks of a node that together run more threads than it has cores share
+// them: each rank's peak is its share of the cores, not a whole core per thread.
+double core_share(const Grid& grid, const ComputeBackend& backend, int threads) {
+  const int hw = int(std::thread::hardware_concurrency());
+  const int wanted = grid.local_size() * threads;
+  if (backend.name() != "cpu" || hw <= 0 || wanted <= hw) return 1.0;
+  return double(hw) / wanted;
+}
+
+double rank_peak(const Deck& deck, const Grid& grid, const ComputeBackend& backend, int threads) {
+  const double peak = peak_flops_per_rank(deck, backend);
+  return deck.system.peak_tflops > 0 ? peak : peak * core_share(grid, backend, threads);
+}
+
 void print_banner(const Deck& deck, Grid& grid, const ComputeBackend& backend,
                   const std::string& comm, const TokenDataset& train, const TokenDataset* val,
                   int threads) {
@@ -70,11 +84,15 @@ void print_banner(const Deck& deck, Grid& grid, const ComputeBackend& backend,
   fmt::print("compute: {}{} | collectives: {}\n", backend.describe(),
              backend.name() == "cpu" ? fmt::format(" (threads/rank {})", threads) : "", comm);
   if (const std::string w = backend.warning(); !w.empty()) fmt::print("warning: {}\n", w);
-  const double peak = peak_flops_per_rank(deck, backend);
+  const double peak = rank_peak(deck, grid, backend, threads);
+  const double share = deck.system.peak_tflops > 0 ? 1.0 : core_share(grid, backend, threads);
   const std::string rate =
       peak > 0 ? fmt::format("{:.1f} GFLOP/s", peak / 1e9) : "unknown, MFU not printed";
-  fmt::print("peak for MFU: {} per rank ({})\n", rate,
-             deck.system.peak_tflops > 0 ? "system.peak_tflops" : backend.peak_source());
+  fmt::print("peak for MFU: {} per rank ({}{})\n", rate,
+             deck.system.peak_tflops > 0 ? "system.peak_tflops" : backend.peak_source(),
+             share < 1 ? fmt::format("; {} ranks x {} threads share {} cores", grid.local_size(),
+                                     threads, std::thread::hardware_concurrency())
+                       : "");
 }
 
 void print_pipeline(const Deck& deck, Grid& grid, const Trainer& t) {
@@ -150,7 +168,7 @@ int train(const TrainOptions& o, Communicator& boot) {
   const int first = o.resume.empty() ? 0 : checkpoints.resume(o.resume);
   const int steps = deck.train.steps;
   const double tokens_per_step = double(trainer.tokens_per_step());
-  const double peak = peak_flops_per_rank(deck, *backend);
+  const double peak = rank_peak(deck, grid, *backend, threads);
   double train_seconds = 0, steady_seconds = 0;
   const double wall0 = now_seconds();
   double val_loss = -1;
