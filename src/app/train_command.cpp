@@ -35,23 +35,9 @@ int pick_threads(const Deck& deck, const Grid& grid) {
   return std::max(1, hw / std::max(1, grid.local_size()));
 }
 
-// Ranks of a node that together run more threads than it has cores share
-// them: each rank's peak is its share of the cores, not a whole core per thread.
-double core_share(const Grid& grid, const ComputeBackend& backend, int threads) {
-  const int hw = int(std::thread::hardware_concurrency());
-  const int wanted = grid.local_size() * threads;
-  if (backend.name() != "cpu" || hw <= 0 || wanted <= hw) return 1.0;
-  return double(hw) / wanted;
-}
-
-double rank_peak(const Deck& deck, const Grid& grid, const ComputeBackend& backend, int threads) {
-  const double peak = peak_flops_per_rank(deck, backend);
-  return deck.system.peak_tflops > 0 ? peak : peak * core_share(grid, backend, threads);
-}
-
 void print_banner(const Deck& deck, Grid& grid, const ComputeBackend& backend,
                   const std::string& comm, const TokenDataset& train, const TokenDataset* val,
-                  int threads) {
+                  int threads, const RankPeak& peak) {
   if (!grid.is_root()) return;
   const auto& m = deck.model;
   const auto& t = deck.train;
@@ -84,15 +70,9 @@ void print_banner(const Deck& deck, Grid& grid, const ComputeBackend& backend,
   fmt::print("compute: {}{} | collectives: {}\n", backend.describe(),
              backend.name() == "cpu" ? fmt::format(" (threads/rank {})", threads) : "", comm);
   if (const std::string w = backend.warning(); !w.empty()) fmt::print("warning: {}\n", w);
-  const double peak = rank_peak(deck, grid, backend, threads);
-  const double share = deck.system.peak_tflops > 0 ? 1.0 : core_share(grid, backend, threads);
-  const std::string rate =
-      peak > 0 ? fmt::format("{:.1f} GFLOP/s", peak / 1e9) : "unknown, MFU not printed";
-  fmt::print("peak for MFU: {} per rank ({}{})\n", rate,
-             deck.system.peak_tflops > 0 ? "system.peak_tflops" : backend.peak_source(),
-             share < 1 ? fmt::format("; {} ranks x {} threads share {} cores", grid.local_size(),
-                                     threads, std::thread::hardware_concurrency())
-                       : "");
+  const std::string rate = peak.flops > 0 ? fmt::format("{:.1f} GFLOP/s", peak.flops / 1e9)
+                                          : "unknown, MFU not printed";
+  fmt::print("peak for MFU: {} per rank ({})\n", rate, peak.source);
 }
 
 void print_pipeline(const Deck& deck, Grid& grid, const Trainer& t) {
@@ -157,7 +137,8 @@ int train(const TrainOptions& o, Communicator& boot) {
     if (grid.is_root() && !deck.output.metrics.empty())
       metrics = MetricsWriter(deck.output.metrics, /*append=*/!o.resume.empty());
   });
-  print_banner(deck, grid, *backend, comm, *train_data, val_data.get(), threads);
+  const RankPeak peak = rank_peak(deck, *backend, grid.local_size(), threads);
+  print_banner(deck, grid, *backend, comm, *train_data, val_data.get(), threads, peak);
 
   MemoryLedger ledger;
   TraceRecorder trace;
@@ -168,7 +149,6 @@ int train(const TrainOptions& o, Communicator& boot) {
   const int first = o.resume.empty() ? 0 : checkpoints.resume(o.resume);
   const int steps = deck.train.steps;
   const double tokens_per_step = double(trainer.tokens_per_step());
-  const double peak = rank_peak(deck, grid, *backend, threads);
   double train_seconds = 0, steady_seconds = 0;
   const double wall0 = now_seconds();
   double val_loss = -1;
@@ -184,7 +164,7 @@ int train(const TrainOptions& o, Communicator& boot) {
     const bool eval = val_data && ((every > 0 && (step + 1) % every == 0) || last);
     if (eval) val_loss = trainer.evaluate();
     if (grid.is_root()) {
-      const Throughput tp = throughput(deck, grid.size(), tokens_per_step, s.seconds, peak);
+      const Throughput tp = throughput(deck, grid.size(), tokens_per_step, s.seconds, peak.flops);
       const double avg = step > first ? steady_seconds / (step - first) : s.seconds;
       if ((step + 1) % deck.output.log_every == 0 || last || step == first) {
         fmt::print("{}{}\n", format_step_line(s, steps, tp, ledger.peak_total(), avg * (steps - step - 1)),
@@ -220,7 +200,7 @@ int train(const TrainOptions& o, Communicator& boot) {
     const int ran = steps - first;
     const double secs = ran > 1 ? steady_seconds : train_seconds;
     const double toks = tokens_per_step * (ran > 1 ? ran - 1 : 1);
-    const Throughput tp = throughput(deck, grid.size(), toks, secs, peak);
+    const Throughput tp = throughput(deck, grid.size(), toks, secs, peak.flops);
     fmt::print("FOM: {:.1f} tokens/s | {:.1f} tokens/s/rank | MFU {} | {} ranks {} | deck {}\n",
                tp.tokens_per_s, tp.tokens_per_s / grid.size(),
                tp.mfu >= 0 ? fmt::format("{:.2f}%", 100 * tp.mfu) : "n/a", grid.size(),

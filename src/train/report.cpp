@@ -4,15 +4,24 @@
 #include <sys/resource.h>
 
 #include <array>
+#include <thread>
 
 #include "model/activation_policy.hpp"
 #include "model/gpt_config.hpp"
 
 namespace trident {
 
-double peak_flops_per_rank(const Deck& deck, const ComputeBackend& backend) {
-  if (deck.system.peak_tflops > 0) return deck.system.peak_tflops * 1e12;
-  return backend.peak_flops(precision_dtype(deck.precision.dtype));
+RankPeak rank_peak(const Deck& deck, const ComputeBackend& backend, int ranks_on_node,
+                   int threads) {
+  if (deck.system.peak_tflops > 0) return {deck.system.peak_tflops * 1e12, "system.peak_tflops"};
+  RankPeak p{backend.peak_flops(precision_dtype(deck.precision.dtype)), backend.peak_source()};
+  const int cores = int(std::thread::hardware_concurrency());
+  const int wanted = ranks_on_node * threads;
+  if (backend.name() == "cpu" && cores > 0 && wanted > cores) {
+    p.flops *= double(cores) / wanted;
+    p.source += fmt::format("; {} ranks x {} threads share {} cores", ranks_on_node, threads, cores);
+  }
+  return p;
 }
 
 Throughput throughput(const Deck& deck, int world, double tokens_per_step, double seconds,

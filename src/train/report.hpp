@@ -17,8 +17,14 @@ struct Throughput {
 };
 
 // The MFU denominator per rank: system.peak_tflops when set (an override),
-// else the backend's peak for the deck's precision (0: unknown).
-double peak_flops_per_rank(const Deck& deck, const ComputeBackend& backend);
+// else the backend's peak for the deck's precision (0: unknown), of which
+// ranks that together run more threads than their node's cores get a share.
+struct RankPeak {
+  double flops = 0;
+  std::string source;  // for the banner
+};
+RankPeak rank_peak(const Deck& deck, const ComputeBackend& backend, int ranks_on_node,
+                   int threads);
 Throughput throughput(const Deck& deck, int world_size, double tokens_per_step, double seconds,
                       double peak_flops_per_rank);
 std::string format_duration(double seconds);
