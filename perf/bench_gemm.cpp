@@ -1,10 +1,10 @@
-// The backend's matmul against the raw OpenBLAS call it wraps, on the linear
+// The backend's matmul against the raw oneDNN call it wraps, on the linear
 // layers of the default deck (N = micro_batch * seq_len tokens) and of GPT-2
 // 124M. A ratio near 1 means the seam costs nothing; the bias add and the
 // backward's bias reduction are what the backend adds on top.
 //   build/perf/bench_gemm [--benchmark_filter=...]
 #include <benchmark/benchmark.h>
-#include <cblas.h>
+#include <dnnl.h>
 
 #include <random>
 #include <vector>
@@ -55,8 +55,8 @@ void BM_RawSgemmForward(benchmark::State& st) {
   std::vector<float> y(std::size_t(s.N) * s.OC);
   backend();  // same thread settings as the backend run
   for (auto _ : st)
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, s.N, s.OC, s.IC, 1.0f, x.data(), s.IC,
-                w.data(), s.IC, 0.0f, y.data(), s.OC);
+    dnnl_sgemm('N', 'T', s.N, s.OC, s.IC, 1.0f, x.data(), s.IC, w.data(), s.IC, 0.0f,
+               y.data(), s.OC);
   set_counters(st, s, 1);
 }
 
@@ -78,10 +78,10 @@ void BM_RawSgemmBackward(benchmark::State& st) {
   std::vector<float> dx(x.size()), dw(w.size());
   backend();
   for (auto _ : st) {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, s.N, s.IC, s.OC, 1.0f, dy.data(), s.OC,
-                w.data(), s.IC, 1.0f, dx.data(), s.IC);
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, s.OC, s.IC, s.N, 1.0f, dy.data(), s.OC,
-                x.data(), s.IC, 1.0f, dw.data(), s.IC);
+    dnnl_sgemm('N', 'N', s.N, s.IC, s.OC, 1.0f, dy.data(), s.OC, w.data(), s.IC, 1.0f,
+               dx.data(), s.IC);
+    dnnl_sgemm('T', 'N', s.OC, s.IC, s.N, 1.0f, dy.data(), s.OC, x.data(), s.IC, 1.0f,
+               dw.data(), s.IC);
   }
   set_counters(st, s, 2);
 }

@@ -1,39 +1,73 @@
 #!/usr/bin/env bash
-# Trident (1 rank) against PyTorch CPU on the same model, batch, sequence length
-# and thread count; prints both throughputs and the ratio.
-#   usage: perf/compare_pytorch.sh [DECK] [THREADS] [STEPS]
+# Trident (1 rank) against current PyTorch from PyPI on the CPU: the same GPT,
+# batch, sequence length and thread count, PyTorch eager and torch.compile'd,
+# runs alternating, best of ROUNDS each. Prints one table with the ratio of
+# Trident to the better PyTorch.
+#   usage: perf/compare_pytorch.sh [STEPS] [ROUNDS]
 # Run from the repository root after building (cmake --preset release) and
-# making the corpus (input/make_corpus.sh). Needs python3-torch (/usr/bin/python3).
+# making the corpus (input/make_corpus.sh). The first run makes a virtual
+# environment with PyPI's torch (~5 GB with its CUDA wheels) outside the source
+# tree, in $TORCH_VENV (default ~/.cache/trident-bench/torch-venv).
+# Environment: THREADS (default "1 2"), SIZES (names below, default all),
+# TRIDENT_BIN (default build/src/trident).
 set -euo pipefail
-deck=${1:-input/default.toml}
-threads=${2:-$(nproc)}
-steps=${3:-30}
+steps=${1:-8}
+rounds=${2:-2}
+threads_list=${THREADS:-1 2}
 bin=${TRIDENT_BIN:-build/src/trident}
-py=${TORCH_PYTHON:-/usr/bin/python3}
+venv=${TORCH_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/trident-bench/torch-venv}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
-# Read the model and batch from the deck so both sides train the same thing.
-read -r layers d_model heads seq_len vocab micro_batch < <("$py" - "$deck" <<'PY'
-import sys, tomllib
-d = tomllib.load(open(sys.argv[1], "rb"))
-m, t = d["model"], d["train"]
-print(m["layers"], m["d_model"], m["heads"], m["seq_len"], m["vocab"], t.get("micro_batch") or t["batch"])
-PY
-)
+if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c "import torch" 2>/dev/null; then
+  echo "compare_pytorch: installing PyTorch from PyPI into $venv"
+  python3 -m venv "$venv"
+  "$venv/bin/pip" install -q torch numpy
+fi
+py=$venv/bin/python
+
+# name layers d_model heads seq_len batch: the default deck's model, a wider one,
+# and GPT-2 124M's width and context with 4 layers. Vocabulary: the deck's 257.
+all_sizes="default:4:128:4:128:4 d512:4:512:8:256:4 d768:4:768:12:1024:4"
+sizes=""
+for s in $all_sizes; do
+  [ -z "${SIZES:-}" ] || [[ " $SIZES " == *" ${s%%:*} "* ]] && sizes+=" $s"
+done
+
+echo "date: $(date -u +%F)"
 echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
-echo "model: layers=$layers d_model=$d_model heads=$heads seq_len=$seq_len vocab=$vocab batch=$micro_batch threads=$threads steps=$steps"
-echo "command: mpirun -np 1 $bin train $deck --set train.batch=$micro_batch --set train.micro_batch=$micro_batch --set system.threads=$threads --set train.steps=$((steps + 1))"
+echo "pytorch: $("$py" -c 'import torch; print(torch.__version__)')"
+echo "trident: $("$bin" --version 2>/dev/null | head -1), $steps timed steps, best of $rounds alternating rounds"
 
-tri=$(mpirun -np 1 --bind-to none "$bin" train "$deck" --set train.batch="$micro_batch" \
-      --set train.micro_batch="$micro_batch" --set system.threads="$threads" \
-      --set train.steps=$((steps + 1)) --set train.eval_every=0 --set output.metrics='""' \
-      --set output.log_every=1000 | grep '^FOM:')
-tri_tps=$(sed -E 's/^FOM: ([0-9.]+) tokens\/s.*/\1/' <<<"$tri")
-echo "trident $tri"
+trident_run() {  # layers d heads T batch threads -> tokens/s
+  mpirun -np 1 --bind-to none "$bin" train input/default.toml --set model.layers="$1" \
+    --set model.d_model="$2" --set model.heads="$3" --set model.seq_len="$4" \
+    --set train.batch="$5" --set train.micro_batch="$5" --set system.threads="$6" \
+    --set train.steps=$((steps + 1)) --set train.eval_every=0 --set output.metrics='""' \
+    --set output.log_every=1000 | sed -nE 's/^FOM: ([0-9.]+) tokens\/s.*/\1/p'
+}
+torch_run() {  # layers d heads T batch threads [--compile] -> tokens/s
+  OMP_NUM_THREADS=$6 "$py" perf/pytorch_gpt.py --layers "$1" --d-model "$2" --heads "$3" \
+    --seq-len "$4" --vocab 257 --micro-batch "$5" --threads "$6" --steps "$steps" \
+    --warmup-steps 2 "${@:7}" 2>/dev/null | sed -nE 's/.*tokens_per_s=([0-9.]+).*/\1/p'
+}
+best() { printf '%s\n' "$@" | sort -g | tail -1; }
 
-pt=$(OMP_NUM_THREADS=$threads "$py" perf/pytorch_gpt.py --layers "$layers" --d-model "$d_model" \
-     --heads "$heads" --seq-len "$seq_len" --vocab "$vocab" --micro-batch "$micro_batch" \
-     --steps "$steps" --warmup-steps 2 --threads "$threads")
-pt_tps=$(sed -E 's/.*tokens_per_s=([0-9.]+).*/\1/' <<<"$pt")
-echo "$pt"
-"$py" -c "print(f'trident {float($tri_tps):.0f} tokens/s, pytorch {float($pt_tps):.0f} tokens/s, ratio {float($tri_tps)/float($pt_tps):.2f}x')"
+echo
+echo "| model (layers 4, vocab 257) | threads | Trident tok/s | PyTorch eager | PyTorch compiled | ratio |"
+echo "|---|---|---|---|---|---|"
+for s in $sizes; do
+  IFS=: read -r name layers d heads T batch <<<"$s"
+  for th in $threads_list; do
+    tri=() eag=() com=()
+    for _ in $(seq "$rounds"); do
+      tri+=("$(trident_run "$layers" "$d" "$heads" "$T" "$batch" "$th")")
+      eag+=("$(torch_run "$layers" "$d" "$heads" "$T" "$batch" "$th")")
+      com+=("$(torch_run "$layers" "$d" "$heads" "$T" "$batch" "$th" --compile)")
+    done
+    t=$(best "${tri[@]}") e=$(best "${eag[@]}") c=$(best "${com[@]}")
+    python3 -c "
+t, e, c = float('$t' or 0), float('$e' or 0), float('$c' or 0)
+print(f'| d {$d}, heads {$heads}, T {$T}, batch {$batch} | $th | {t:,.0f} | {e:,.0f} | {c:,.0f} | '
+      f'{t / max(e, c):.2f} |')"
+  done
+done

@@ -1,19 +1,20 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """PyTorch CPU baseline for Trident's throughput benchmark.
 
 Trains the same GPT as Trident (float32, tied embeddings, pre-LayerNorm
-blocks, fused qkv, tanh-GELU, causal softmax attention, AdamW, grad clip 1.0)
-on random tokens and reports training throughput.
+blocks, fused qkv, tanh-GELU, causal attention, AdamW, grad clip 1.0) on
+random tokens, written the way a PyTorch 2.x user would: nn.Linear,
+F.scaled_dot_product_attention(is_causal=True), fused AdamW, and optionally
+torch.compile. perf/compare_pytorch.sh runs it from PyPI's current PyTorch.
 
 Example:
-  /usr/bin/python3 perf/pytorch_gpt.py --layers 4 --d-model 256 --heads 4 \
-      --seq-len 128 --vocab 8192 --micro-batch 8 --steps 20 --warmup-steps 3 --threads 8
+  python perf/pytorch_gpt.py --layers 4 --d-model 256 --heads 4 --seq-len 128 \
+      --vocab 8192 --micro-batch 8 --steps 20 --warmup-steps 3 --threads 8 [--compile]
 
 Prints one line:
-  pytorch tokens_per_s=<float> step_ms=<float> threads=<K> torch=<version>
+  pytorch tokens_per_s=<float> step_ms=<float> threads=<K> torch=<version> mode=<eager|compiled>
 """
 import argparse
-import math
 import time
 
 import torch
@@ -22,7 +23,7 @@ import torch.nn.functional as F
 
 
 class Block(nn.Module):
-    def __init__(self, d_model, heads, seq_len):
+    def __init__(self, d_model, heads):
         super().__init__()
         self.heads = heads
         self.ln1 = nn.LayerNorm(d_model, eps=1e-5)
@@ -31,20 +32,14 @@ class Block(nn.Module):
         self.ln2 = nn.LayerNorm(d_model, eps=1e-5)
         self.fc = nn.Linear(d_model, 4 * d_model)
         self.mlp_proj = nn.Linear(4 * d_model, d_model)
-        # Built once: True above the diagonal marks future positions to hide.
-        mask = torch.ones(seq_len, seq_len, dtype=torch.bool).triu(1)
-        self.register_buffer("future", mask, persistent=False)
 
     def attention(self, x):
         B, T, C = x.shape
         hs = C // self.heads
         q, k, v = self.qkv(x).split(C, dim=-1)
         q, k, v = (t.view(B, T, self.heads, hs).transpose(1, 2) for t in (q, k, v))
-        # torch 1.13 has no fused CPU attention, so use plain matmuls.
-        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hs))
-        att = att.masked_fill(self.future[:T, :T], float("-inf")).softmax(dim=-1)
-        y = (att @ v).transpose(1, 2).reshape(B, T, C)
-        return self.attn_proj(y)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.attn_proj(y.transpose(1, 2).reshape(B, T, C))
 
     def forward(self, x):
         x = x + self.attention(self.ln1(x))
@@ -56,7 +51,7 @@ class GPT(nn.Module):
         super().__init__()
         self.wte = nn.Parameter(torch.randn(vocab, d_model) * 0.02)
         self.wpe = nn.Parameter(torch.randn(seq_len, d_model) * 0.02)
-        self.blocks = nn.ModuleList(Block(d_model, heads, seq_len) for _ in range(layers))
+        self.blocks = nn.ModuleList(Block(d_model, heads) for _ in range(layers))
         self.lnf = nn.LayerNorm(d_model, eps=1e-5)
         for name, p in self.blocks.named_parameters():
             if name.endswith("weight") and p.dim() == 2:
@@ -80,7 +75,7 @@ def make_optimizer(model, lr, weight_decay):
     return torch.optim.AdamW(
         [{"params": decay, "weight_decay": weight_decay},
          {"params": no_decay, "weight_decay": 0.0}],
-        lr=lr, betas=(0.9, 0.95), eps=1e-8)
+        lr=lr, betas=(0.9, 0.95), eps=1e-8, fused=True)
 
 
 def parse_args():
@@ -97,6 +92,7 @@ def parse_args():
     ap.add_argument("--lr", type=float, default=3e-4)
     ap.add_argument("--weight-decay", type=float, default=0.1)
     ap.add_argument("--seed", type=int, default=1234)
+    ap.add_argument("--compile", action="store_true", help="torch.compile the model")
     args = ap.parse_args()
     if args.d_model % args.heads != 0:
         ap.error("--d-model must be divisible by --heads")
@@ -111,6 +107,7 @@ def main():
     torch.manual_seed(args.seed)
     model = GPT(args.layers, args.d_model, args.heads, args.seq_len, args.vocab)
     model.train()
+    forward = torch.compile(model) if args.compile else model
     opt = make_optimizer(model, args.lr, args.weight_decay)
 
     # Pre-generate every batch so token sampling is not part of the timing.
@@ -121,7 +118,7 @@ def main():
 
     def train_step(i):
         opt.zero_grad(set_to_none=True)
-        loss = model(tokens[i], targets[i])
+        loss = forward(tokens[i], targets[i])
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
@@ -139,7 +136,8 @@ def main():
     tokens_per_s = args.steps * args.micro_batch * args.seq_len / elapsed
     step_ms = 1000.0 * elapsed / args.steps
     print(f"pytorch tokens_per_s={tokens_per_s:.2f} step_ms={step_ms:.3f} "
-          f"threads={args.threads} torch={torch.__version__}")
+          f"threads={args.threads} torch={torch.__version__} "
+          f"mode={'compiled' if args.compile else 'eager'}")
 
 
 if __name__ == "__main__":

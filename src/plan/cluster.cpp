@@ -1,8 +1,8 @@
 #include "plan/cluster.hpp"
 
-#include <cblas.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <chrono>
@@ -13,6 +13,7 @@
 #include <thread>
 #include <toml++/toml.h>
 
+#include "compute/cpu/blas.hpp"
 #include "core/error.hpp"
 
 namespace trident {
@@ -138,7 +139,8 @@ Cluster calibrate_this_cpu() {
   c.name = "this-cpu";
   c.gpus_per_node = int(std::max(1u, std::thread::hardware_concurrency()));
   c.shared_node = true;
-  openblas_set_num_threads(c.gpus_per_node);  // the whole host's rate, whatever OMP_NUM_THREADS says
+  const int caller_threads = omp_get_max_threads();
+  omp_set_num_threads(c.gpus_per_node);  // the whole host's rate, whatever OMP_NUM_THREADS says
   std::vector<std::pair<double, double>> rates;
   for (int n : {64, 128, 256, 512, 1024}) {
     std::vector<float> a(std::size_t(n) * n, 1.0f), b(a), out(a.size());
@@ -148,14 +150,14 @@ Cluster calibrate_this_cpu() {
       int reps = 0;
       const auto t0 = std::chrono::steady_clock::now();
       do {
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a.data(), n,
-                    b.data(), n, 0.0f, out.data(), n);
+        cpu::gemm(false, false, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, out.data(), n);
         ++reps;
       } while (seconds_since(t0) < 0.05);
       best_rate = std::max(best_rate, flops * reps / seconds_since(t0) / 1e12);
     }
     rates.emplace_back(flops, best_rate);
   }
+  omp_set_num_threads(caller_threads);
   double best = 0;
   for (const auto& r : rates) best = std::max(best, r.second);
   for (auto& r : rates) r.second /= best;

@@ -60,7 +60,7 @@ TEST(CudaModel, LossAndGradientsMatchTheCpu) {
 
 // Batch 4 in micro-batches of 2 (accumulation), AdamW, clipping, cosine LR.
 // The limit is 1e-4 per step: fp32 summation orders differ between cuBLAS and
-// OpenBLAS, and 20 Adam steps amplify that; a wrong kernel is off by far more.
+// oneDNN, and 20 Adam steps amplify that; a wrong kernel is off by far more.
 TEST(CudaModel, TwentyStepsTrackTheCpuLosses) {
   auto cpu = make_cpu_backend(1);
   auto gpu = make_test_gpu();

@@ -7,6 +7,7 @@
 
 #include "compute/backend.hpp"
 #include "compute/cpu/cpu_peak.hpp"
+#include "compute/cpu/gemm_library.hpp"
 #include "core/timer.hpp"
 
 using namespace trident;
@@ -35,11 +36,18 @@ TEST(Peak, CpuPeakBoundsAMeasuredGemm) {
 }
 
 TEST(Peak, NarrowGemmKernelsOnAWideCpuAreAWarning) {
-  EXPECT_NE(gemm_kernel_mismatch("Prescott", "AVX-512"), "");  // SSE kernels on AVX-512
-  EXPECT_NE(gemm_kernel_mismatch("Haswell", "AVX-512"), "");
-  EXPECT_NE(gemm_kernel_mismatch("Prescott", "AVX2+FMA"), "");
-  EXPECT_EQ(gemm_kernel_mismatch("SkylakeX", "AVX-512"), "");
-  EXPECT_EQ(gemm_kernel_mismatch("Zen", "AVX2+FMA"), "");
-  EXPECT_EQ(gemm_kernel_mismatch("Prescott", "SSE"), "");
-  EXPECT_NE(gemm_kernel_mismatch("Prescott", "AVX-512").find("Prescott"), std::string::npos);
+  EXPECT_NE(gemm_kernel_mismatch(4, "sse41 kernels", "AVX-512"), "");
+  EXPECT_NE(gemm_kernel_mismatch(8, "avx2 kernels", "AVX-512"), "");
+  EXPECT_NE(gemm_kernel_mismatch(4, "sse41 kernels", "AVX2+FMA"), "");
+  EXPECT_EQ(gemm_kernel_mismatch(16, "avx512_core kernels", "AVX-512"), "");
+  EXPECT_EQ(gemm_kernel_mismatch(8, "avx2 kernels", "AVX2+FMA"), "");
+  EXPECT_EQ(gemm_kernel_mismatch(4, "sse41 kernels", "SSE"), "");
+  EXPECT_NE(gemm_kernel_mismatch(4, "sse41 kernels", "AVX-512").find("sse41"), std::string::npos);
+}
+
+// The kernels the GEMM library dispatches to are as wide as the CPU's vectors
+// (no environment variable left them narrower on this machine).
+TEST(Peak, GemmLibraryUsesTheCpusWidestVectors) {
+  EXPECT_GE(gemm_kernel_lanes(), isa_lanes(detect_cpu_peak().isa)) << gemm_library_description();
+  EXPECT_NE(gemm_library_description().find("oneDNN"), std::string::npos);
 }

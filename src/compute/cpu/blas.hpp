@@ -1,19 +1,38 @@
-// Typed row-major GEMM over OpenBLAS: C = alpha * op(A) op(B) + beta * C.
+// Typed row-major GEMM: C = alpha * op(A) op(B) + beta * C.
+// float runs on oneDNN's JIT kernels, which read the CPU's ISA themselves at
+// start-up (AVX-512, AMX, AVX2, ...); no environment variable narrows them the
+// way OPENBLAS_CORETYPE narrows OpenBLAS's. double serves only the
+// finite-difference tests, on small shapes: a plain loop is enough there.
 #pragma once
-#include <cblas.h>
+#include <dnnl.h>
+
+#include <cstdint>
 
 namespace trident::cpu {
 
-inline void gemm(bool ta, bool tb, int M, int N, int K, float alpha, const float* A, int lda,
-                 const float* B, int ldb, float beta, float* C, int ldc) {
-  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N,
-              K, alpha, A, lda, B, ldb, beta, C, ldc);
+inline void gemm(bool ta, bool tb, int M, int N, int K, float alpha,
+                 const float *A, int lda, const float *B, int ldb, float beta,
+                 float *C, int ldc) {
+  dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K, alpha, A, lda, B, ldb,
+             beta, C, ldc);
 }
 
-inline void gemm(bool ta, bool tb, int M, int N, int K, double alpha, const double* A, int lda,
-                 const double* B, int ldb, double beta, double* C, int ldc) {
-  cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N,
-              K, alpha, A, lda, B, ldb, beta, C, ldc);
+inline void gemm(bool ta, bool tb, int M, int N, int K, double alpha,
+                 const double *A, int lda, const double *B, int ldb,
+                 double beta, double *C, int ldc) {
+  for (int i = 0; i < M; ++i)
+    for (int j = 0; j < N; ++j) {
+      double acc = 0;
+      for (int k = 0; k < K; ++k) {
+        const double a =
+            ta ? A[std::int64_t(k) * lda + i] : A[std::int64_t(i) * lda + k];
+        const double b =
+            tb ? B[std::int64_t(j) * ldb + k] : B[std::int64_t(k) * ldb + j];
+        acc += a * b;
+      }
+      double &c = C[std::int64_t(i) * ldc + j];
+      c = alpha * acc + (beta == 0 ? 0.0 : beta * c);
+    }
 }
 
-}  // namespace trident::cpu
+} // namespace trident::cpu

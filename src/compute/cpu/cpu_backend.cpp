@@ -1,5 +1,4 @@
-// CPU backend of the compute seam: OpenBLAS GEMMs and OpenMP loops.
-#include <cblas.h>
+// CPU backend of the compute seam: oneDNN GEMMs and OpenMP loops.
 #include <fmt/format.h>
 #include <omp.h>
 
@@ -13,23 +12,24 @@
 #include <vector>
 
 #include "compute/backend.hpp"
+#include "compute/cpu/blas.hpp"
 #include "compute/cpu/cpu_peak.hpp"
+#include "compute/cpu/gemm_library.hpp"
 #include "compute/cpu/half_convert.hpp"
 #include "compute/cpu/kernels.hpp"
+#include "compute/cpu/vector_ops.hpp"
 #include "core/half.hpp"
 
 namespace trident {
 namespace {
 
 constexpr std::size_t kAlignment = 64;
-constexpr std::size_t kSumChunk = 1 << 14;  // fixed chunks: thread-count independent sums
 
 class CpuBackend final : public ComputeBackend {
  public:
   explicit CpuBackend(int threads) {
     if (threads <= 0) threads = omp_get_max_threads();
-    omp_set_num_threads(threads);
-    openblas_set_num_threads(threads);
+    omp_set_num_threads(threads);  // oneDNN runs its GEMMs on this OpenMP pool
     threads_ = threads;
     peak_ = detect_cpu_peak();
   }
@@ -41,8 +41,7 @@ class CpuBackend final : public ComputeBackend {
     return std::max(peak_.flops_per_core * threads_, measured_);
   }
   std::string warning() const override {
-    const char* core = openblas_get_corename();
-    return gemm_kernel_mismatch(core ? core : "", peak_.isa);
+    return gemm_kernel_mismatch(gemm_kernel_lanes(), gemm_library_description(), peak_.isa);
   }
   std::string peak_source() const override {
     const double isa = peak_.flops_per_core * threads_;
@@ -54,7 +53,7 @@ class CpuBackend final : public ComputeBackend {
   }
   std::string name() const override { return "cpu"; }
   std::string describe() const override {
-    return fmt::format("cpu: {} OpenMP threads, OpenBLAS {}", threads_, openblas_get_config());
+    return fmt::format("cpu: {} OpenMP threads, GEMMs on {}", threads_, gemm_library_description());
   }
 
   void* allocate(std::size_t bytes) override {
@@ -141,8 +140,7 @@ class CpuBackend final : public ComputeBackend {
     cpu::gelu_backward(dinp, inp, dout, n);
   }
   void add(float* out, const float* a, const float* b, std::size_t n) override {
-#pragma omp parallel for schedule(static) if (n > 65536)
-    for (std::size_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
+    cpu::add(out, a, b, n);
   }
   void xent_max(float* row_max, const float* logits, int N, int V, int valid) override {
     cpu::xent_max(row_max, logits, N, V, valid);
@@ -157,35 +155,11 @@ class CpuBackend final : public ComputeBackend {
     cpu::xent_finish(losses, dlogits, logits, row_max, packed, targets, lo, N, V, valid, dloss);
   }
 
-  double sum_squares(const float* x, std::size_t n) override {
-    const std::size_t chunks = (n + kSumChunk - 1) / kSumChunk;
-    std::vector<double> partial(chunks, 0.0);
-#pragma omp parallel for schedule(static) if (chunks > 4)
-    for (std::size_t c = 0; c < chunks; ++c) {
-      double s = 0;
-      const std::size_t end = std::min(n, (c + 1) * kSumChunk);
-      for (std::size_t i = c * kSumChunk; i < end; ++i) s += double(x[i]) * x[i];
-      partial[c] = s;
-    }
-    double s = 0;
-    for (double p : partial) s += p;
-    return s;
-  }
-  void scale(float* x, float s, std::size_t n) override {
-#pragma omp parallel for schedule(static) if (n > 65536)
-    for (std::size_t i = 0; i < n; ++i) x[i] *= s;
-  }
+  double sum_squares(const float* x, std::size_t n) override { return cpu::sum_squares(x, n); }
+  void scale(float* x, float s, std::size_t n) override { cpu::scale(x, s, n); }
   void adamw(float* p, const float* g, float* m, float* v, std::size_t n, float lr, float beta1,
              float beta2, float eps, float wd, float bc1, float bc2) override {
-    const float step = lr / bc1;
-    const float inv_sqrt_bc2 = 1.0f / std::sqrt(bc2);
-#pragma omp parallel for schedule(static) if (n > 65536)
-    for (std::size_t i = 0; i < n; ++i) {
-      p[i] *= 1.0f - lr * wd;
-      m[i] = beta1 * m[i] + (1.0f - beta1) * g[i];
-      v[i] = beta2 * v[i] + (1.0f - beta2) * g[i] * g[i];
-      p[i] -= step * m[i] / (std::sqrt(v[i]) * inv_sqrt_bc2 + eps);
-    }
+    cpu::adamw(p, g, m, v, n, lr, beta1, beta2, eps, wd, bc1, bc2);
   }
 
  private:
@@ -198,8 +172,7 @@ class CpuBackend final : public ComputeBackend {
     const int n = 512;
     std::vector<float> a(std::size_t(n) * n, 0.5f), w(a.size(), 0.25f), out(a.size());
     auto gemm = [&] {
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, n, 1.0f, a.data(), n, w.data(),
-                  n, 0.0f, out.data(), n);
+      cpu::gemm(false, true, n, n, n, 1.0f, a.data(), n, w.data(), n, 0.0f, out.data(), n);
     };
     gemm();  // warm up
     double best = 1e30;

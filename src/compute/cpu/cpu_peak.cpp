@@ -23,29 +23,7 @@ double highest_ghz() {
   return mhz / 1e3;
 }
 
-// Vector width, in floats, of an ISA or of the OpenBLAS kernels named.
-int isa_lanes(const std::string& isa) {
-  if (isa == "AVX-512") return 16;
-  if (isa == "AVX2+FMA") return 8;
-  return 4;
-}
-
-int blas_core_lanes(const std::string& core) {
-  for (const char* c : {"SkylakeX", "Cooperlake", "SapphireRapids"})
-    if (core.find(c) != std::string::npos) return 16;
-  for (const char* c : {"Haswell", "Zen", "Skylake", "Sandybridge"})
-    if (core.find(c) != std::string::npos) return 8;
-  return 4;  // Prescott, Core2, Nehalem, Atom, ...: SSE
-}
-
 }  // namespace
-
-std::string gemm_kernel_mismatch(const std::string& blas_core, const std::string& cpu_isa) {
-  if (blas_core.empty() || blas_core == "unknown") return "";
-  if (blas_core_lanes(blas_core) >= isa_lanes(cpu_isa)) return "";
-  return "OpenBLAS runs its " + blas_core + " kernels on a CPU with " + cpu_isa +
-         ": GEMMs may be several times slower than this CPU allows (see OPENBLAS_CORETYPE)";
-}
 
 CpuPeak detect_cpu_peak() {
   CpuPeak p;

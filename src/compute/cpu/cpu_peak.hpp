@@ -16,9 +16,4 @@ struct CpuPeak {
 
 CpuPeak detect_cpu_peak();
 
-// A warning when the GEMM library's kernels (OpenBLAS's core name) use
-// narrower vectors than the CPU has (e.g. "Prescott" SSE kernels on an
-// AVX-512 CPU: GEMMs several times slower), else "".
-std::string gemm_kernel_mismatch(const std::string& blas_core, const std::string& cpu_isa);
-
 }  // namespace trident

@@ -6,6 +6,7 @@
 
 #include "compute/cpu/blas.hpp"
 #include "compute/cpu/fast_math.hpp"
+#include "compute/cpu/vector_clones.hpp"
 
 namespace trident::cpu {
 namespace {
@@ -70,15 +71,17 @@ void position_backward(T* dwpe, const T* dout, int N, int T_, int first, int C) 
 }
 
 template <class T>
-void layernorm_forward(T* out, T* mean, T* rstd, const T* inp, const T* w, const T* b, int N,
+TRIDENT_VECTOR_CLONES void layernorm_forward(T* out, T* mean, T* rstd, const T* inp, const T* w, const T* b, int N,
                        int C) {
 #pragma omp parallel for schedule(static) if (N * C > 16384)
   for (int i = 0; i < N; ++i) {
     const T* x = inp + static_cast<std::size_t>(i) * C;
     T m = 0;
+#pragma omp simd reduction(+ : m)
     for (int c = 0; c < C; ++c) m += x[c];
     m /= C;
     T v = 0;
+#pragma omp simd reduction(+ : v)
     for (int c = 0; c < C; ++c) v += (x[c] - m) * (x[c] - m);
     v /= C;
     const T s = T(1) / std::sqrt(v + T(kLnEps));
@@ -90,7 +93,7 @@ void layernorm_forward(T* out, T* mean, T* rstd, const T* inp, const T* w, const
 }
 
 template <class T>
-void layernorm_backward(T* dinp, T* dw, T* db, const T* dout, const T* inp, const T* w,
+TRIDENT_VECTOR_CLONES void layernorm_backward(T* dinp, T* dw, T* db, const T* dout, const T* inp, const T* w,
                         const T* mean, const T* rstd, int N, int C) {
   if (dinp) {
 #pragma omp parallel for schedule(static) if (N * C > 16384)
@@ -100,6 +103,7 @@ void layernorm_backward(T* dinp, T* dw, T* db, const T* dout, const T* inp, cons
       T* dx = dinp + static_cast<std::size_t>(i) * C;
       const T m = mean[i], s = rstd[i];
       T dnorm_mean = 0, dnorm_norm_mean = 0;
+#pragma omp simd reduction(+ : dnorm_mean, dnorm_norm_mean)
       for (int c = 0; c < C; ++c) {
         const T dnorm = w[c] * d[c];
         dnorm_mean += dnorm;
@@ -129,7 +133,7 @@ void layernorm_backward(T* dinp, T* dw, T* db, const T* dout, const T* inp, cons
 }
 
 template <class T>
-void matmul_forward(T* out, const T* inp, const T* w, const T* bias, int N, int IC, int OC) {
+TRIDENT_VECTOR_CLONES void matmul_forward(T* out, const T* inp, const T* w, const T* bias, int N, int IC, int OC) {
   gemm(false, true, N, OC, IC, T(1), inp, IC, w, IC, T(0), out, OC);
   if (!bias) return;
 #pragma omp parallel for schedule(static) if (N * OC > 16384)
@@ -140,7 +144,7 @@ void matmul_forward(T* out, const T* inp, const T* w, const T* bias, int N, int 
 }
 
 template <class T>
-void matmul_backward(T* dinp, T* dw, T* dbias, const T* dout, const T* inp, const T* w, int N,
+TRIDENT_VECTOR_CLONES void matmul_backward(T* dinp, T* dw, T* dbias, const T* dout, const T* inp, const T* w, int N,
                      int IC, int OC) {
   if (dinp) gemm(false, false, N, IC, OC, T(1), dout, OC, w, IC, T(1), dinp, IC);
   if (dw) gemm(true, false, OC, IC, N, T(1), dout, OC, inp, IC, T(1), dw, IC);
@@ -224,7 +228,7 @@ template <class T> constexpr T kGeluK = T(0.7978845608028654);  // sqrt(2/pi)
 }
 
 template <class T>
-void gelu_forward(T* out, const T* inp, std::size_t n) {
+TRIDENT_VECTOR_CLONES void gelu_forward(T* out, const T* inp, std::size_t n) {
 #pragma omp parallel for simd schedule(static) if (n > 16384)
   for (std::size_t i = 0; i < n; ++i) {
     const T x = inp[i];
@@ -233,7 +237,7 @@ void gelu_forward(T* out, const T* inp, std::size_t n) {
 }
 
 template <class T>
-void gelu_backward(T* dinp, const T* inp, const T* dout, std::size_t n) {
+TRIDENT_VECTOR_CLONES void gelu_backward(T* dinp, const T* inp, const T* dout, std::size_t n) {
 #pragma omp parallel for simd schedule(static) if (n > 16384)
   for (std::size_t i = 0; i < n; ++i) {
     const T x = inp[i];
@@ -246,18 +250,19 @@ void gelu_backward(T* dinp, const T* inp, const T* dout, std::size_t n) {
 }
 
 template <class T>
-void xent_max(T* row_max, const T* logits, int N, int V, int valid) {
+TRIDENT_VECTOR_CLONES void xent_max(T* row_max, const T* logits, int N, int V, int valid) {
 #pragma omp parallel for schedule(static) if (N * V > 16384)
   for (int i = 0; i < N; ++i) {
     const T* z = logits + static_cast<std::size_t>(i) * V;
     T mx = -std::numeric_limits<T>::infinity();
+#pragma omp simd reduction(max : mx)
     for (int j = 0; j < valid; ++j) mx = std::max(mx, z[j]);
     row_max[i] = mx;
   }
 }
 
 template <class T>
-void xent_sums(T* packed, const T* logits, const T* row_max, const std::int32_t* targets, int lo,
+TRIDENT_VECTOR_CLONES void xent_sums(T* packed, const T* logits, const T* row_max, const std::int32_t* targets, int lo,
                int N, int V, int valid) {
 #pragma omp parallel for schedule(static) if (N * V > 16384)
   for (int i = 0; i < N; ++i) {
@@ -273,7 +278,7 @@ void xent_sums(T* packed, const T* logits, const T* row_max, const std::int32_t*
 }
 
 template <class T>
-void xent_finish(T* losses, T* dlogits, const T* logits, const T* row_max, const T* packed,
+TRIDENT_VECTOR_CLONES void xent_finish(T* losses, T* dlogits, const T* logits, const T* row_max, const T* packed,
                  const std::int32_t* targets, int lo, int N, int V, int valid, T dloss) {
 #pragma omp parallel for schedule(static) if (N * V > 16384)
   for (int i = 0; i < N; ++i) {
