@@ -4,35 +4,30 @@
 // way OPENBLAS_CORETYPE narrows OpenBLAS's. double serves only the
 // finite-difference tests, on small shapes: a plain loop is enough there.
 #pragma once
-#include <dnnl.h>
-
 #include <cstdint>
 
 namespace trident::cpu {
 
-inline void gemm(bool ta, bool tb, int M, int N, int K, float alpha,
-                 const float *A, int lda, const float *B, int ldb, float beta,
-                 float *C, int ldc) {
-  dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K, alpha, A, lda, B, ldb,
-             beta, C, ldc);
-}
+// C in fixed blocks of rows (or columns, when C is wider than tall), each one
+// single-threaded GEMM over all of K, the blocks spread over this rank's
+// threads. The blocks depend on the shape only, so C has the same bits on any
+// number of threads (oneDNN's own threading splits K for some shapes).
+void gemm(bool ta, bool tb, int M, int N, int K, float alpha, const float* A, int lda,
+          const float* B, int ldb, float beta, float* C, int ldc);
 
-inline void gemm(bool ta, bool tb, int M, int N, int K, double alpha,
-                 const double *A, int lda, const double *B, int ldb,
-                 double beta, double *C, int ldc) {
+inline void gemm(bool ta, bool tb, int M, int N, int K, double alpha, const double* A, int lda,
+                 const double* B, int ldb, double beta, double* C, int ldc) {
   for (int i = 0; i < M; ++i)
     for (int j = 0; j < N; ++j) {
       double acc = 0;
       for (int k = 0; k < K; ++k) {
-        const double a =
-            ta ? A[std::int64_t(k) * lda + i] : A[std::int64_t(i) * lda + k];
-        const double b =
-            tb ? B[std::int64_t(j) * ldb + k] : B[std::int64_t(k) * ldb + j];
+        const double a = ta ? A[std::int64_t(k) * lda + i] : A[std::int64_t(i) * lda + k];
+        const double b = tb ? B[std::int64_t(j) * ldb + k] : B[std::int64_t(k) * ldb + j];
         acc += a * b;
       }
-      double &c = C[std::int64_t(i) * ldc + j];
+      double& c = C[std::int64_t(i) * ldc + j];
       c = alpha * acc + (beta == 0 ? 0.0 : beta * c);
     }
 }
 
-} // namespace trident::cpu
+}  // namespace trident::cpu
