@@ -6,7 +6,7 @@
 #   cmake --build build-cuda -j
 # MFU here counts 6 N + 6 L d T FLOPs per token (N parameters; attention scores
 # and mixing at the causal half of 12 L d T) against 989 TFLOP/s, the H100 SXM
-# dense bf16 peak. The GPU path is fp32 until mixed precision lands (TF32 with
+# dense bf16 peak. The run keeps the deck's fp32 precision (TF32 with
 # TF32=true), so the figure is a baseline against the bf16 peak, not a claim.
 # (Trident's own MFU line uses 12 L d T, as PaLM's appendix B.)
 set -euo pipefail

@@ -76,7 +76,7 @@ std::unique_ptr<ComputeBackend> make_compute_backend(const Deck& deck, Grid& gri
   std::unique_ptr<ComputeBackend> backend;
   run_agreed(grid.world(), [&] {
 #if TRIDENT_HAVE_CUDA
-    if (deck.system.device == "cuda") {
+    if (deck.system.device == Device::cuda) {
       backend = make_cuda(deck, grid);
       return;
     }
@@ -89,30 +89,31 @@ std::unique_ptr<ComputeBackend> make_compute_backend(const Deck& deck, Grid& gri
   return backend;
 }
 
-std::string connect_communicators(const Deck& deck, Grid& grid, ComputeBackend& backend) {
-  std::string choice = deck.system.comm;
-  if (deck.system.device == "cpu") return "mpi";
+CommBackend connect_communicators(const Deck& deck, Grid& grid, ComputeBackend& backend) {
+  CommBackend choice = deck.system.comm;
+  if (deck.system.device == Device::cpu) return CommBackend::mpi;
 #if TRIDENT_HAVE_CUDA
   auto& cuda = dynamic_cast<CudaBackend&>(backend);
   run_agreed(grid.world(), [&] {
     const bool shared = ranks_share_a_gpu(grid, cuda);
-    if (choice == "auto") choice = shared || !TRIDENT_HAVE_NCCL ? "staged" : "nccl";
-    if (choice == "nccl" && shared)
+    if (choice == CommBackend::automatic)
+      choice = shared || !TRIDENT_HAVE_NCCL ? CommBackend::staged : CommBackend::nccl;
+    if (choice == CommBackend::nccl && shared)
       throw InputError(fmt::format(
           "{}: [system] comm = \"nccl\" but ranks of this job share a GPU, which NCCL "
           "refuses; launch one rank per GPU or set system.comm = \"staged\"", deck.path));
   });
-  if (choice == "staged")
+  if (choice == CommBackend::staged)
     grid.use_communicators([&cuda](MPI_Comm c, std::string name) {
       return make_staged_communicator(c, std::move(name), cuda);
     });
 #if TRIDENT_HAVE_NCCL
-  if (choice == "nccl")
+  if (choice == CommBackend::nccl)
     grid.use_communicators([&cuda](MPI_Comm c, std::string name) {
       return make_nccl_communicator(c, std::move(name), cuda);
     });
 #endif
-  // "mpi": device buffers go to MPI as they are, which needs a CUDA-aware MPI.
+  // mpi: device buffers go to MPI as they are, which needs a CUDA-aware MPI.
 #endif
   return choice;
 }

@@ -19,9 +19,9 @@ namespace trident {
 std::unique_ptr<ComputeBackend> make_compute_backend(const Deck& deck, Grid& grid, int threads);
 
 // Switches the grid's communicators to system.comm for `backend` and returns
-// the choice: "mpi", "nccl" or "staged". "auto" is mpi on the CPU; on CUDA it
+// the choice: mpi, nccl or staged, never automatic. "auto" is mpi on the CPU; on CUDA it
 // is nccl, or staged where NCCL is missing or ranks share a GPU anywhere in
 // the job (NCCL refuses two ranks on one device). Collective over the grid.
-std::string connect_communicators(const Deck& deck, Grid& grid, ComputeBackend& backend);
+CommBackend connect_communicators(const Deck& deck, Grid& grid, ComputeBackend& backend);
 
 }  // namespace trident

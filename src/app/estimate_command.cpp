@@ -51,11 +51,11 @@ int estimate_command(const EstimateOptions& o) {
     const auto& pr = deck.precision;
     fmt::print("model: {:.2f} M parameters (global); bytes per rank below are Trident's arenas "
                "(weights {}, gradients {}{}), padding, ZeRO slots and f32 working copies "
-               "included\n\n", base.parameters / 1e6, pr.dtype, pr.reduce_dtype,
-               pr.dtype == "fp32" ? "" : ", f32 masters");
+               "included\n\n", base.parameters / 1e6, choice_name(pr.dtype),
+               choice_name(pr.reduce_dtype), pr.dtype == Precision::fp32 ? "" : ", f32 masters");
     // The paper's model state beside ours: its precision is the deck's
     // (mixed 2+2+12 B with 16-bit weights, else 4+4+8 B), Psi per tensor rank.
-    const bool mixed = pr.dtype != "fp32";
+    const bool mixed = pr.dtype != Precision::fp32;
     const double psi = base.parameters / shape.tp;
     fmt::print("{:<8}{:>12}{:>12}{:>12}{:>14}{:>12}{:>8}{:>14}{:>12}{:>12}{}\n", "zero", "params",
                "grads", "optimizer", "model state", "paper", "ratio", "activations", "buffers",
@@ -75,15 +75,15 @@ int estimate_command(const EstimateOptions& o) {
     }
     // The same layout under each train.recompute mode (precision as in the deck).
     std::string modes;
-    for (const char* mode : {"none", "selective", "full"}) {
+    for (const auto& mode : kRecomputeNames) {
       Deck d = deck;
-      d.train.recompute = mode;
-      modes += fmt::format("{}{} {}", modes.empty() ? "" : ", ", mode,
+      d.train.recompute = mode.value;
+      modes += fmt::format("{}{} {}", modes.empty() ? "" : ", ", mode.name,
                            format_bytes(estimate_memory(d, shape, deck.zero.stage)
                                             .bytes[int(MemCategory::activations)]));
     }
-    fmt::print("\nactivations (recompute = {}, {}): {}\n", deck.train.recompute,
-               deck.precision.dtype, modes);
+    fmt::print("\nactivations (recompute = {}, {}): {}\n", choice_name(deck.train.recompute),
+               choice_name(deck.precision.dtype), modes);
     fmt::print("ZeRO paper's model state per rank (Psi = {:.2f} M per tensor rank, N_d = {}):\n",
                psi / 1e6, shape.dp);
     for (bool paper_mixed : {true, false}) {

@@ -36,13 +36,13 @@ int pick_threads(const Deck& deck, const Grid& grid) {
 }
 
 void print_banner(const Deck& deck, Grid& grid, const ComputeBackend& backend,
-                  const std::string& comm, const TokenDataset& train, const TokenDataset* val,
+                  CommBackend comm, const TokenDataset& train, const TokenDataset* val,
                   int threads, const RankPeak& peak) {
   if (!grid.is_root()) return;
   const auto& m = deck.model;
   const auto& t = deck.train;
   fmt::print("trident 0.1.0 | deck {} | {} ranks | layout {} (dp mode {})\n", deck.path,
-             grid.size(), grid.describe(), deck.parallel.dp_mode);
+             grid.size(), grid.describe(), choice_name(deck.parallel.dp_mode));
   fmt::print("model: {} layers, d_model {}, {} heads, seq_len {}, vocab {} | {:.3f} M params | "
              "{:.1f} MFLOP/token\n",
              m.layers, m.d_model, m.heads, m.seq_len, m.vocab, gpt_num_parameters(m) / 1e6,
@@ -52,23 +52,26 @@ void print_banner(const Deck& deck, Grid& grid, const ComputeBackend& backend,
              t.steps, t.batch, m.seq_len, std::int64_t(t.batch) * m.seq_len, t.micro_batch,
              t.batch / (grid.shape().dp * t.micro_batch),
              // pipedream updates after every micro-batch instead of accumulating
-             deck.parallel.schedule == "pipedream" ? "updates per step" : "accumulation steps",
+             deck.parallel.schedule == ScheduleKind::pipedream ? "updates per step"
+                                                               : "accumulation steps",
              t.lr, t.warmup, t.min_lr);
   const auto& pr = deck.precision;
-  const bool partitioned = t.recompute == "full" && t.partition_activations &&
+  const bool partitioned = t.recompute == Recompute::full && t.partition_activations &&
                            grid.shape().tp > 1 && !deck.parallel.sequence_parallel;
   fmt::print("precision: {} | recompute: {}{}\n",
-             pr.dtype == "fp32" ? std::string("fp32")
+             pr.dtype == Precision::fp32 ? std::string(choice_name(pr.dtype))
                                 : fmt::format("{} weights and activations, fp32 masters, Adam and "
-                                              "gradients{}", pr.dtype,
-                                              pr.dtype == "fp16"
+                                              "gradients{}", choice_name(pr.dtype),
+                                              pr.dtype == Precision::fp16
                                                   ? fmt::format(", loss scale {:g}", pr.initial_scale)
                                                   : ""),
-             t.recompute, partitioned ? " (block inputs partitioned over the tensor group)" : "");
+             choice_name(t.recompute),
+             partitioned ? " (block inputs partitioned over the tensor group)" : "");
   fmt::print("data: train {} tokens in {} shard(s){}\n", train.num_tokens(), train.files().size(),
              val ? fmt::format(", val {} tokens", val->num_tokens()) : "");
   fmt::print("compute: {}{} | collectives: {}\n", backend.describe(),
-             backend.name() == "cpu" ? fmt::format(" (threads/rank {})", threads) : "", comm);
+             backend.name() == "cpu" ? fmt::format(" (threads/rank {})", threads) : "",
+             choice_name(comm));
   if (const std::string w = backend.warning(); !w.empty()) fmt::print("warning: {}\n", w);
   const std::string rate = peak.flops > 0 ? fmt::format("{:.1f} GFLOP/s", peak.flops / 1e9)
                                           : "unknown, MFU not printed";
@@ -78,13 +81,13 @@ void print_banner(const Deck& deck, Grid& grid, const ComputeBackend& backend,
 void print_pipeline(const Deck& deck, Grid& grid, const Trainer& t) {
   if (!grid.is_root() || grid.shape().pp == 1) return;
   const auto& costs = t.predicted_stage_costs();
-  const bool seconds = deck.parallel.partition == "profile";
+  const bool seconds = deck.parallel.partition == PartitionMethod::profile;
   std::string c;
   for (double x : costs) c += seconds ? fmt::format(" {:.2f} ms", 1e3 * x) : fmt::format(" {:.2f} M", x / 1e6);
   fmt::print("pipeline: {} stages x {} chunks, schedule {}, {} micro-batches/step; partition {} "
              "({}): blocks {} | predicted stage cost ({}):{}\n",
-             grid.shape().pp, deck.parallel.virtual_stages, schedule_name(t.schedule()),
-             t.micro_batches(), deck.parallel.partition,
+             grid.shape().pp, deck.parallel.virtual_stages, choice_name(t.schedule()),
+             t.micro_batches(), choice_name(deck.parallel.partition),
              seconds ? "measured" : "parameters", format_partition(t.partition()),
              seconds ? "forward+backward" : "parameters", c);
 }
@@ -103,7 +106,7 @@ void report_bubble(Grid& grid, const Trainer& t) {
              100 * v[0] / grid.size(), 100 * v[1],
              100 * theoretical_bubble(t.schedule(), grid.shape().pp, t.micro_batches(),
                                       grid.shape().pp > 0 ? int(t.partition().size() - 1) / grid.shape().pp : 1),
-             schedule_name(t.schedule()), grid.shape().pp, t.micro_batches(),
+             choice_name(t.schedule()), grid.shape().pp, t.micro_batches(),
              int(t.partition().size() - 1) / grid.shape().pp);
 }
 
@@ -120,7 +123,7 @@ int train(const TrainOptions& o, Communicator& boot) {
   grid.set_timeout_seconds(deck.system.comm_timeout_s);
   const int threads = pick_threads(deck, grid);
   backend = make_compute_backend(deck, grid, threads);
-  const std::string comm = connect_communicators(deck, grid, *backend);
+  const CommBackend comm = connect_communicators(deck, grid, *backend);
 
   std::unique_ptr<TokenDataset> train_data, val_data;
   run_agreed(grid.world(), [&] {

@@ -26,7 +26,7 @@ std::unique_ptr<GradEngine> make_grad_engine(const EngineSetup& s, UnitLayout& u
   }
   units = UnitLayout{};
   return std::make_unique<DataParallelEngine>(
-      s.grid, s.backend, s.ledger, adam, s.deck.parallel.dp_mode == "gather",
+      s.grid, s.backend, s.ledger, adam, s.deck.parallel.dp_mode == DpMode::gather,
       std::size_t(s.deck.parallel.bucket_mb * 1024 * 1024));
 }
 

@@ -13,6 +13,12 @@
 namespace trident {
 namespace {
 
+// "is not a <noun>; use <every name of E>", the message for a name outside E.
+template <class E>
+std::string not_a(const char* noun) {
+  return fmt::format("is not a {}; use {}", noun, choice_list<E>("\""));
+}
+
 void apply_override(toml::table& root, const std::string& item, const std::string& origin) {
   const auto eq = item.find('=');
   const auto dot = item.find('.');
@@ -85,29 +91,26 @@ void read_train(DeckReader& r, TrainSection& t) {
   r.require(t.eps > 0, "train", "eps", "must be positive");
   r.require(t.eval_every >= 0, "train", "eval_every", "must be >= 0 (0: only at the end)");
   r.require(t.eval_sequences >= 0, "train", "eval_sequences", "must be >= 0");
-  r.get("train", "recompute", t.recompute);
+  const bool recompute_named = r.get_choice("train", "recompute", t.recompute);
   r.get("train", "partition_activations", t.partition_activations);
-  r.require(t.recompute == "none" || t.recompute == "selective" || t.recompute == "full", "train",
-            "recompute",
-            fmt::format("= \"{}\" is not a mode; use \"none\", \"selective\" or \"full\"",
-                        t.recompute));
+  r.require(recompute_named, "train", "recompute", not_a<Recompute>("mode"));
 }
 
 void read_precision(DeckReader& r, PrecisionSection& p) {
-  r.get("precision", "dtype", p.dtype);
-  r.get("precision", "reduce_dtype", p.reduce_dtype);
+  const bool dtype_named = r.get_choice("precision", "dtype", p.dtype);
+  const bool reduce_named = r.get_choice("precision", "reduce_dtype", p.reduce_dtype);
   r.get("precision", "initial_scale", p.initial_scale);
   r.get("precision", "growth_interval", p.growth_interval);
   r.get("precision", "hysteresis", p.hysteresis);
   r.get("precision", "min_scale", p.min_scale);
-  r.require(p.dtype == "fp32" || p.dtype == "bf16" || p.dtype == "fp16", "precision", "dtype",
-            fmt::format("= \"{}\" is not a precision; use \"fp32\", \"bf16\" or \"fp16\"",
-                        p.dtype));
-  r.require(p.reduce_dtype == "fp32" || (p.reduce_dtype == p.dtype), "precision", "reduce_dtype",
-            fmt::format("= \"{}\" with precision.dtype = \"{}\": gradients are stored and reduced "
+  r.require(dtype_named, "precision", "dtype", not_a<Precision>("precision"));
+  const char* dtype = choice_name(p.dtype);
+  r.require(reduce_named && (p.reduce_dtype == Precision::fp32 || p.reduce_dtype == p.dtype),
+            "precision", "reduce_dtype",
+            fmt::format("with precision.dtype = \"{}\": gradients are stored and reduced "
                         "in fp32 or in the weights' own 16-bit type; use \"fp32\"{}",
-                        p.reduce_dtype, p.dtype,
-                        p.dtype == "fp32" ? "" : fmt::format(" or \"{}\"", p.dtype)));
+                        dtype,
+                        p.dtype == Precision::fp32 ? "" : fmt::format(" or \"{}\"", dtype)));
   r.require(p.initial_scale >= 1, "precision", "initial_scale", "must be >= 1");
   r.require(p.growth_interval >= 1, "precision", "growth_interval", "must be at least 1");
   r.require(p.hysteresis >= 1, "precision", "hysteresis", "must be at least 1");
@@ -117,18 +120,19 @@ void read_precision(DeckReader& r, PrecisionSection& p) {
 
 // Where the model computes and how its collectives move device buffers.
 void read_devices(DeckReader& r, SystemSection& s) {
-  r.get("system", "device", s.device);
-  r.get("system", "comm", s.comm);
+  const bool device_named = r.get_choice("system", "device", s.device);
+  const bool comm_named = r.get_choice("system", "comm", s.comm);
   r.get("system", "allow_tf32", s.allow_tf32);
-  r.require(s.device == "cpu" || s.device == "cuda", "system", "device",
-            "is not a device; use \"cpu\" or \"cuda\"");
-  r.require(s.device != "cuda" || TRIDENT_HAVE_CUDA, "system", "device",
+  r.require(device_named, "system", "device", not_a<Device>("device"));
+  r.require(s.device != Device::cuda || TRIDENT_HAVE_CUDA, "system", "device",
             "but this trident was built without CUDA; rebuild with cmake --preset cuda");
-  r.require(s.comm == "auto" || s.comm == "mpi" || s.comm == "nccl" || s.comm == "staged",
-            "system", "comm", "is not a backend; use \"auto\", \"mpi\", \"nccl\" or \"staged\"");
-  r.require(s.device == "cuda" || s.comm == "auto" || s.comm == "mpi", "system", "comm",
+  r.require(comm_named, "system", "comm", not_a<CommBackend>("backend"));
+  r.require(s.device == Device::cuda || s.comm == CommBackend::automatic ||
+                s.comm == CommBackend::mpi,
+            "system", "comm",
             "moves device buffers and needs system.device = \"cuda\"; on the CPU use \"mpi\"");
-  r.require(s.comm != "nccl" || TRIDENT_HAVE_NCCL || !TRIDENT_HAVE_CUDA, "system", "comm",
+  r.require(s.comm != CommBackend::nccl || TRIDENT_HAVE_NCCL || !TRIDENT_HAVE_CUDA, "system",
+            "comm",
             "but this trident was built without NCCL; use \"staged\" or rebuild with NCCL");
 }
 
@@ -142,30 +146,20 @@ void read_rest(DeckReader& r, Deck& d) {
   r.get("parallel", "tp", p.tp);
   r.get("parallel", "pp", p.pp);
   r.get("parallel", "sequence_parallel", p.sequence_parallel);
-  r.get("parallel", "schedule", p.schedule);
+  const bool schedule_named = r.get_choice("parallel", "schedule", p.schedule);
   r.get("parallel", "virtual_stages", p.virtual_stages);
-  r.get("parallel", "partition", p.partition);
+  const bool partition_named = r.get_choice("parallel", "partition", p.partition);
   r.get("parallel", "p2p_gbps", p.p2p_gbps);
-  r.require(p.schedule == "naive" || p.schedule == "gpipe" || p.schedule == "1f1b" ||
-                p.schedule == "interleaved" || p.schedule == "pipedream" ||
-                p.schedule == "zb-h1" || p.schedule == "zb-h2" || p.schedule == "zb-v",
-            "parallel", "schedule",
-            fmt::format("= \"{}\" is not a schedule; use \"naive\", \"gpipe\", \"1f1b\", "
-                        "\"zb-h1\", \"zb-h2\", \"zb-v\", \"interleaved\" or \"pipedream\"",
-                        p.schedule));
-  r.require(p.partition == "uniform" || p.partition == "parameters" || p.partition == "profile",
-            "parallel", "partition",
-            fmt::format("= \"{}\" is not a partition; use \"uniform\", \"parameters\" or "
-                        "\"profile\"", p.partition));
+  r.require(schedule_named, "parallel", "schedule", not_a<ScheduleKind>("schedule"));
+  r.require(partition_named, "parallel", "partition", not_a<PartitionMethod>("partition"));
   r.require(p.virtual_stages >= 1, "parallel", "virtual_stages", "must be at least 1");
   r.require(p.p2p_gbps > 0, "parallel", "p2p_gbps", "must be positive");
-  r.get("parallel", "dp_mode", p.dp_mode);
+  const bool dp_mode_named = r.get_choice("parallel", "dp_mode", p.dp_mode);
   r.get("parallel", "bucket_mb", p.bucket_mb);
   r.require(p.dp >= 0, "parallel", "dp", "must be >= 0 (0 or absent: derived from the world)");
   r.require(p.tp >= 1, "parallel", "tp", "must be at least 1");
   r.require(p.pp >= 1, "parallel", "pp", "must be at least 1");
-  r.require(p.dp_mode == "allreduce" || p.dp_mode == "gather", "parallel", "dp_mode",
-            fmt::format("= \"{}\" is not a mode; use \"allreduce\" or \"gather\"", p.dp_mode));
+  r.require(dp_mode_named, "parallel", "dp_mode", not_a<DpMode>("mode"));
   r.require(p.bucket_mb > 0, "parallel", "bucket_mb", "must be positive");
   r.get("zero", "stage", d.zero.stage);
   r.get("zero", "persistence_threshold", d.zero.persistence_threshold);
@@ -175,24 +169,25 @@ void read_rest(DeckReader& r, Deck& d) {
   r.get("zero", "table_units", d.zero.table_units);
   r.require(d.zero.table_units >= 0, "zero", "table_units",
             "must be >= 0 (0: as many as keep each no larger than a block)");
-  r.require(d.zero.stage == 0 || p.dp_mode == "allreduce", "zero", "stage",
+  r.require(d.zero.stage == 0 || p.dp_mode == DpMode::allreduce, "zero", "stage",
             "needs parallel.dp_mode = \"allreduce\" (gather mode keeps everything on rank 0)");
-  if (p.schedule == "pipedream") {
+  if (p.schedule == ScheduleKind::pipedream) {
     // Each stage updates alone after every micro-batch: nothing may need the
     // other stages (fp16's overflow vote) or a whole step's gradients (ZeRO).
     const std::string why = "with parallel.schedule = \"pipedream\" (asynchronous per-micro-batch "
                             "updates); ";
     r.require(d.zero.stage == 0, "zero", "stage",
               fmt::format("= {} is not supported {}set zero.stage = 0", d.zero.stage, why));
-    r.require(p.dp_mode == "allreduce", "parallel", "dp_mode",
-              fmt::format("= \"{}\" is not supported {}use \"allreduce\"", p.dp_mode, why));
-    r.require(d.precision.dtype != "fp16", "precision", "dtype",
+    r.require(p.dp_mode == DpMode::allreduce, "parallel", "dp_mode",
+              fmt::format("= \"{}\" is not supported {}use \"allreduce\"",
+                          choice_name(p.dp_mode), why));
+    r.require(d.precision.dtype != Precision::fp16, "precision", "dtype",
               fmt::format("= \"fp16\" is not supported {}its loss scaler skips whole steps on "
                           "every rank; use \"bf16\" or \"fp32\"", why));
     // The head's share of the tied embedding's gradient travels as f32.
-    r.require(d.precision.reduce_dtype == "fp32", "precision", "reduce_dtype",
-              fmt::format("= \"{}\" is not supported {}use \"fp32\"", d.precision.reduce_dtype,
-                          why));
+    r.require(d.precision.reduce_dtype == Precision::fp32, "precision", "reduce_dtype",
+              fmt::format("= \"{}\" is not supported {}use \"fp32\"",
+                          choice_name(d.precision.reduce_dtype), why));
   }
   r.get("output", "metrics", d.output.metrics);
   r.get("output", "log_every", d.output.log_every);

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "grid/grid.hpp"
+#include "io/deck_choices.hpp"
 #include "io/deck_key.hpp"
 #include "model/gpt_config.hpp"
 
@@ -30,15 +31,15 @@ struct TrainSection {
   std::uint64_t seed = 1234;
   int eval_every = 0;      // steps between validation passes; 0: only at the end
   int eval_sequences = 0;  // validation sequences per pass; 0: train.batch
-  std::string recompute = "none";     // none | selective | full (activation checkpointing)
+  Recompute recompute = Recompute::none;  // activation checkpointing
   bool partition_activations = true;  // full recompute, tp > 1 without SP: 1/tp of block inputs
 };
 
 // Mixed precision (docs/parallelism.md): 16-bit activations and weights
 // as the model computes with them, f32 master weights and Adam moments.
 struct PrecisionSection {
-  std::string dtype = "fp32";         // fp32 | bf16 | fp16
-  std::string reduce_dtype = "fp32";  // gradient accumulation and reduction
+  Precision dtype = Precision::fp32;
+  Precision reduce_dtype = Precision::fp32;  // gradient accumulation and reduction
   // fp16 dynamic loss scaling.
   double initial_scale = 65536.0;
   int growth_interval = 1000;  // clean steps before the scale doubles
@@ -51,11 +52,11 @@ struct ParallelSection {
   int tp = 1;
   int pp = 1;
   bool sequence_parallel = false;     // shard norm/residual activations over the tensor group
-  std::string schedule = "1f1b";      // naive | gpipe | 1f1b | interleaved
+  ScheduleKind schedule = ScheduleKind::one_f_one_b;
   int virtual_stages = 1;             // model chunks per pipeline rank (interleaved)
-  std::string partition = "uniform";  // uniform | parameters | profile
+  PartitionMethod partition = PartitionMethod::uniform;
   double p2p_gbps = 10.0;             // link speed the profile partitioner assumes
-  std::string dp_mode = "allreduce";  // allreduce (bucketed, overlapped) | gather
+  DpMode dp_mode = DpMode::allreduce;  // bucketed and overlapped, or through rank 0
   double bucket_mb = 25.0;            // gradient bucket size for allreduce mode
 };
 
@@ -82,8 +83,8 @@ struct SystemSection {
   int threads = 0;            // OpenMP/BLAS threads per rank; 0: cores / ranks on the node
   double peak_tflops = 0.0;   // per-rank peak for MFU; 0: MFU not reported
   double comm_timeout_s = 600.0;
-  std::string device = "cpu";  // cpu | cuda
-  std::string comm = "auto";   // auto | mpi | nccl | staged (auto: nccl on cuda, mpi on cpu)
+  Device device = Device::cpu;
+  CommBackend comm = CommBackend::automatic;  // auto: nccl on cuda, mpi on cpu
   bool allow_tf32 = false;     // cuda: TF32 tensor cores for fp32 GEMMs
 };
 

@@ -28,13 +28,13 @@ GridShape resolve_layout(Deck& d, int world) {
     throw InputError(fmt::format("{}: [parallel] tp = {} does not divide the MLP width 4 * "
                                  "model.d_model = {}; choose tp in {{{}}}",
                                  f, p.tp, m.d_ff(), divisors(m.d_ff())));
-  if (p.schedule == "zb-v" && p.pp >= 2) {
+  if (p.schedule == ScheduleKind::zb_v && p.pp >= 2) {
     // The V: two chunks per rank, whatever virtual_stages said (1 or 2).
     if (p.virtual_stages > 2)
       throw InputError(fmt::format("{}: [parallel] schedule = \"zb-v\" runs 2 chunks per rank; "
                                    "set virtual_stages = 2 (or leave it out)", f));
     p.virtual_stages = 2;
-    if (p.partition != "uniform")
+    if (p.partition != PartitionMethod::uniform)
       throw InputError(fmt::format("{}: [parallel] schedule = \"zb-v\" uses the uniform "
                                    "partition; set partition = \"uniform\"", f));
     if (m.layers % (2 * p.pp) != 0)
@@ -43,25 +43,25 @@ GridShape resolve_layout(Deck& d, int world) {
                                    "or another schedule", f, m.layers, 2 * p.pp, 2 * p.pp));
   }
   const int chunks = p.virtual_stages;
-  if (p.schedule == "interleaved") {
+  if (p.schedule == ScheduleKind::interleaved) {
     if (chunks < 2)
       throw InputError(fmt::format("{}: [parallel] schedule = \"interleaved\" needs "
                                    "virtual_stages >= 2 (with 1 it is plain 1f1b)", f));
     if (p.pp < 2)
       throw InputError(fmt::format("{}: [parallel] schedule = \"interleaved\" needs pp >= 2 "
                                    "(with one stage there is nothing to interleave)", f));
-    if (p.partition != "uniform")
+    if (p.partition != PartitionMethod::uniform)
       throw InputError(fmt::format("{}: [parallel] schedule = \"interleaved\" uses the uniform "
                                    "partition; set partition = \"uniform\"", f));
-  } else if (p.schedule.rfind("zb-", 0) == 0 && p.pp < 2) {
+  } else if (splits_backward(p.schedule) && p.pp < 2) {
     throw InputError(fmt::format("{}: [parallel] schedule = \"{}\" needs pp >= 2 (one stage "
                                  "has no bubble to fill); set pp, or use schedule = \"1f1b\"",
-                                 f, p.schedule));
-  } else if (chunks != 1 && p.schedule != "zb-v") {
+                                 f, choice_name(p.schedule)));
+  } else if (chunks != 1 && p.schedule != ScheduleKind::zb_v) {
     throw InputError(fmt::format("{}: [parallel] virtual_stages = {} needs schedule = "
                                  "\"interleaved\"", f, chunks));
   }
-  if (p.partition == "uniform" && m.layers % (p.pp * chunks) != 0)
+  if (p.partition == PartitionMethod::uniform && m.layers % (p.pp * chunks) != 0)
     throw InputError(fmt::format("{}: [parallel] model.layers = {} is not divisible by pp * "
                                  "virtual_stages = {} * {}; change one, or use partition = "
                                  "\"parameters\" or \"profile\"", f, m.layers, p.pp, chunks));
@@ -84,7 +84,7 @@ GridShape resolve_layout(Deck& d, int world) {
                                  "{} * {}; choose batch as a multiple of {}", f, t.batch, p.dp,
                                  t.micro_batch, p.dp * t.micro_batch));
   const int micro_batches = t.batch / (p.dp * t.micro_batch);
-  if (p.schedule == "interleaved" && micro_batches % p.pp != 0)
+  if (p.schedule == ScheduleKind::interleaved && micro_batches % p.pp != 0)
     throw InputError(fmt::format("{}: [parallel] schedule = \"interleaved\" needs the {} "
                                  "micro-batches per step (batch / (dp * micro_batch)) to be a "
                                  "multiple of pp = {}", f, micro_batches, p.pp));
@@ -93,7 +93,8 @@ GridShape resolve_layout(Deck& d, int world) {
                                  "seq_len = {} tokens over tp = {} ranks; choose a micro_batch "
                                  "or seq_len that makes it divisible", f,
                                  t.micro_batch * m.seq_len, p.tp));
-  if (t.recompute == "full" && t.partition_activations && p.tp > 1 && !p.sequence_parallel &&
+  if (t.recompute == Recompute::full && t.partition_activations && p.tp > 1 &&
+      !p.sequence_parallel &&
       (t.micro_batch * m.seq_len) % p.tp != 0)
     throw InputError(fmt::format("{}: [train] partition_activations splits the micro_batch * "
                                  "seq_len = {} tokens of each saved block input over tp = {} "

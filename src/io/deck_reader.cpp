@@ -64,6 +64,12 @@ void DeckReader::note(const std::string& sec, const std::string& key, const char
   keys_read_.push_back({sec, key, type, std::move(value)});
 }
 
+void DeckReader::note_choices(const std::string& sec, const std::string& key,
+                              std::vector<std::string> names) {
+  for (DeckKey& k : keys_read_)
+    if (k.section == sec && k.key == key) k.choices = std::move(names);
+}
+
 void DeckReader::record(std::string message) {
   if (first_problem_.empty()) first_problem_ = std::move(message);
 }

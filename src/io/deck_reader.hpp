@@ -8,6 +8,7 @@
 #include <toml++/toml.h>
 #include <vector>
 
+#include "io/deck_choices.hpp"
 #include "io/deck_key.hpp"
 
 namespace trident {
@@ -26,6 +27,19 @@ class DeckReader {
   void get(const std::string& sec, const std::string& key, std::string& out);
   void get(const std::string& sec, const std::string& key, bool& out);
   void get(const std::string& sec, const std::string& key, std::int64_t& out);
+  // A string naming one of E's choices (io/deck_choices.hpp). Returns false,
+  // leaving `out` unchanged, when it names none; the caller reports that.
+  template <class E>
+  bool get_choice(const std::string& sec, const std::string& key, E& out) {
+    std::string name = choice_name(out);
+    get(sec, key, name);
+    std::vector<std::string> names;
+    for (const auto& c : choices(out)) names.emplace_back(c.name);
+    note_choices(sec, key, std::move(names));
+    const std::optional<E> parsed = parse_choice<E>(name);
+    if (parsed) out = *parsed;
+    return parsed.has_value();
+  }
   // A string or an array of strings.
   void get_paths(const std::string& sec, const std::string& key, std::vector<std::string>& out);
 
@@ -45,6 +59,7 @@ class DeckReader {
   void check_unknown_keys() const;
   void record(std::string message);
   void note(const std::string& sec, const std::string& key, const char* type, std::string value);
+  void note_choices(const std::string& sec, const std::string& key, std::vector<std::string> names);
   std::vector<DeckKey> keys_read_;  // every key read, with the value it had before
   const toml::table& root_;
   std::string origin_;

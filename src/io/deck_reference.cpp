@@ -1,7 +1,9 @@
 // The deck reference (docs/decks.md): every key the deck reader reads, with
 // the type and default the reader itself reports (deck_keys()), and its
-// meaning from the table below. A key read without a meaning, or a meaning
-// for a key nobody reads, is a logic error, so the reference cannot drift.
+// meaning from the table below. A key read without a meaning, a meaning for a
+// key nobody reads, or a choice's meaning that leaves out one of the names the
+// reader accepts (io/deck_choices.hpp) is a logic error, so the reference
+// cannot drift.
 #include "io/deck_reference.hpp"
 
 #include <fmt/format.h>
@@ -41,7 +43,7 @@ const std::map<std::string, std::string>& meanings() {
       {"train.recompute", "activation checkpointing: `none`, `selective` (recompute the attention probabilities), `full` (keep only each block's input)"},
       {"train.partition_activations", "with `full`, tp > 1 and no SP: each tensor rank keeps 1/tp of every saved block input and the group all-gathers it for the recompute (ZeRO-R); micro_batch·seq_len divisible by tp"},
       {"precision.dtype", "`fp32`, `bf16` or `fp16`: the type weights are stored and computed with and activations stored in; fp32 masters and Adam moments are kept"},
-      {"precision.reduce_dtype", "the type gradients are stored, accumulated and reduced in: `fp32`, or the weights' own 16-bit type (half the gradient memory and traffic; sums rounded at every addition)"},
+      {"precision.reduce_dtype", "the type gradients are stored, accumulated and reduced in: `fp32`, or the weights' own 16-bit type, `bf16` or `fp16` (half the gradient memory and traffic; sums rounded at every addition)"},
       {"precision.initial_scale", "fp16 dynamic loss scaling: the starting scale"},
       {"precision.growth_interval", "fp16: clean steps before the scale doubles"},
       {"precision.hysteresis", "fp16: overflows tolerated before the scale halves"},
@@ -75,6 +77,21 @@ const std::map<std::string, std::string>& meanings() {
   return m;
 }
 
+// The type column: a choice lists the names the reader accepts, each of
+// which its meaning must explain.
+std::string type_column(const DeckKey& k, const std::string& meaning) {
+  std::string out = k.type;
+  for (std::size_t i = 0; i < k.choices.size(); ++i) {
+    const std::string code = "`" + k.choices[i] + "`";
+    if (meaning.find(code) == std::string::npos)
+      throw std::logic_error(fmt::format(
+          "io/deck_reference.cpp: the meaning of {}.{} leaves out {}", k.section, k.key, code));
+    out += i == 0 ? ": " : i + 1 == k.choices.size() ? " or " : ", ";
+    out += code;
+  }
+  return out;
+}
+
 }  // namespace
 
 std::string deck_reference_markdown() {
@@ -98,7 +115,8 @@ std::string deck_reference_markdown() {
       out += fmt::format("\n## [{}]\n\n| key | type | default | meaning |\n|---|---|---|---|\n",
                          section);
     }
-    out += fmt::format("| `{}` | {} | `{}` | {} |\n", k.key, k.type, k.default_value, it->second);
+    out += fmt::format("| `{}` | {} | `{}` | {} |\n", k.key, type_column(k, it->second),
+                       k.default_value, it->second);
   }
   for (const auto& [name, meaning] : meanings())
     if (!described.count(name))

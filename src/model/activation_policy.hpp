@@ -13,21 +13,10 @@
 // stream, norm statistics and the head's logits stay in f32; the rest of the
 // saved activations are stored in `store` (f32, bf16 or f16).
 #pragma once
-#include <stdexcept>
-#include <string>
-
 #include "core/dtype.hpp"
+#include "io/deck_choices.hpp"
 
 namespace trident {
-
-enum class Recompute { none, selective, full };
-
-inline Recompute parse_recompute(const std::string& s) {
-  if (s == "none") return Recompute::none;
-  if (s == "selective") return Recompute::selective;
-  if (s == "full") return Recompute::full;
-  throw std::invalid_argument("unknown recompute mode '" + s + "'");
-}
 
 struct ActivationPolicy {
   Recompute recompute = Recompute::none;
@@ -35,19 +24,13 @@ struct ActivationPolicy {
   DType store = DType::f32;  // type of the saved activations between ops
 };
 
-// precision.dtype -> the storage type.
-inline DType precision_dtype(const std::string& s) {
-  return s == "bf16" ? DType::bf16 : s == "fp16" ? DType::f16 : DType::f32;
-}
-
 // The deck's train.recompute, train.partition_activations and
 // precision.dtype for a tensor group of `tp` ranks.
-inline ActivationPolicy make_activation_policy(const std::string& recompute, bool partition,
-                                               int tp, bool sequence_parallel,
-                                               const std::string& precision) {
+inline ActivationPolicy make_activation_policy(Recompute recompute, bool partition, int tp,
+                                               bool sequence_parallel, Precision precision) {
   ActivationPolicy p;
-  p.recompute = parse_recompute(recompute);
-  p.partition = p.recompute == Recompute::full && partition && tp > 1 && !sequence_parallel;
+  p.recompute = recompute;
+  p.partition = recompute == Recompute::full && partition && tp > 1 && !sequence_parallel;
   p.store = precision_dtype(precision);
   return p;
 }

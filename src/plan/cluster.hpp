@@ -6,6 +6,8 @@
 #include <utility>
 #include <vector>
 
+#include "io/deck_choices.hpp"
+
 namespace trident {
 
 struct Link {
@@ -27,8 +29,8 @@ struct Cluster {
   double comm_efficiency = 0.8;  // fraction of a link's bandwidth collectives reach
   bool shared_node = false;      // this-cpu: a node's ranks split its cores and bandwidth
 
-  double peak_tflops(const std::string& dtype) const {
-    return dtype == "fp32" ? peak_tflops_32 : peak_tflops_16;
+  double peak_tflops(Precision dtype) const {
+    return dtype == Precision::fp32 ? peak_tflops_32 : peak_tflops_16;
   }
   double gemm_fraction(double flops) const;  // of peak, for one GEMM of `flops`
 };

@@ -43,11 +43,12 @@ struct StepModel {
 }  // namespace
 
 double layer_activation_bytes(const GptConfig& m, double tokens, int tp, bool sp,
-                              const std::string& recompute, bool partition, int dtype_bytes) {
+                              Recompute recompute, bool partition, int dtype_bytes) {
   const double sbh = tokens * m.d_model, scale = dtype_bytes / 2.0;  // the paper counts 16-bit
   const double replicated = sp ? 10.0 / tp : 10.0;  // norms and dropouts, sharded only by SP
-  if (recompute == "full") return 2 * sbh * scale / (sp || partition ? tp : 1);
-  const double attention = recompute == "selective" ? 0 : 5.0 * m.heads * m.seq_len / m.d_model / tp;
+  if (recompute == Recompute::full) return 2 * sbh * scale / (sp || partition ? tp : 1);
+  const double attention =
+      recompute == Recompute::selective ? 0 : 5.0 * m.heads * m.seq_len / m.d_model / tp;
   return sbh * (replicated + 24.0 / tp + attention) * scale;
 }
 
@@ -109,9 +110,10 @@ Prediction predict_step(const Deck& deck, const GridShape& shape, const Cluster&
                         sm.gemm(tokens, 4 * h / t, h) + sm.gemm(tokens, h, 4 * h / t);
   const double heads = double(p.micro_batch) * m.heads / t;
   const double scores = 2 * sm.gemm(s, s, h / m.heads, heads);
-  const double kept = layer_activation_bytes(m, tokens, t, p.sequence_parallel, "none", false, w);
+  const double kept =
+      layer_activation_bytes(m, tokens, t, p.sequence_parallel, Recompute::none, false, w);
   const double kept_scores = kept - layer_activation_bytes(m, tokens, t, p.sequence_parallel,
-                                                           "selective", false, w);
+                                                           Recompute::selective, false, w);
   const double elementwise = sm.bytes_time(kTrafficPerSavedByte * kept);
   const double softmax = sm.bytes_time(kTrafficPerSavedByte * kept_scores);
   // Two all-reduces per layer each way (Megatron section 3); SP's all-gather +
@@ -119,8 +121,8 @@ Prediction predict_step(const Deck& deck, const GridShape& shape, const Cluster&
   const double tp_comm = 2 * all_reduce(tokens * h * w, t, link_for(t, 1));
   const double forward = linear + scores + elementwise;
   double recompute = 0;
-  if (p.recompute == "full") recompute = forward + tp_comm;
-  if (p.recompute == "selective") recompute = scores + softmax;
+  if (p.recompute == Recompute::full) recompute = forward + tp_comm;
+  if (p.recompute == Recompute::selective) recompute = scores + softmax;
 
   // Logits on the last stage: the tied head's GEMM forward and twice backward,
   // f32 softmax cross-entropy over the rank's vocabulary shard.
@@ -147,7 +149,7 @@ Prediction predict_step(const Deck& deck, const GridShape& shape, const Cluster&
           ? std::clamp(int(std::lround(double(cluster.gpus_per_node) * pp / shape.size())), 1, pp)
           : pp;
   const double bubble_frac =
-      bubble_stages > 1 ? theoretical_bubble(parse_schedule(par.schedule), bubble_stages, mbs, v)
+      bubble_stages > 1 ? theoretical_bubble(par.schedule, bubble_stages, mbs, v)
                         : 0.0;
   const double avg_mb = stage_mb + logits / pp;
   const double bubble = bubble_frac / (1 - bubble_frac) * mbs * avg_mb;
@@ -190,8 +192,8 @@ Prediction predict_step(const Deck& deck, const GridShape& shape, const Cluster&
   const double model_flops = gpt_flops_per_token(m) * step_tokens;
   const double attention_fwd = 4.0 * m.layers * h * s * step_tokens;  // QK^T and AV, forward
   const double layer_fwd = 2.0 * 12 * h * h * m.layers * step_tokens + attention_fwd;
-  const double extra = p.recompute == "full" ? layer_fwd
-                       : p.recompute == "selective" ? attention_fwd : 0.0;
+  const double extra = p.recompute == Recompute::full ? layer_fwd
+                       : p.recompute == Recompute::selective ? attention_fwd : 0.0;
   const double gpus = shape.size();
   p.tokens_per_s_per_gpu = step_tokens / p.step_s / gpus;
   p.model_tflops = model_flops / p.step_s / gpus / 1e12;
@@ -200,7 +202,7 @@ Prediction predict_step(const Deck& deck, const GridShape& shape, const Cluster&
 
   // Memory: the first stage keeps the most micro-batches in flight, the last
   // one the logits; the fuller of the two bounds the layout.
-  const ScheduleKind kind = parse_schedule(par.schedule);
+  const ScheduleKind kind = par.schedule;
   const double per_layer = layer_activation_bytes(m, tokens, t, p.sequence_parallel, p.recompute,
                                                   deck.train.partition_activations, w);
   const double layers_per_chunk = double(m.layers) / (pp * v);
@@ -209,7 +211,7 @@ Prediction predict_step(const Deck& deck, const GridShape& shape, const Cluster&
     double bytes = 0;
     for (int chunk = 0; chunk < v; ++chunk)
       bytes += layers_per_chunk * max_in_flight(actions, chunk) * per_layer;
-    if (p.recompute == "full") bytes += kept;  // one layer rebuilt for its backward
+    if (p.recompute == Recompute::full) bytes += kept;  // one layer rebuilt for its backward
     return bytes;
   };
   const double logits_bytes = 2.0 * 4 * tokens * m.vocab / t;  // f32 logits and their gradient

@@ -19,7 +19,8 @@ struct Prediction {
   GridShape shape;
   int virtual_stages = 1, micro_batch = 1, micro_batches = 1, zero_stage = 0;
   bool sequence_parallel = false;
-  std::string recompute, schedule;
+  Recompute recompute = Recompute::none;
+  ScheduleKind schedule = ScheduleKind::one_f_one_b;
 
   double step_s = 0;
   double tokens_per_s_per_gpu = 0;
@@ -43,7 +44,7 @@ struct Prediction {
 // Korthikanti et al. (2022) Table 2: bytes of activations one transformer
 // layer keeps for one micro-batch of `tokens` on tp ranks.
 double layer_activation_bytes(const GptConfig& m, double tokens, int tp, bool sequence_parallel,
-                              const std::string& recompute, bool partition, int dtype_bytes);
+                              Recompute recompute, bool partition, int dtype_bytes);
 
 // `deck` already resolved for `shape` (resolve_layout); `state` is
 // estimate_memory(deck, shape, deck.zero.stage).

@@ -31,7 +31,8 @@ namespace {
 // partitioner needs measurements: it is predicted by parameter counts here).
 Partition predicted_partition(const Deck& deck, int virtual_stages) {
   const auto& m = deck.model;
-  if (deck.parallel.partition == "uniform") return partition_uniform(m.layers, virtual_stages);
+  if (deck.parallel.partition == PartitionMethod::uniform)
+    return partition_uniform(m.layers, virtual_stages);
   StageCosts costs;
   costs.block.assign(m.layers, 0.0);
   const TensorTable whole = build_gpt_param_table(m);  // a local: tensors() is a reference
@@ -54,7 +55,7 @@ MemoryEstimate estimate_memory(const Deck& deck, const GridShape& shape, int sta
   const int B = deck.train.micro_batch > 0 ? deck.train.micro_batch : deck.train.batch / shape.dp;
   const int micro_batches = std::max(1, deck.train.batch / (shape.dp * B));
   const Partition part = predicted_partition(deck, V);
-  const ScheduleKind kind = parse_schedule(deck.parallel.schedule);
+  const ScheduleKind kind = deck.parallel.schedule;
   const bool split = splits_backward(kind) && shape.pp > 1;
   const ZeroBubbleCosts costs = split ? zero_bubble_costs(deck, shape, part) : ZeroBubbleCosts{};
   const auto actions = build_schedule(kind, shape.pp, 0, micro_batches, v, split ? &costs : nullptr);
@@ -83,7 +84,7 @@ MemoryEstimate estimate_memory(const Deck& deck, const GridShape& shape, int sta
       at(MemCategory::parameters) += n * w;
       // pipedream: stage 0 stashes the weights of its pp - 1 forwards ahead,
       // and receives the head's embedding gradients in a buffer of their own.
-      if (deck.parallel.schedule == "pipedream") {
+      if (kind == ScheduleKind::pipedream) {
         at(MemCategory::parameters) += (shape.pp - 1) * n * w;
         if (shape.pp > 1) at(MemCategory::buffers) += double(table.at("wte").numel) * f;
       }

@@ -32,6 +32,10 @@ int positive_int(const std::string& field, const std::string& value, int lowest)
   return n;
 }
 
+std::string schedule_override(ScheduleKind k) {
+  return std::string("parallel.schedule=") + choice_name(k);
+}
+
 // The validator's verdict on one candidate: the resolved deck and grid.
 std::pair<Deck, GridShape> resolve(const PlanRequest& r, const std::vector<std::string>& layout) {
   std::vector<std::string> all = r.overrides;
@@ -84,9 +88,9 @@ std::vector<std::string> layout_overrides(const std::string& layout) {
       out.push_back(std::string("parallel.sequence_parallel=") + (value == "1" ? "true" : "false"));
     }
     if (key == "recompute") {
-      if (value != "none" && value != "selective" && value != "full")
-        throw InputError(fmt::format("--layout: recompute={} is not valid; recompute must be "
-                                     "none, selective or full", value));
+      if (!parse_choice<Recompute>(value))
+        throw InputError(fmt::format("--layout: recompute={} is not valid; recompute must be {}",
+                                     value, choice_list<Recompute>("")));
       out.push_back("train.recompute=" + value);
     }
     if (key == "offload" && value != "none")
@@ -97,7 +101,8 @@ std::vector<std::string> layout_overrides(const std::string& layout) {
   if (seen.count("v")) {
     const int v = positive_int("v", seen["v"], 1);
     out.push_back("parallel.virtual_stages=" + std::to_string(v));
-    if (v > 1 && !seen.count("schedule")) out.push_back("parallel.schedule=interleaved");
+    if (v > 1 && !seen.count("schedule"))
+      out.push_back(schedule_override(ScheduleKind::interleaved));
   }
   return out;
 }
@@ -105,7 +110,7 @@ std::vector<std::string> layout_overrides(const std::string& layout) {
 std::string layout_string(const Prediction& p) {
   return fmt::format("tp={},pp={},dp={},v={},mb={},zero={},sp={},recompute={}", p.shape.tp,
                      p.shape.pp, p.shape.dp, p.virtual_stages, p.micro_batch, p.zero_stage,
-                     p.sequence_parallel ? 1 : 0, p.recompute);
+                     p.sequence_parallel ? 1 : 0, choice_name(p.recompute));
 }
 
 Prediction plan_layout(const PlanRequest& r, const std::vector<std::string>& layout,
@@ -119,7 +124,7 @@ PlanResult plan_all(const PlanRequest& r, const Cluster& cluster) {
   PlanResult out;
   const Deck base = parse_deck(r.deck_text, r.deck_path, r.overrides);
   const int batch = base.train.batch;
-  const bool interleaved_deck = base.parallel.schedule == "interleaved";
+  const bool interleaved_deck = base.parallel.schedule == ScheduleKind::interleaved;
   // Model state depends on the grid, chunks, ZeRO stage and SP, not on the
   // micro-batch or recompute: estimate it once per such key.
   std::map<std::tuple<int, int, int, int, bool>, MemoryEstimate> states;
@@ -131,16 +136,17 @@ PlanResult plan_all(const PlanRequest& r, const Cluster& cluster) {
         for (int mb = 1; mb <= std::min(8, batch / dp); mb *= 2)
           for (int zero = 0; zero <= 3; ++zero)
             for (int sp = 0; sp <= (tp > 1 ? 1 : 0); ++sp)
-              for (const char* rc : {"none", "selective", "full"}) {
+              for (const auto& rc : kRecomputeNames) {
                 if (v > 1 && pp == 1) continue;
                 std::vector<std::string> layout = {
                     fmt::format("parallel.tp={}", tp), fmt::format("parallel.pp={}", pp),
                     fmt::format("parallel.dp={}", dp), fmt::format("parallel.virtual_stages={}", v),
                     fmt::format("train.micro_batch={}", mb), fmt::format("zero.stage={}", zero),
                     fmt::format("parallel.sequence_parallel={}", sp ? "true" : "false"),
-                    fmt::format("train.recompute={}", rc)};
-                if (v > 1) layout.push_back("parallel.schedule=interleaved");
-                else if (interleaved_deck) layout.push_back("parallel.schedule=1f1b");
+                    fmt::format("train.recompute={}", rc.name)};
+                if (v > 1) layout.push_back(schedule_override(ScheduleKind::interleaved));
+                else if (interleaved_deck)
+                  layout.push_back(schedule_override(ScheduleKind::one_f_one_b));
                 ++out.considered;
                 try {
                   auto [deck, shape] = resolve(r, layout);

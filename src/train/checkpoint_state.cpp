@@ -114,7 +114,7 @@ CheckpointMeta training_meta(const Deck& deck, Grid& grid, Trainer& trainer, int
   m.deck_path = deck.path;
   m.deck_text = deck.text;
   m.layout = grid.shape();
-  m.dp_mode = deck.parallel.dp_mode;
+  m.dp_mode = choice_name(deck.parallel.dp_mode);
   m.model = deck.model;
   m.train = deck.train;
   save_scaler_state(trainer, m);

@@ -22,12 +22,12 @@ Trainer::Trainer(const Deck& deck, Grid& grid, ComputeBackend& backend, MemoryLe
       train_data_(train_data),
       val_data_(val_data),
       trace_(trace),
-      schedule_(parse_schedule(deck.parallel.schedule)),
+      schedule_(deck.parallel.schedule),
       micro_batches_(deck.train.batch / (grid.shape().dp * deck.train.micro_batch)),
       pcomm_(grid.pipeline(), deck.parallel.virtual_stages, v_placement(schedule_)),
       weights_(precision_dtype(deck.precision.dtype)),
       grads_(precision_dtype(deck.precision.reduce_dtype)) {
-  if (deck.precision.dtype == "fp16") {
+  if (deck.precision.dtype == Precision::fp16) {
     const auto& p = deck.precision;
     scaler_.emplace(LossScalerConfig{p.initial_scale, p.growth_interval, p.hysteresis, p.min_scale});
   }
@@ -55,9 +55,9 @@ Trainer::~Trainer() = default;
 void Trainer::choose_partition(MemoryLedger& ledger) {
   const auto& m = deck_.model;
   const int V = grid_.shape().pp * deck_.parallel.virtual_stages;
-  const std::string& how = deck_.parallel.partition;
+  const PartitionMethod how = deck_.parallel.partition;
   StageCosts costs;
-  if (how == "profile") {
+  if (how == PartitionMethod::profile) {
     costs = profile_stage_costs(deck_, grid_, backend_);
   } else {  // parameter counts (uniform uses them only for the printed prediction)
     const TensorTable whole = build_gpt_param_table(m);
@@ -68,7 +68,8 @@ void Trainer::choose_partition(MemoryLedger& ledger) {
       else costs.first += double(t.numel);
     }
   }
-  partition_ = how == "uniform" ? partition_uniform(m.layers, V) : partition_min_max(costs, V);
+  partition_ = how == PartitionMethod::uniform ? partition_uniform(m.layers, V)
+                                               : partition_min_max(costs, V);
   predicted_costs_ = stage_costs(costs, partition_);
   (void)ledger;
 }

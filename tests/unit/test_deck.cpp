@@ -38,7 +38,10 @@ TEST(Deck, ReadsValuesAndDefaults) {
   EXPECT_EQ(d.train.steps, 7);
   EXPECT_DOUBLE_EQ(d.train.lr, 1.0);  // integers are accepted for floats
   EXPECT_EQ(d.train.batch, 8);
-  EXPECT_EQ(d.parallel.dp_mode, "allreduce");
+  EXPECT_EQ(d.parallel.dp_mode, DpMode::allreduce);
+  EXPECT_EQ(d.parallel.schedule, ScheduleKind::one_f_one_b);
+  EXPECT_EQ(d.train.recompute, Recompute::none);
+  EXPECT_EQ(d.precision.dtype, Precision::fp32);
   EXPECT_EQ(d.data.train, std::vector<std::string>{"x.bin"});
 }
 
@@ -46,7 +49,7 @@ TEST(Deck, OverridesApplyAndAreTyped) {
   Deck d = parse_deck(kBase, "t.toml", {"train.steps=42", "parallel.dp_mode=gather",
                                         "data.val=v.bin", "train.lr=0.5"});
   EXPECT_EQ(d.train.steps, 42);
-  EXPECT_EQ(d.parallel.dp_mode, "gather");
+  EXPECT_EQ(d.parallel.dp_mode, DpMode::gather);
   EXPECT_EQ(d.data.val, std::vector<std::string>{"v.bin"});
   EXPECT_DOUBLE_EQ(d.train.lr, 0.5);
   EXPECT_NE(error_of(kBase, {"train.steps=many"}).find("[train] steps = \"many\" must be an integer"),
@@ -88,7 +91,46 @@ TEST(Deck, ImpossibleValuesNameKeyAndFix) {
             std::string::npos);
   EXPECT_EQ(parse_deck(kBase, "t.toml", {"precision.dtype=\"fp16\"",
                                          "precision.reduce_dtype=\"fp16\""}).precision.reduce_dtype,
-            "fp16");
+            Precision::fp16);
+  // A reduce_dtype that names no precision gets the same advice.
+  EXPECT_NE(error_of(kBase, {"precision.reduce_dtype=\"fp8\""})
+                .find("[precision] reduce_dtype = \"fp8\" with precision.dtype = \"fp32\""),
+            std::string::npos);
+}
+
+// Each string-valued key: every name in its table reads back as its enum, and
+// a name outside it is refused with the whole table listed.
+template <class E>
+void expect_choices(const std::string& key, const std::string& message_tail) {
+  for (const auto& c : choices(E{})) {
+    EXPECT_EQ(parse_choice<E>(c.name), c.value) << c.name;
+    EXPECT_STREQ(choice_name(c.value), c.name);
+  }
+  EXPECT_FALSE(parse_choice<E>("nonsense").has_value());
+  const std::string error = error_of(kBase, {key + "=nonsense"});
+  EXPECT_NE(error.find(" = \"nonsense\" " + message_tail), std::string::npos) << error;
+}
+
+TEST(Deck, ChoicesReadEveryNameAndListThemWhenRefused) {
+  expect_choices<ScheduleKind>("parallel.schedule",
+                               "is not a schedule; use \"naive\", \"gpipe\", \"1f1b\", \"zb-h1\", "
+                               "\"zb-h2\", \"zb-v\", \"interleaved\" or \"pipedream\"");
+  expect_choices<Recompute>("train.recompute",
+                            "is not a mode; use \"none\", \"selective\" or \"full\"");
+  expect_choices<Precision>("precision.dtype",
+                            "is not a precision; use \"fp32\", \"bf16\" or \"fp16\"");
+  expect_choices<DpMode>("parallel.dp_mode", "is not a mode; use \"allreduce\" or \"gather\"");
+  expect_choices<PartitionMethod>(
+      "parallel.partition", "is not a partition; use \"uniform\", \"parameters\" or \"profile\"");
+  expect_choices<Device>("system.device", "is not a device; use \"cpu\" or \"cuda\"");
+  expect_choices<CommBackend>("system.comm",
+                              "is not a backend; use \"auto\", \"mpi\", \"nccl\" or \"staged\"");
+  const Deck d = parse_deck(kBase, "t.toml", {"parallel.schedule=zb-h2", "train.recompute=full",
+                                              "parallel.partition=profile", "system.comm=mpi"});
+  EXPECT_EQ(d.parallel.schedule, ScheduleKind::zb_h2);
+  EXPECT_EQ(d.train.recompute, Recompute::full);
+  EXPECT_EQ(d.parallel.partition, PartitionMethod::profile);
+  EXPECT_EQ(d.system.comm, CommBackend::mpi);
 }
 
 TEST(Deck, CheckpointKeys) {
@@ -169,8 +211,8 @@ TEST(Deck, EveryShippedDeckLoads) {
 
 TEST(Deck, DeviceAndCollectivesKeys) {
   Deck d = parse_deck(kBase, "t.toml", {});
-  EXPECT_EQ(d.system.device, "cpu");
-  EXPECT_EQ(d.system.comm, "auto");
+  EXPECT_EQ(d.system.device, Device::cpu);
+  EXPECT_EQ(d.system.comm, CommBackend::automatic);
   EXPECT_FALSE(d.system.allow_tf32);
   EXPECT_NE(error_of(kBase, {"system.device=gpu"}).find("[system] device = \"gpu\" is not a device; "
                                                          "use \"cpu\" or \"cuda\""),
@@ -182,8 +224,8 @@ TEST(Deck, DeviceAndCollectivesKeys) {
   EXPECT_NO_THROW(parse_deck(kBase, "t.toml", {"system.comm=mpi", "system.allow_tf32=true"}));
 #if TRIDENT_HAVE_CUDA
   Deck g = parse_deck(kBase, "t.toml", {"system.device=cuda", "system.comm=staged"});
-  EXPECT_EQ(g.system.device, "cuda");
-  EXPECT_EQ(g.system.comm, "staged");
+  EXPECT_EQ(g.system.device, Device::cuda);
+  EXPECT_EQ(g.system.comm, CommBackend::staged);
 #else
   EXPECT_NE(error_of(kBase, {"system.device=cuda"}).find("[system] device = \"cuda\" but this trident "
                                                           "was built without CUDA; rebuild with "

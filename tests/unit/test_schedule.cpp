@@ -16,7 +16,7 @@ TEST(Schedule, EverySynchronousScheduleIsSound) {
     for (int m = p; m <= 4 * p; ++m)
       for (ScheduleKind k : {ScheduleKind::naive, ScheduleKind::gpipe, ScheduleKind::one_f_one_b,
                              ScheduleKind::zb_h1, ScheduleKind::zb_h2}) {
-        EXPECT_EQ(validate_schedule(k, p, m, 1), "") << schedule_name(k) << " p=" << p << " m=" << m;
+        EXPECT_EQ(validate_schedule(k, p, m, 1), "") << choice_name(k) << " p=" << p << " m=" << m;
         if (m % p == 0)
           EXPECT_EQ(validate_schedule(ScheduleKind::interleaved, p, m, 2), "") << "p=" << p << " m=" << m;
         EXPECT_EQ(validate_schedule(ScheduleKind::zb_v, p, m, 2), "") << "zb-v p=" << p << " m=" << m;

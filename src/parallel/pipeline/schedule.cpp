@@ -1,37 +1,10 @@
 #include "parallel/pipeline/schedule.hpp"
 
 #include <algorithm>
-#include <stdexcept>
 
 #include "parallel/pipeline/schedule_sim.hpp"
 
 namespace trident {
-
-ScheduleKind parse_schedule(const std::string& n) {
-  if (n == "naive") return ScheduleKind::naive;
-  if (n == "gpipe") return ScheduleKind::gpipe;
-  if (n == "1f1b") return ScheduleKind::one_f_one_b;
-  if (n == "interleaved") return ScheduleKind::interleaved;
-  if (n == "pipedream") return ScheduleKind::pipedream;
-  if (n == "zb-h1") return ScheduleKind::zb_h1;
-  if (n == "zb-h2") return ScheduleKind::zb_h2;
-  if (n == "zb-v") return ScheduleKind::zb_v;
-  throw std::invalid_argument(n);
-}
-
-const char* schedule_name(ScheduleKind k) {
-  switch (k) {
-    case ScheduleKind::naive: return "naive";
-    case ScheduleKind::gpipe: return "gpipe";
-    case ScheduleKind::one_f_one_b: return "1f1b";
-    case ScheduleKind::interleaved: return "interleaved";
-    case ScheduleKind::pipedream: return "pipedream";
-    case ScheduleKind::zb_h1: return "zb-h1";
-    case ScheduleKind::zb_h2: return "zb-h2";
-    case ScheduleKind::zb_v: return "zb-v";
-  }
-  return "?";
-}
 
 std::vector<PipelineAction> build_schedule(ScheduleKind kind, int p, int s, int m, int v,
                                            const ZeroBubbleCosts* costs) {

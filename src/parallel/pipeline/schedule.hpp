@@ -22,18 +22,12 @@
 //    cannot avoid; zb-v runs two chunks per rank in a V (rank s holds virtual
 //    stages s and 2p - 1 - s, section 6) within 1F1B's peak memory.
 #pragma once
-#include <string>
 #include <vector>
+
+#include "io/deck_choices.hpp"
 
 namespace trident {
 
-enum class ScheduleKind { naive, gpipe, one_f_one_b, interleaved, pipedream, zb_h1, zb_h2, zb_v };
-ScheduleKind parse_schedule(const std::string& name);  // throws std::invalid_argument
-const char* schedule_name(ScheduleKind k);
-// Whether the schedule runs B and W as separate actions.
-inline bool splits_backward(ScheduleKind k) {
-  return k == ScheduleKind::zb_h1 || k == ScheduleKind::zb_h2 || k == ScheduleKind::zb_v;
-}
 // zb-v's V placement: chunk 0 of rank s is virtual stage s, chunk 1 is
 // 2p - 1 - s, so the embedding and the head share rank 0. Elsewhere chunk c
 // of rank s is virtual stage c * p + s.

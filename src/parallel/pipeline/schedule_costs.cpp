@@ -40,7 +40,7 @@ double weight_buffer_bytes(const Deck& deck, const GridShape& shape, const Stage
 
 ZeroBubbleCosts zero_bubble_costs(const Deck& deck, const GridShape& shape,
                                   const Partition& part) {
-  const ScheduleKind kind = parse_schedule(deck.parallel.schedule);
+  const ScheduleKind kind = deck.parallel.schedule;
   const GptConfig& m = deck.model;
   const int p = shape.pp, V = int(part.size()) - 1;
   // FLOPs per token of one block (Narayanan et al. 2021, appendix): GEMMs
