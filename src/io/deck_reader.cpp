@@ -61,7 +61,7 @@ void DeckReader::note(const std::string& sec, const std::string& key, const char
                       std::string value) {
   for (const DeckKey& k : keys_read_)
     if (k.section == sec && k.key == key) return;
-  keys_read_.push_back({sec, key, type, std::move(value)});
+  keys_read_.push_back({sec, key, type, std::move(value), {}});
 }
 
 void DeckReader::note_choices(const std::string& sec, const std::string& key,
