@@ -12,9 +12,9 @@
 
 namespace trident {
 
-void GptModel::keep_for_weights(int wbuf, const std::string& name, const float* src,
+void GptModel::keep_for_weights(int slot, int wbuf, const std::string& name, const float* src,
                                 std::size_t n) {
-  if (wbuf >= 0) backend_.copy(weight_input(wbuf, name), src, n * sizeof(float));
+  if (wbuf >= 0) backend_.copy(weight_input(slot, wbuf, name), src, n * sizeof(float));
 }
 
 void GptModel::head_backward(int slot, float* d_res, int wbuf, bool finalize) {
@@ -34,7 +34,7 @@ void GptModel::head_backward(int slot, float* d_res, int wbuf, bool finalize) {
   round(d_c, std::size_t(BT) * C);
   be.zero(d_res, std::size_t(BTl) * C * sizeof(float));
   const float* d_lnf = reduce_row_parallel(d_c);
-  keep_for_weights(wbuf, "d_lnf", d_lnf, std::size_t(BTl) * C);
+  keep_for_weights(slot, wbuf, "d_lnf", d_lnf, std::size_t(BTl) * C);
   be.layernorm_backward(d_res, gw("lnf.w"), gw("lnf.b"), d_lnf, output(slot), P("lnf.w"),
                         act(slot, "lnf_mean"), act(slot, "lnf_rstd"), BTl, C);
   st.done_params(unit("lnf.w"));
@@ -64,7 +64,7 @@ void GptModel::block_backward(int slot, int l, int wbuf, bool finalize) {
   const std::string p = fmt::format("h.{}.", l);
   auto gw = [&](const char* n) { return weights_now ? G(p + n) : nullptr; };
   auto keep = [&](const char* n, const float* src, std::size_t count) {
-    keep_for_weights(wbuf, p + n, src, count);
+    keep_for_weights(slot, wbuf, p + n, src, count);
   };
   const Block a = block(slot, l);
   const int u = unit(p + "ln1.w");
@@ -153,7 +153,7 @@ void GptModel::backward_pass(int slot, int wbuf, const GradsReadyFn& ready, bool
     backend_.copy(act(slot, "d_input"), d_res, n * sizeof(float));
     return;
   }
-  keep_for_weights(wbuf, "d_embed", d_res, n);
+  keep_for_weights(slot, wbuf, "d_embed", d_res, n);
   if (!weights_now) return;
   embedding_grads(slot, d_res, finalize);
   notify("wte");
@@ -164,7 +164,7 @@ void GptModel::backward(int slot, const GradsReadyFn& ready, bool finalize) {
 }
 
 void GptModel::backward_input(int slot, int wbuf) {
-  if (!weight_inputs_.data()) throw std::logic_error("backward_input needs weight_buffers");
+  if (!splits_backward_) throw std::logic_error("backward_input needs weight_buffers");
   backward_pass(slot, wbuf, nullptr, false);
 }
 
@@ -180,7 +180,7 @@ void GptModel::backward_weights(int slot, int wbuf, const GradsReadyFn& ready, b
     const float* lnf_all = tp_.sp() ? act(slot, "lnf_full") : act(slot, "lnf");
     logits_backward(slot, nullptr, lnf_all, true, finalize);  // the table's slot first
     st.need_grads(unit("lnf.w"));
-    be.layernorm_backward(nullptr, G("lnf.w"), G("lnf.b"), weight_input(wbuf, "d_lnf"),
+    be.layernorm_backward(nullptr, G("lnf.w"), G("lnf.b"), weight_input(slot, wbuf, "d_lnf"),
                           output(slot), nullptr, act(slot, "lnf_mean"), act(slot, "lnf_rstd"),
                           BTl, C);
     finish_head_grads(finalize);
@@ -188,7 +188,7 @@ void GptModel::backward_weights(int slot, int wbuf, const GradsReadyFn& ready, b
   }
   for (int l = last_block() - 1; l >= stage_.first_block; --l) {
     const std::string p = fmt::format("h.{}.", l);
-    auto d = [&](const char* n) { return weight_input(wbuf, p + n); };
+    auto d = [&](const char* n) { return weight_input(slot, wbuf, p + n); };
     const Block a = block(slot, l);
     const int u = unit(p + "ln1.w");
     const float* x_in = block_input(slot, l);
@@ -218,7 +218,7 @@ void GptModel::backward_weights(int slot, int wbuf, const GradsReadyFn& ready, b
     notify(p + "ln1.w");
   }
   if (!stage_.embedding) return;
-  embedding_grads(slot, weight_input(wbuf, "d_embed"), finalize);
+  embedding_grads(slot, weight_input(slot, wbuf, "d_embed"), finalize);
   notify("wte");
 }
 

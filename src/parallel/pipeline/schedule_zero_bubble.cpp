@@ -152,7 +152,7 @@ ZeroBubbleCosts unit_costs(ScheduleKind kind, int p, int) {
   const int chunks = v_placement(kind) ? 2 : 1, V = p * chunks;
   ZeroBubbleCosts c;
   c.f.assign(V, 1.0), c.b.assign(V, 1.0), c.w.assign(V, 1.0);
-  c.slot_bytes.assign(V, 1.0 / chunks), c.w_bytes.assign(V, 2.0 / 3.0 / chunks);
+  c.slot_bytes.assign(V, 1.0 / chunks), c.w_bytes.assign(V, kUnitWeightBuffer / chunks);
   const std::vector<double> one_f_one_b(p, 1.0);
   for (int s = 0; s < p; ++s) c.budget.push_back(zero_bubble_budget(kind, s, one_f_one_b));
   return c;
@@ -162,8 +162,7 @@ double zero_bubble_budget(ScheduleKind kind, int s, const std::vector<double>& s
   const int p = int(slot.size());
   // 5% above 1F1B: room for a W buffer where a slot's worth is traded.
   constexpr double kSlack = 1.05;
-  if (kind == ScheduleKind::zb_h1) return kSlack * (p - s) * slot[s];
-  if (kind != ScheduleKind::zb_v) return 0;
+  if (kind != ScheduleKind::zb_h1 && kind != ScheduleKind::zb_v) return 0;
   double peak = 0;
   for (int r = 0; r < p; ++r) peak = std::max(peak, (p - r) * slot[r]);
   return kSlack * peak;
