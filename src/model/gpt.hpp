@@ -90,8 +90,9 @@ class GptModel {
                                 const TensorParallelLayout& tp, const ActivationPolicy& policy);
   static TensorTable scratch_table(const GptConfig& c, int micro_batch,
                                    const TensorParallelLayout& tp);
-  // What B keeps for W per micro-batch: the output gradient of every weight
-  // op of the stage (each linear's and norm's, the embeddings'), B to W; and
+  // What B keeps for W per micro-batch: the output gradient of every linear
+  // of the stage and the embeddings' (B adds the norms' weight gradients
+  // itself), B to W; and
   // where (gpt_weight_inputs.cpp): the W buffer holds only what the slot's
   // dead activations cannot.
   static TensorTable weight_input_table(const GptConfig& c, int micro_batch,
@@ -179,6 +180,7 @@ class GptModel {
   // After a unit's weight gradients of one micro-batch: SP sums, storage told.
   void finish_head_grads(bool finalize);
   void finish_block_grads(int l, bool finalize);
+  void norm_grads_done(int unit, const std::vector<std::string>& names);  // after B
   void keep_for_weights(int slot, int wbuf, const std::string& name, const float* src,
                         std::size_t n);
   // The token embedding, reached unit by unit where ZeRO-3 cuts it into row

@@ -1,9 +1,10 @@
 // What B keeps for W (Qi et al. 2024, section 2: B needs part of what F saved,
-// W only the weight ops' inputs and output gradients) and where it keeps it.
-// Once B has passed a block, the activations only B reads (the QKV
-// projections, the attention probabilities, the GELU inputs) are dead, so the
-// output gradients B keeps go into their place in the micro-batch's slot; what
-// is written before enough of them are dead goes to a W buffer of its own.
+// W only the linears' inputs and output gradients) and where it keeps it.
+// Once B has passed a block, what only B reads (the QKV projections, the
+// attention probabilities, the GELU inputs, the residual stream the norms
+// read: B adds the norms' weight gradients itself) is dead, so the output
+// gradients B keeps go into its place in the micro-batch's slot; what is
+// written before enough of it is dead goes to a W buffer of its own.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -30,11 +31,11 @@ TensorTable GptModel::weight_input_table(const GptConfig& c, int micro_batch,
     info.shape = {n};
     t.add(std::move(info));
   };
-  if (st.head) add("d_lnf", BTl * C);  // the head's own gradient is the saved logits
+  // The head's own gradient is the saved logits.
   for (int l = st.first_block + st.blocks(c.layers) - 1; l >= st.first_block; --l) {
     const std::string p = fmt::format("h.{}.", l);
-    add(p + "d_proj", BT * C), add(p + "d_fc", BT * Fl), add(p + "d_ln2", BTl * C);
-    add(p + "d_attn", BT * C), add(p + "d_qkv", BT * 3 * Cl), add(p + "d_ln1", BTl * C);
+    add(p + "d_proj", BT * C), add(p + "d_fc", BT * Fl), add(p + "d_attn", BT * C);
+    add(p + "d_qkv", BT * 3 * Cl);
   }
   if (st.embedding) add("d_embed", BTl * C);
   return t;
@@ -69,18 +70,24 @@ WeightInputLayout GptModel::weight_input_layout(const GptConfig& c, int micro_ba
     const std::size_t used = std::min(aligned(n), best->second);
     best->first += used, best->second -= used;
   };
-  // The order of block_backward: each keep after the reads it must not clobber.
-  if (st.head) keep("d_lnf");
+  // The order of head_backward and block_backward: each keep after the reads
+  // it must not clobber. A full recompute reruns each block's forward in W
+  // from its input, which then stays.
+  const bool inputs_die = policy.recompute != Recompute::full;
   const int top = st.first_block + st.blocks(c.layers) - 1;
   for (int l = top; l >= st.first_block; --l) {
     const std::string p = fmt::format("h.{}.", l);
-    // The stage's output: sent by F, read by no B (the head's W reads it).
-    if (l == top && !st.head) dies(p + "res3");
+    // The stage's output: sent by F (or read by the head's norm in B).
+    if (l == top) dies(p + "res3");
     keep(p + "d_proj");
     dies(p + "fch");  // gelu_backward read it
-    keep(p + "d_fc"), keep(p + "d_ln2"), keep(p + "d_attn");
+    keep(p + "d_fc");
+    dies(p + "res2");  // the second norm's backward read it
+    keep(p + "d_attn");
     dies(p + "qkv"), dies(p + "att");  // attention_backward read them
-    keep(p + "d_qkv"), keep(p + "d_ln1");
+    keep(p + "d_qkv");
+    // The block's input, read by the first norm's backward.
+    if (inputs_die) dies(l == st.first_block ? "encoded" : fmt::format("h.{}.res3", l - 1));
   }
   if (st.embedding) keep("d_embed");
   out.buffer.align_end(TensorTable::kAlign);

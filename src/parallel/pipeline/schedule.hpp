@@ -70,10 +70,9 @@ struct ZeroBubbleCosts {
 // it; budgets as the schedule states.
 ZeroBubbleCosts unit_costs(ScheduleKind kind, int stages, int chunks);
 // B keeps W's inputs over the activations only B read (GptModel::
-// weight_input_layout); the W buffer takes what the top block keeps before
-// its own are dead: two of the ~80 token x d_model arrays a four-block stage
-// saves (perf deck, d_model 256).
-constexpr double kUnitWeightBuffer = 1.0 / 25;
+// weight_input_layout): in fp32 without recompute they fit, and the W buffer
+// is empty (16-bit stores and recompute keep less in the f32 slot to free).
+constexpr double kUnitWeightBuffer = 0;
 // The budget each schedule states for rank s, from the bytes of a slot of
 // each 1F1B stage (one chunk per rank): zb-h1 and zb-v 1F1B's peak over the
 // ranks + 5%; zb-h2 none (0).
