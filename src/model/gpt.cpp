@@ -35,10 +35,11 @@ GptModel::GptModel(const GptConfig& c, int micro_batch, ComputeBackend& backend,
   if (work_.size() > 0) work_arena_ = Arena(backend, ledger, MemCategory::activations, work_.size());
   scratch_arena_ = Arena(backend, ledger, MemCategory::activations, scratch_.size());
   if (o.weight_buffers > 0) {
-    weight_inputs_table_ = weight_input_table(c, B_, tp_, stage_);
-    weight_inputs_table_.align_end(TensorTable::kAlign);
-    weight_inputs_ = Arena(backend, ledger, MemCategory::activations,
-                           weight_inputs_table_.size() * o.weight_buffers);
+    splits_backward_ = true;
+    weight_layout_ = weight_input_layout(c, B_, tp_, stage_, policy_);
+    if (weight_layout_.buffer.size() > 0)
+      weight_inputs_ = Arena(backend, ledger, MemCategory::activations,
+                             weight_layout_.buffer.size() * o.weight_buffers);
   }
   io_ = Arena(backend, ledger, MemCategory::activations, 2 * std::size_t(BT_) * o.activation_slots,
               DType::i32);

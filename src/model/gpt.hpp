@@ -8,6 +8,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "compute/backend.hpp"
@@ -41,6 +42,18 @@ struct GptModelOptions {
   // ops in a W buffer (a pool apart from the slots: a B fused with its W
   // needs none).
   int weight_buffers = 0;
+};
+
+// Where B keeps each input of W for one micro-batch: in the micro-batch's
+// activation slot, over what B has read for the last time, or in a W buffer.
+struct WeightInputLayout {
+  struct Place {
+    bool in_slot = false;
+    std::size_t offset = 0;  // elements into the f32 slot, or into the W buffer
+  };
+  std::unordered_map<std::string, Place> places;
+  TensorTable buffer;       // one W buffer: what finds no dead room in the slot
+  std::size_t in_slot = 0;  // elements kept in the slot
 };
 
 class GptModel {
@@ -77,10 +90,16 @@ class GptModel {
                                 const TensorParallelLayout& tp, const ActivationPolicy& policy);
   static TensorTable scratch_table(const GptConfig& c, int micro_batch,
                                    const TensorParallelLayout& tp);
-  // Per W buffer: the output gradient of every weight op of
-  // the stage (each linear's and norm's, the embeddings'), B to W.
+  // What B keeps for W per micro-batch: the output gradient of every linear
+  // of the stage and the embeddings' (B adds the norms' weight gradients
+  // itself), B to W; and
+  // where (gpt_weight_inputs.cpp): the W buffer holds only what the slot's
+  // dead activations cannot.
   static TensorTable weight_input_table(const GptConfig& c, int micro_batch,
                                         const TensorParallelLayout& tp, const StageSpec& st);
+  static WeightInputLayout weight_input_layout(const GptConfig& c, int micro_batch,
+                                               const TensorParallelLayout& tp,
+                                               const StageSpec& st, const ActivationPolicy& policy);
   const ActivationPolicy& activation_policy() const { return policy_; }
 
   // Forward over one micro-batch of B x T tokens (host arrays, all tokens on
@@ -97,7 +116,9 @@ class GptModel {
   void backward(int slot, const GradsReadyFn& ready, bool finalize = true);
   // The same, split in two (Qi et al. 2024, section 2): B leaves
   // input_grad(slot) and no weight gradient, keeping what W needs in W buffer
-  // `wbuf`; W, any time later and before the slot or the buffer is reused,
+  // `wbuf` and in the slot over activations only B reads (after B the slot
+  // holds no longer what forward saved); W, any time later and before the
+  // slot or the buffer is reused,
   // adds the weight gradients; `ready` and `finalize` as for backward().
   void backward_input(int slot, int wbuf);
   void backward_weights(int slot, int wbuf, const GradsReadyFn& ready, bool finalize);
@@ -159,7 +180,9 @@ class GptModel {
   // After a unit's weight gradients of one micro-batch: SP sums, storage told.
   void finish_head_grads(bool finalize);
   void finish_block_grads(int l, bool finalize);
-  void keep_for_weights(int wbuf, const std::string& name, const float* src, std::size_t n);
+  void norm_grads_done(int unit, const std::vector<std::string>& names);  // after B
+  void keep_for_weights(int slot, int wbuf, const std::string& name, const float* src,
+                        std::size_t n);
   // The token embedding, reached unit by unit where ZeRO-3 cuts it into row
   // pieces (TensorInfo::units; gpt_table.cpp): each unit is gathered, used
   // and released in turn, so no slot ever holds the whole table.
@@ -176,9 +199,11 @@ class GptModel {
   void logits_backward(int slot, float* d_lnf, const float* lnf_all, bool weight_grads,
                        bool finalize);
   void table_grads_from_tokens(int slot, const float* d_emb, bool finalize);
-  float* weight_input(int wbuf, const std::string& name) {
-    return weight_inputs_.f32() + std::size_t(wbuf) * weight_inputs_table_.size() +
-           weight_inputs_table_.at(name).offset;
+  float* weight_input(int slot, int wbuf, const std::string& name) {
+    const WeightInputLayout::Place& at = weight_layout_.places.at(name);
+    return at.in_slot ? slot_f32(slot) + at.offset
+                      : weight_inputs_.f32() + std::size_t(wbuf) * weight_layout_.buffer.size() +
+                            at.offset;
   }
 
   GptConfig cfg_;
@@ -192,7 +217,9 @@ class GptModel {
   std::unique_ptr<FullStorage> own_storage_;
   ModelStorage* storage_;
   ActivationPolicy policy_;
-  TensorTable saved_, saved16_, work_, scratch_, weight_inputs_table_;
+  TensorTable saved_, saved16_, work_, scratch_;
+  WeightInputLayout weight_layout_;
+  bool splits_backward_ = false;  // built with W buffers: backward_input allowed
   Arena acts_, acts16_, work_arena_, scratch_arena_, weight_inputs_;
   Arena io_;  // tokens and targets (int32) of every slot, on the device
   std::vector<float> host_losses_;

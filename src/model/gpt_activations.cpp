@@ -121,22 +121,6 @@ TensorTable GptModel::scratch_table(const GptConfig& c, int micro_batch,
   return t;
 }
 
-TensorTable GptModel::weight_input_table(const GptConfig& c, int micro_batch,
-                                        const TensorParallelLayout& tp, const StageSpec& st) {
-  const std::int64_t BT = std::int64_t(micro_batch) * c.seq_len, BTl = tp.local_tokens(int(BT));
-  const std::int64_t C = c.d_model, Cl = tp.local_width(c), Fl = tp.local_ff(c);
-  TensorTable t;
-  auto add = [&t](std::string name, std::int64_t n) { add_flat(t, std::move(name), n); };
-  if (st.head) add("d_lnf", BTl * C);  // the head's own gradient is the saved logits
-  for (int l = st.first_block; l < st.first_block + st.blocks(c.layers); ++l) {
-    const std::string p = fmt::format("h.{}.", l);
-    add(p + "d_proj", BT * C), add(p + "d_fc", BT * Fl), add(p + "d_ln2", BTl * C);
-    add(p + "d_attn", BT * C), add(p + "d_qkv", BT * 3 * Cl), add(p + "d_ln1", BTl * C);
-  }
-  if (st.embedding) add("d_embed", BTl * C);
-  return t;
-}
-
 float* GptModel::home(int slot, const std::string& prefix, const char* name) {
   if (const TensorInfo* t = saved_.find(prefix + name)) return slot_f32(slot) + t->offset;
   return work_arena_.f32(work_.at(name));

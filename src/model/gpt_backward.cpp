@@ -12,9 +12,9 @@
 
 namespace trident {
 
-void GptModel::keep_for_weights(int wbuf, const std::string& name, const float* src,
+void GptModel::keep_for_weights(int slot, int wbuf, const std::string& name, const float* src,
                                 std::size_t n) {
-  if (wbuf >= 0) backend_.copy(weight_input(wbuf, name), src, n * sizeof(float));
+  if (wbuf >= 0) backend_.copy(weight_input(slot, wbuf, name), src, n * sizeof(float));
 }
 
 void GptModel::head_backward(int slot, float* d_res, int wbuf, bool finalize) {
@@ -24,22 +24,31 @@ void GptModel::head_backward(int slot, float* d_res, int wbuf, bool finalize) {
   ModelStorage& st = *storage_;
   float* d_c = scratch("d_c");
   const float* lnf_all = tp_.sp() ? act(slot, "lnf_full") : act(slot, "lnf");
-  auto gw = [&](const char* n) { return weights_now ? G(n) : nullptr; };
   be.zero(d_c, std::size_t(BT) * C * sizeof(float));
   // A whole table's gradients, on the first stage, collect here and at the very end.
   // The table's slot is taken before the norm's: the norm must not take the one slot
   // that fits the table.
   logits_backward(slot, d_c, lnf_all, weights_now, finalize);
-  if (weights_now) st.need_grads(unit("lnf.w"));
+  st.need_grads(unit("lnf.w"));  // the norm's weight gradients come with B (see norm_grads_done)
   round(d_c, std::size_t(BT) * C);
   be.zero(d_res, std::size_t(BTl) * C * sizeof(float));
   const float* d_lnf = reduce_row_parallel(d_c);
-  keep_for_weights(wbuf, "d_lnf", d_lnf, std::size_t(BTl) * C);
-  be.layernorm_backward(d_res, gw("lnf.w"), gw("lnf.b"), d_lnf, output(slot), P("lnf.w"),
+  be.layernorm_backward(d_res, G("lnf.w"), G("lnf.b"), d_lnf, output(slot), P("lnf.w"),
                         act(slot, "lnf_mean"), act(slot, "lnf_rstd"), BTl, C);
   st.done_params(unit("lnf.w"));
   if (!table_cut()) st.done_params(unit("wte"));  // the embedding's backward needs only gradients
   if (weights_now) finish_head_grads(finalize);
+  else norm_grads_done(unit("lnf.w"), {"lnf.w", "lnf.b"});
+}
+
+void GptModel::norm_grads_done(int u, const std::vector<std::string>& names) {
+  // B adds a norm's weight gradients (a sum over tokens, C floats) where the
+  // fused backward does, in the same order, so W keeps neither the norm's
+  // output gradient nor its input. Where gradients leave with every backward
+  // they leave here, summed over the tensor group first, and W's are the rest.
+  ModelStorage& st = *storage_;
+  if (st.grads_leave_each_backward()) sum_partial_grads(names);
+  st.done_grads(u, false);
 }
 
 void GptModel::finish_head_grads(bool finalize) {
@@ -64,14 +73,14 @@ void GptModel::block_backward(int slot, int l, int wbuf, bool finalize) {
   const std::string p = fmt::format("h.{}.", l);
   auto gw = [&](const char* n) { return weights_now ? G(p + n) : nullptr; };
   auto keep = [&](const char* n, const float* src, std::size_t count) {
-    keep_for_weights(wbuf, p + n, src, count);
+    keep_for_weights(slot, wbuf, p + n, src, count);
   };
   const Block a = block(slot, l);
   const int u = unit(p + "ln1.w");
   st.need_params(u, Pass::backward);
   const float* x_in = block_input(slot, l);
   restore_block(slot, l, a, x_in);  // unpack 16-bit copies, recompute what was not saved
-  if (weights_now) st.need_grads(u);
+  st.need_grads(u);  // the norms' weight gradients come with B
   // d_res holds dLoss/d(res3) for this rank's tokens.
   const float* d_out = gather(d_res, full);
   keep("d_proj", d_out, std::size_t(BT) * C);
@@ -88,8 +97,7 @@ void GptModel::block_backward(int slot, int l, int wbuf, bool finalize) {
                      BT, C, Fl);
   round(d_c, std::size_t(BT) * C);
   const float* d_ln2 = reduce_row_parallel(d_c);
-  keep("d_ln2", d_ln2, std::size_t(BTl) * C);
-  be.layernorm_backward(d_res, gw("ln2.w"), gw("ln2.b"), d_ln2, a.res2, P(p + "ln2.w"),
+  be.layernorm_backward(d_res, G(p + "ln2.w"), G(p + "ln2.b"), d_ln2, a.res2, P(p + "ln2.w"),
                         a.ln2_mean, a.ln2_rstd, BTl, C);
   // d_res now holds dLoss/d(res2).
   d_out = gather(d_res, full);
@@ -107,11 +115,11 @@ void GptModel::block_backward(int slot, int l, int wbuf, bool finalize) {
                      P(p + "attn.qkv.w"), BT, C, 3 * Cl);
   round(d_c, std::size_t(BT) * C);
   const float* d_ln1 = reduce_row_parallel(d_c);
-  keep("d_ln1", d_ln1, std::size_t(BTl) * C);
-  be.layernorm_backward(d_res, gw("ln1.w"), gw("ln1.b"), d_ln1, x_in, P(p + "ln1.w"), a.ln1_mean,
-                        a.ln1_rstd, BTl, C);
+  be.layernorm_backward(d_res, G(p + "ln1.w"), G(p + "ln1.b"), d_ln1, x_in, P(p + "ln1.w"),
+                        a.ln1_mean, a.ln1_rstd, BTl, C);
   st.done_params(u);
   if (weights_now) finish_block_grads(l, finalize);
+  else norm_grads_done(u, {p + "ln1.w", p + "ln1.b", p + "ln2.w", p + "ln2.b"});
 }
 
 void GptModel::finish_block_grads(int l, bool finalize) {
@@ -153,7 +161,7 @@ void GptModel::backward_pass(int slot, int wbuf, const GradsReadyFn& ready, bool
     backend_.copy(act(slot, "d_input"), d_res, n * sizeof(float));
     return;
   }
-  keep_for_weights(wbuf, "d_embed", d_res, n);
+  keep_for_weights(slot, wbuf, "d_embed", d_res, n);
   if (!weights_now) return;
   embedding_grads(slot, d_res, finalize);
   notify("wte");
@@ -164,12 +172,12 @@ void GptModel::backward(int slot, const GradsReadyFn& ready, bool finalize) {
 }
 
 void GptModel::backward_input(int slot, int wbuf) {
-  if (!weight_inputs_.data()) throw std::logic_error("backward_input needs weight_buffers");
+  if (!splits_backward_) throw std::logic_error("backward_input needs weight_buffers");
   backward_pass(slot, wbuf, nullptr, false);
 }
 
 void GptModel::backward_weights(int slot, int wbuf, const GradsReadyFn& ready, bool finalize) {
-  const int C = cfg_.d_model, BT = BT_, BTl = BTl_;
+  const int C = cfg_.d_model, BT = BT_;
   const int Cl = tp_.local_width(cfg_), Fl = tp_.local_ff(cfg_);
   ComputeBackend& be = backend_;
   ModelStorage& st = *storage_;
@@ -179,24 +187,20 @@ void GptModel::backward_weights(int slot, int wbuf, const GradsReadyFn& ready, b
   if (stage_.head) {
     const float* lnf_all = tp_.sp() ? act(slot, "lnf_full") : act(slot, "lnf");
     logits_backward(slot, nullptr, lnf_all, true, finalize);  // the table's slot first
-    st.need_grads(unit("lnf.w"));
-    be.layernorm_backward(nullptr, G("lnf.w"), G("lnf.b"), weight_input(wbuf, "d_lnf"),
-                          output(slot), nullptr, act(slot, "lnf_mean"), act(slot, "lnf_rstd"),
-                          BTl, C);
+    st.need_grads(unit("lnf.w"));  // the norm's gradients came with B
     finish_head_grads(finalize);
     notify("lnf.w");
   }
   for (int l = last_block() - 1; l >= stage_.first_block; --l) {
     const std::string p = fmt::format("h.{}.", l);
-    auto d = [&](const char* n) { return weight_input(wbuf, p + n); };
+    auto d = [&](const char* n) { return weight_input(slot, wbuf, p + n); };
     const Block a = block(slot, l);
     const int u = unit(p + "ln1.w");
-    const float* x_in = block_input(slot, l);
     // The weight ops read the block's saved inputs: what lives in the
     // working buffer is unpacked (16-bit) or recomputed again.
     if (policy_.recompute == Recompute::full) {
       st.need_params(u, Pass::backward);
-      restore_block(slot, l, a, x_in);
+      restore_block(slot, l, a, block_input(slot, l));
       st.done_params(u);
     } else {
       unpack_block(slot, l);
@@ -206,19 +210,15 @@ void GptModel::backward_weights(int slot, int wbuf, const GradsReadyFn& ready, b
                        nullptr, BT, Fl, C);
     be.matmul_backward(nullptr, G(p + "mlp.fc.w"), G(p + "mlp.fc.b"), d("d_fc"), a.ln2_full,
                        nullptr, BT, C, Fl);
-    be.layernorm_backward(nullptr, G(p + "ln2.w"), G(p + "ln2.b"), d("d_ln2"), a.res2, nullptr,
-                          a.ln2_mean, a.ln2_rstd, BTl, C);
     be.matmul_backward(nullptr, G(p + "attn.proj.w"), G(p + "attn.proj.b"), d("d_attn"), a.atty,
                        nullptr, BT, Cl, C);
     be.matmul_backward(nullptr, G(p + "attn.qkv.w"), G(p + "attn.qkv.b"), d("d_qkv"), a.ln1_full,
                        nullptr, BT, C, 3 * Cl);
-    be.layernorm_backward(nullptr, G(p + "ln1.w"), G(p + "ln1.b"), d("d_ln1"), x_in, nullptr,
-                          a.ln1_mean, a.ln1_rstd, BTl, C);
     finish_block_grads(l, finalize);
     notify(p + "ln1.w");
   }
   if (!stage_.embedding) return;
-  embedding_grads(slot, weight_input(wbuf, "d_embed"), finalize);
+  embedding_grads(slot, weight_input(slot, wbuf, "d_embed"), finalize);
   notify("wte");
 }
 

@@ -94,8 +94,15 @@ double Trainer::run_schedule(int step, float dloss) {
     {
       ScopedTimer timer(times_.backward);
       TraceScope ts(trace_, fmt::format("B{}", mb), "backward");
-      if (a.part == BackwardPart::input) m.backward_input(slot, acquire_weight_buffer(c, mb));
-      else m.backward(slot, ready, last);
+      if (a.part == BackwardPart::input) {
+        // B keeps W's inputs over the slot's dead activations, the stage's
+        // output among them: its send must be done.
+        for (Request& r : c.sends[slot]) pcomm_.wait(r);
+        c.sends[slot].clear();
+        m.backward_input(slot, acquire_weight_buffer(c, mb));
+      } else {
+        m.backward(slot, ready, last);
+      }
     }
     if (!pcomm_.first_virtual(a.chunk))
       c.sends[slot].push_back(pcomm_.send_backward(m.input_grad(slot), n, mb, a.chunk));

@@ -218,8 +218,9 @@ TEST(Pipeline, StageZeroKeepsPpMicroBatchesUnder1F1BAndMUnderGPipe) {
 
 // Qi et al. 2024, sections 3.1 and 6: ZB-H1 and ZB-V within 1F1B's peak
 // activation memory. Measured by the ledger (slots, W buffers, working
-// buffers and scratch): zb-h1 on every rank against 1F1B on the same rank,
-// zb-v's peak over the ranks against 1F1B's, both within 5%.
+// buffers and scratch): the peak over the ranks against 1F1B's (stage 0's p
+// micro-batches), within 5%. zb-h1's later stages hold more than under 1F1B,
+// never more than stage 0 does under it.
 TEST(Pipeline, ZeroBubblePeakActivationsStayWithin1F1B) {
   for (int pp : {2, 4}) {
     if (pp > world_size()) continue;
@@ -232,15 +233,15 @@ TEST(Pipeline, ZeroBubblePeakActivationsStayWithin1F1B) {
             .activation_bytes;
       };
       const double f1b = peak("1f1b"), h1 = peak("zb-h1"), v = peak("zb-v");
-      double maxima[2] = {f1b, v};
-      MPI_Allreduce(MPI_IN_PLACE, maxima, 2, MPI_DOUBLE, MPI_MAX, comm);
+      double maxima[3] = {f1b, h1, v};
+      MPI_Allreduce(MPI_IN_PLACE, maxima, 3, MPI_DOUBLE, MPI_MAX, comm);
       int r = 0;
       MPI_Comm_rank(comm, &r);
-      EXPECT_LE(h1, 1.05 * f1b) << "pp=" << pp << " m=" << m << " stage " << r;
-      EXPECT_LE(maxima[1], 1.05 * maxima[0]) << "pp=" << pp << " m=" << m;
+      EXPECT_LE(maxima[1], 1.05 * maxima[0]) << "zb-h1 pp=" << pp << " m=" << m;
+      EXPECT_LE(maxima[2], 1.05 * maxima[0]) << "zb-v pp=" << pp << " m=" << m;
       if (r == 0)
-        std::printf("pp=%d m=%d peak activation bytes, stage 0: 1f1b %.0f, zb-h1 %.0f; over the "
-                    "ranks: 1f1b %.0f, zb-v %.0f\n", pp, m, f1b, h1, maxima[0], maxima[1]);
+        std::printf("pp=%d m=%d peak activation bytes over the ranks: 1f1b %.0f, zb-h1 %.0f, "
+                    "zb-v %.0f\n", pp, m, maxima[0], maxima[1], maxima[2]);
     }
     MPI_Comm_free(&comm);
   }

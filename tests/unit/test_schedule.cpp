@@ -40,19 +40,23 @@ TEST(Schedule, ZeroBubbleKeepsItsMemoryBound) {
       for (int s = 0; s < p; ++s) {
         const auto h1 = build_schedule(ScheduleKind::zb_h1, p, s, m, 1);
         const auto h2 = build_schedule(ScheduleKind::zb_h2, p, s, m, 1);
-        // 1F1B's count; where a W buffer does not fit (the last stage) B and W run fused.
-        EXPECT_LE(max_in_flight(h1, 0), p - s);
+        // Stage 0's count under 1F1B, on every stage (the bytes: the validator).
+        EXPECT_LE(max_in_flight(h1, 0), std::min(p, m));
         EXPECT_LE(max_in_flight(h2, 0), std::min(2 * p - 1, m));
         for (const auto& a : h2) EXPECT_TRUE(a.forward || a.part != BackwardPart::both);
         EXPECT_EQ(h2.size(), 3u * m);
       }
-  // A W buffer that costs nothing: zb-h1 defers W on every stage but the
-  // last with 1F1B's slots (the paper's memory model, where B frees memory).
-  ZeroBubbleCosts free_w = unit_costs(ScheduleKind::zb_h1, 4, 8);
-  free_w.w_bytes.assign(4, 0.0);
-  const auto h1 = zero_bubble_schedule(ScheduleKind::zb_h1, 4, 8, free_w);
+  // The later stages defer W within stage 0's slots; a W buffer as large as
+  // B's whole output gradients (kept on top of the slot) leaves no room for it.
+  const auto h1 = zero_bubble_schedule(ScheduleKind::zb_h1, 4, 8, unit_costs(ScheduleKind::zb_h1, 4, 8));
   EXPECT_EQ(max_in_flight(h1[0], 0), 4);
-  EXPECT_GT(max_pending_weights(h1[0], 0), 0);
+  EXPECT_GT(max_in_flight(h1[3], 0), 1);
+  EXPECT_GT(max_pending_weights(h1[3], 0), 0);
+  ZeroBubbleCosts whole_w = unit_costs(ScheduleKind::zb_h1, 4, 8);
+  whole_w.w_bytes.assign(4, 2.0 / 3.0);
+  const double f1b = theoretical_bubble(ScheduleKind::one_f_one_b, 4, 8, 1);
+  const auto fused = zero_bubble_schedule(ScheduleKind::zb_h1, 4, 8, whole_w);
+  EXPECT_GT(1.0 - 3.0 * 8 / double(replay_schedule(fused, 1).makespan), 0.5 * f1b);
 }
 
 TEST(Schedule, ReplayGivesTheKnownBubbles) {
@@ -69,14 +73,22 @@ TEST(Schedule, ReplayGivesTheKnownBubbles) {
       // for the p - 1 forwards before its first (paper: (p-1)(T_F+T_B-2T_W)
       // plus that ramp, which its asynchronous optimizer step hides).
       EXPECT_NEAR(h2, double(p - 1) / (3 * m + p - 1), 1e-12) << p << " " << m;
-      // Idle time per stage in units of F: 1F1B 3(p - 1). zb-h1 within 1F1B's
-      // bytes, with a W buffer 2/3 of a slot on top of it, finds no trade
-      // that helps: it is 1F1B (B fused with W). zb-v, with the same peak,
-      // gains from its halved chunks.
+      // Idle time per stage in units of F: 1F1B 3(p - 1).
       auto idle = [&](double bubble) { return 3.0 * m / (1.0 - bubble) - 3.0 * m; };
       EXPECT_NEAR(idle(f1b), 3.0 * (p - 1), 1e-9);
       EXPECT_LE(idle(h1), idle(f1b) + 1e-9) << p << " " << m;
       EXPECT_LE(theoretical_bubble(ScheduleKind::zb_v, p, m, 2), f1b + 1e-9) << p << " " << m;
       EXPECT_LE(h2, h1);
+    }
+}
+
+// Qi et al. 2024, section 3.2: ZB-H1 leaves about a third of 1F1B's bubble at
+// its peak memory (the validator holds every rank's slots and W buffers to it).
+TEST(Schedule, ZeroBubbleH1HalvesTheBubbleAtLeast) {
+  for (int p = 2; p <= 8; ++p)
+    for (int m = p; m <= 4 * p; ++m) {
+      const double f1b = theoretical_bubble(ScheduleKind::one_f_one_b, p, m, 1);
+      EXPECT_LE(theoretical_bubble(ScheduleKind::zb_h1, p, m, 1), 0.5 * f1b) << "p=" << p << " m=" << m;
+      EXPECT_LE(theoretical_bubble(ScheduleKind::zb_v, p, m, 2), 0.5 * f1b) << "p=" << p << " m=" << m;
     }
 }

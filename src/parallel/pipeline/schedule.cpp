@@ -88,7 +88,7 @@ int in_flight_bound(ScheduleKind kind, int p, int s, int m) {
     case ScheduleKind::naive: return 1;
     case ScheduleKind::gpipe: return m;
     case ScheduleKind::one_f_one_b: return std::min(p - s, m);
-    case ScheduleKind::zb_h1: return std::min(p - s, m);
+    case ScheduleKind::zb_h1: return std::min(p, m);
     case ScheduleKind::zb_h2: return std::min(2 * p - 1, m);
     default: return 0;
   }

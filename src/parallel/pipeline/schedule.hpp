@@ -15,11 +15,12 @@
 //  - zb-h1, zb-h2: zero bubble (Qi et al. 2024): each backward split into B
 //    (the input gradient the previous stage waits for) and W (the weight
 //    gradients nobody waits for), and W placed in what would be bubbles.
-//    zb-h1 keeps 1F1B's activation memory on every stage (p - s micro-batches
-//    at most, W buffers included in the byte budget) and leaves about a third
-//    of its bubble; zb-h2 keeps up to min(2p - 1, m) and leaves only the
-//    (p - 1) forwards before the last stage starts, which a synchronous step
-//    cannot avoid; zb-v runs two chunks per rank in a V (rank s holds virtual
+//    zb-h1 keeps 1F1B's peak activation memory (stage 0's p micro-batches,
+//    W buffers included in the byte budget): every stage may hold up to p,
+//    so the later ones defer W while their B ripple back (section 3.2), and
+//    leaves about a third of 1F1B's bubble; zb-h2 keeps up to min(2p - 1, m)
+//    and leaves only the (p - 1) forwards before the last stage starts,
+//    which a synchronous step cannot avoid; zb-v runs two chunks per rank in a V (rank s holds virtual
 //    stages s and 2p - 1 - s, section 6) within 1F1B's peak memory.
 #pragma once
 #include <vector>
@@ -59,12 +60,16 @@ struct PipelineAction {
 struct ZeroBubbleCosts {
   std::vector<double> f, b, w, slot_bytes, w_bytes, budget;
 };
-// Unit durations; a slot of a whole stage 1, a W buffer 2/3 of it (what a
-// block keeps for W against what it saves); budgets as the schedule states.
+// Unit durations; a slot of a whole stage 1, a W buffer kUnitWeightBuffer of
+// it; budgets as the schedule states.
 ZeroBubbleCosts unit_costs(ScheduleKind kind, int stages, int chunks);
+// B keeps W's inputs over the activations only B read (GptModel::
+// weight_input_layout): in fp32 without recompute they fit, and the W buffer
+// is empty (16-bit stores and recompute keep less in the f32 slot to free).
+constexpr double kUnitWeightBuffer = 0;
 // The budget each schedule states for rank s, from the bytes of a slot of
-// each 1F1B stage (one chunk per rank): zb-h1 1F1B's own p - s slots, zb-v
-// 1F1B's peak over the ranks, both + 5%; zb-h2 none (0).
+// each 1F1B stage (one chunk per rank): zb-h1 and zb-v 1F1B's peak over the
+// ranks + 5%; zb-h2 none (0).
 double zero_bubble_budget(ScheduleKind kind, int stage, const std::vector<double>& one_f_one_b_slot);
 
 // One step's actions; pipedream: its first step from a cold start. Zero

@@ -33,9 +33,12 @@ double slot_bytes(const Deck& deck, const GridShape& shape, const StageSpec& spe
 
 double weight_buffer_bytes(const Deck& deck, const GridShape& shape, const StageSpec& spec) {
   const TensorParallelLayout tp{shape.tp, 0, deck.parallel.sequence_parallel};
-  TensorTable kept = GptModel::weight_input_table(deck.model, micro_batch_of(deck, shape), tp, spec);
-  kept.align_end(TensorTable::kAlign);
-  return double(kept.size()) * sizeof(float);
+  const ActivationPolicy policy =
+      make_activation_policy(deck.train.recompute, deck.train.partition_activations, shape.tp,
+                             tp.sp(), deck.precision.dtype);
+  const WeightInputLayout kept =
+      GptModel::weight_input_layout(deck.model, micro_batch_of(deck, shape), tp, spec, policy);
+  return double(kept.buffer.size()) * sizeof(float);
 }
 
 ZeroBubbleCosts zero_bubble_costs(const Deck& deck, const GridShape& shape,

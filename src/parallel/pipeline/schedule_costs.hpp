@@ -16,7 +16,8 @@ ZeroBubbleCosts zero_bubble_costs(const Deck& deck, const GridShape& shape,
                                   const Partition& partition);
 
 // Bytes of one activation slot of a stage (saved f32 and 16-bit arrays,
-// tokens and targets), and of one W buffer.
+// tokens and targets), and of one W buffer (what B keeps for W beyond the
+// slot's activations only B read).
 double slot_bytes(const Deck& deck, const GridShape& shape, const StageSpec& spec);
 double weight_buffer_bytes(const Deck& deck, const GridShape& shape, const StageSpec& spec);
 

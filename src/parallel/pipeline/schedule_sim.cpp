@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <tuple>
 
@@ -21,12 +22,18 @@ std::string describe(const PipelineAction& a) {
 }  // namespace
 
 ScheduleReplay replay_schedule(const std::vector<std::vector<PipelineAction>>& ranks, int v,
-                               bool v_shape) {
+                               bool v_shape, const ZeroBubbleCosts* costs) {
   const int p = int(ranks.size()), V = p * v;
   // Finish time of the F and of the input-gradient pass per (virtual stage, micro-batch).
-  std::map<std::pair<int, int>, long long> f_end, b_end;
+  std::map<std::pair<int, int>, double> f_end, b_end;
   std::vector<std::size_t> next(p, 0);
-  std::vector<long long> free_at(p, 0);
+  std::vector<double> free_at(p, 0);
+  auto duration = [&](const PipelineAction& a, int vs) -> double {
+    if (!costs) return cost(a);
+    const auto& c = *costs;
+    if (a.forward) return c.f[vs];
+    return a.part == BackwardPart::input ? c.b[vs] : a.part == BackwardPart::weights ? c.w[vs] : c.b[vs] + c.w[vs];
+  };
   ScheduleReplay r;
   for (bool progress = true; progress;) {
     progress = false;
@@ -34,7 +41,7 @@ ScheduleReplay replay_schedule(const std::vector<std::vector<PipelineAction>>& r
       for (; next[s] < ranks[s].size(); ++next[s]) {
         const PipelineAction& a = ranks[s][next[s]];
         const int vs = virtual_stage_of(v_shape, p, s, a.chunk);
-        long long start = free_at[s];
+        double start = free_at[s];
         // What this action receives: the previous stage's F, the next one's B.
         if (a.forward && vs > 0) {
           auto it = f_end.find({vs - 1, a.micro_batch});
@@ -45,7 +52,7 @@ ScheduleReplay replay_schedule(const std::vector<std::vector<PipelineAction>>& r
           if (it == b_end.end()) break;
           start = std::max(start, it->second);
         }
-        free_at[s] = start + cost(a);
+        free_at[s] = start + duration(a, vs);
         if (a.forward) f_end[{vs, a.micro_batch}] = free_at[s];
         if (is_input_grad(a)) b_end[{vs, a.micro_batch}] = free_at[s];
         progress = true;
@@ -53,7 +60,8 @@ ScheduleReplay replay_schedule(const std::vector<std::vector<PipelineAction>>& r
     }
   }
   for (int s = 0; s < p; ++s) {
-    r.makespan = std::max(r.makespan, free_at[s]);
+    r.time = std::max(r.time, free_at[s]);
+    r.makespan = std::llround(r.time);
     if (next[s] < ranks[s].size() && r.deadlock.empty())
       r.deadlock = fmt::format("rank {} waits forever at {}", s, describe(ranks[s][next[s]]));
   }

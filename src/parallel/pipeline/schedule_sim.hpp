@@ -13,14 +13,15 @@ namespace trident {
 
 struct ScheduleReplay {
   long long makespan = 0;  // in units of one F (B and W one each, both two)
+  double time = 0;         // the makespan with `costs`' durations, where given
   std::string deadlock;    // empty, or which rank waits at which action
 };
 
 // Each rank's actions (rank s runs virtual stages c * p + s, or the V's s and
 // 2p - 1 - s), started as soon as their input has arrived: receives block,
-// sends do not.
+// sends do not. With `costs`, each pass also takes its virtual stage's time.
 ScheduleReplay replay_schedule(const std::vector<std::vector<PipelineAction>>& ranks, int chunks,
-                               bool v_shape = false);
+                               bool v_shape = false, const ZeroBubbleCosts* costs = nullptr);
 
 // Empty when build_schedule's lists for every rank are sound; else the first
 // problem found. Zero bubble (unit costs): each rank's slots and W buffers

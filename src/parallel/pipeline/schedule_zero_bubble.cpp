@@ -19,6 +19,7 @@
 #include <stdexcept>
 
 #include "parallel/pipeline/schedule.hpp"
+#include "parallel/pipeline/schedule_sim.hpp"
 
 namespace trident {
 namespace {
@@ -152,7 +153,7 @@ ZeroBubbleCosts unit_costs(ScheduleKind kind, int p, int) {
   const int chunks = v_placement(kind) ? 2 : 1, V = p * chunks;
   ZeroBubbleCosts c;
   c.f.assign(V, 1.0), c.b.assign(V, 1.0), c.w.assign(V, 1.0);
-  c.slot_bytes.assign(V, 1.0 / chunks), c.w_bytes.assign(V, 2.0 / 3.0 / chunks);
+  c.slot_bytes.assign(V, 1.0 / chunks), c.w_bytes.assign(V, kUnitWeightBuffer / chunks);
   const std::vector<double> one_f_one_b(p, 1.0);
   for (int s = 0; s < p; ++s) c.budget.push_back(zero_bubble_budget(kind, s, one_f_one_b));
   return c;
@@ -162,8 +163,7 @@ double zero_bubble_budget(ScheduleKind kind, int s, const std::vector<double>& s
   const int p = int(slot.size());
   // 5% above 1F1B: room for a W buffer where a slot's worth is traded.
   constexpr double kSlack = 1.05;
-  if (kind == ScheduleKind::zb_h1) return kSlack * (p - s) * slot[s];
-  if (kind != ScheduleKind::zb_v) return 0;
+  if (kind != ScheduleKind::zb_h1 && kind != ScheduleKind::zb_v) return 0;
   double peak = 0;
   for (int r = 0; r < p; ++r) peak = std::max(peak, (p - r) * slot[r]);
   return kSlack * peak;
@@ -173,13 +173,24 @@ std::vector<std::vector<PipelineAction>> zero_bubble_schedule(ScheduleKind kind,
                                                               const ZeroBubbleCosts& c) {
   double w_max = 0;
   for (double w : c.w_bytes) w_max = std::max(w_max, w);
+  // The greedy choices also under equal durations (the paper's T_F = T_B =
+  // T_W), whose lists can beat the ones built on the FLOPs' small differences
+  // when run with them: every candidate is timed with `c`.
+  ZeroBubbleCosts equal = c;
+  for (auto* d : {&equal.f, &equal.b, &equal.w}) d->assign(d->size(), 1.0);
+  const bool v_shape = v_placement(kind);
+  const bool same = equal.f == c.f && equal.b == c.b && equal.w == c.w;
+  const ZeroBubbleCosts* timings[] = {&c, &equal};
   Outcome best;
-  for (int extra = 0; extra <= p; ++extra)
-    for (int reserve = 0; reserve <= 3; ++reserve)
-      for (bool alternate : {false, true}) {
-        Outcome o = simulate(kind, p, m, c, extra, reserve * w_max, alternate);
-        if (o.makespan < best.makespan * (1 - 1e-9)) best = std::move(o);
-      }
+  for (const ZeroBubbleCosts* timing : timings)
+    for (int extra = 0; extra <= p && !(timing == &equal && same); ++extra)
+      for (int reserve = 0; reserve <= 3; ++reserve)
+        for (bool alternate : {false, true}) {
+          Outcome o = simulate(kind, p, m, *timing, extra, reserve * w_max, alternate);
+          if (o.ranks.empty()) continue;
+          o.makespan = replay_schedule(o.ranks, v_shape ? 2 : 1, v_shape, &c).time;
+          if (o.makespan < best.makespan * (1 - 1e-9)) best = std::move(o);
+        }
   if (best.ranks.empty()) throw std::logic_error("zero-bubble schedule: no candidate fits its budget");
   return best.ranks;
 }
