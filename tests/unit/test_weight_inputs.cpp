@@ -36,15 +36,19 @@ std::vector<Interval> read_by_w(const TensorTable& saved, const GptConfig& c, co
 
 TEST(WeightInputs, KeptOnlyOverWhatBIsDoneWith) {
   const GptConfig c{8, 64, 4, 32, 257};
-  const std::vector<StageSpec> stages = {{0, 3, true, false}, {3, 2, false, false}, {5, 3, false, true}};
+  const std::vector<StageSpec> stages = {
+      {0, 3, true, false}, {3, 2, false, false}, {5, 3, false, true}};
   for (int tp : {1, 2})
     for (bool sp : {false, true})
-      for (const char* recompute : {"none", "selective", "full"})
-        for (const char* dtype : {"fp32", "bf16"})
+      for (Recompute recompute : {Recompute::none, Recompute::selective, Recompute::full})
+        for (Precision dtype : {Precision::fp32, Precision::bf16})
           for (const StageSpec& st : stages) {
             const TensorParallelLayout layout{tp, 0, sp};
-            const ActivationPolicy policy = make_activation_policy(recompute, true, tp, layout.sp(), dtype);
-            const std::string what = fmt::format("tp {} sp {} {} {} first block {}", tp, sp, recompute, dtype, st.first_block);
+            const ActivationPolicy policy =
+                make_activation_policy(recompute, true, tp, layout.sp(), dtype);
+            const std::string what =
+                fmt::format("tp {} sp {} {} {} first block {}", tp, sp, choice_name(recompute),
+                            choice_name(dtype), st.first_block);
             const TensorTable all = GptModel::weight_input_table(c, 2, layout, st);
             const TensorTable saved = GptModel::saved_activation_table(c, 2, layout, st, policy);
             const WeightInputLayout w = GptModel::weight_input_layout(c, 2, layout, st, policy);
@@ -59,14 +63,16 @@ TEST(WeightInputs, KeptOnlyOverWhatBIsDoneWith) {
               }
               const Interval mine{at.offset, at.offset + t.numel};
               EXPECT_LE(mine.second, saved.size()) << what << " " << t.name;
-              for (const Interval& r : read_by_w(saved, c, st)) EXPECT_FALSE(overlap(mine, r)) << what << " " << t.name;
-              for (const Interval& k : kept) EXPECT_FALSE(overlap(mine, k)) << what << " " << t.name;
+              for (const Interval& r : read_by_w(saved, c, st))
+                EXPECT_FALSE(overlap(mine, r)) << what << " " << t.name;
+              for (const Interval& k : kept)
+                EXPECT_FALSE(overlap(mine, k)) << what << " " << t.name;
               kept.push_back(mine);
             }
             EXPECT_EQ(in_buffer + w.in_slot, all.numel()) << what;
             // fp32 without recompute: what B frees holds what it keeps (heads * T >= d_model).
-            if (std::string(dtype) == "fp32" && std::string(recompute) == "none" && !layout.sp())
+            if (dtype == Precision::fp32 && recompute == Recompute::none && !layout.sp())
               EXPECT_EQ(w.buffer.size(), 0u) << what;
-            if (std::string(recompute) == "full") EXPECT_GT(w.buffer.size(), 0u) << what;
+            if (recompute == Recompute::full) EXPECT_GT(w.buffer.size(), 0u) << what;
           }
 }
