@@ -101,6 +101,7 @@ void MpiWaitBoard::done_waiting() { publish(""); }
 bool MpiWaitBoard::read_records() {
   MPI_Win_sync(node_win_);  // node peers' latest stores, visible here
   std::vector<MPI_Request> gets;
+  bool missed = false;  // a get MPI refused: that rank's record is unknown
   for (int r = 0; r < size_; ++r) {
     char* dst = records_.data() + std::size_t(r) * kRecordBytes;
     if (local_[r]) {
@@ -110,8 +111,9 @@ bool MpiWaitBoard::read_records() {
     MPI_Request req = MPI_REQUEST_NULL;
     if (win_ == MPI_WIN_NULL || MPI_Rget(dst, kRecordBytes, MPI_CHAR, r, 0, kRecordBytes,
                                          MPI_CHAR, win_, &req) != MPI_SUCCESS)
-      continue;  // stays empty; elsewhere() leaves such ranks out
-    gets.push_back(req);
+      missed = true;
+    else
+      gets.push_back(req);
   }
   // A transport that serves gets only while the target calls MPI would wait
   // for a stuck rank forever: give up after kReadSeconds, and report less.
@@ -121,12 +123,12 @@ bool MpiWaitBoard::read_records() {
     int done = 0;
     if (MPI_Testall(int(gets.size()), gets.data(), &done, MPI_STATUSES_IGNORE) != MPI_SUCCESS)
       break;
-    if (done) return true;
+    if (done) return !missed;
     if (std::chrono::steady_clock::now() > deadline) break;
     std::this_thread::sleep_for(std::chrono::microseconds(100));
   }
   reads_pending_ = !gets.empty();
-  return gets.empty();
+  return gets.empty() && !missed;
 }
 
 std::string MpiWaitBoard::elsewhere(const std::string& what) {

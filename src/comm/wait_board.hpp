@@ -30,7 +30,7 @@ class MpiWaitBoard final : public WaitObserver {
 
  private:
   void publish(const std::string& text);
-  bool read_records();  // every record into records_; false if remote gets stalled
+  bool read_records();  // every record into records_; false if a remote one is unknown
   MPI_Comm comm_ = MPI_COMM_NULL, node_ = MPI_COMM_NULL;
   MPI_Win node_win_ = MPI_WIN_NULL;  // this node's records, in shared memory
   MPI_Win win_ = MPI_WIN_NULL;       // the same records to other nodes (none on one node)
