@@ -3,6 +3,7 @@
 #include <mpi.h>
 #include <sched.h>
 
+#include <cstdlib>
 #include <memory>
 #include <thread>
 
@@ -33,6 +34,17 @@ int pick_threads(const Deck& deck, const Grid& grid) {
   const int bound = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : hw;
   if (bound > 0 && bound < hw) return bound;
   return std::max(1, hw / std::max(1, grid.local_size()));
+}
+
+// An srun whose --mpi plugin this MPI does not speak starts each task as its
+// own one-rank job, silently: say so where Slurm's step has more tasks.
+std::string launch_warning(int world_size) {
+  const char* tasks = std::getenv("SLURM_STEP_NUM_TASKS");
+  const int n = tasks ? std::atoi(tasks) : 0;
+  if (world_size != 1 || n <= 1) return "";
+  return fmt::format("srun started {} tasks but MPI sees 1 rank, so each task trains alone: "
+                     "srun --mpi must name the PMI this MPI speaks (Open MPI: pmix; MPICH and "
+                     "its derivatives: pmi2; the jobscripts read SRUN_MPI; docs/cluster.md)", n);
 }
 
 void print_banner(const Deck& deck, Grid& grid, const ComputeBackend& backend,
@@ -73,6 +85,7 @@ void print_banner(const Deck& deck, Grid& grid, const ComputeBackend& backend,
              backend.name() == "cpu" ? fmt::format(" (threads/rank {})", threads) : "",
              choice_name(comm));
   if (const std::string w = backend.warning(); !w.empty()) fmt::print("warning: {}\n", w);
+  if (const std::string w = launch_warning(grid.size()); !w.empty()) fmt::print("warning: {}\n", w);
   const std::string rate = peak.flops > 0 ? fmt::format("{:.1f} GFLOP/s", peak.flops / 1e9)
                                           : "unknown, MFU not printed";
   fmt::print("peak for MFU: {} per rank ({})\n", rate, peak.source);

@@ -73,6 +73,8 @@ class Communicator {
   const CommStats& stats() const { return stats_; }
   void reset_stats() { stats_ = {}; }
   std::uint64_t sequence() const { return sequence_; }
+  // Tags of isend/irecv run from 0 to this (the MPI library's limit).
+  int max_tag() const { return max_tag_; }
 
   // Non-blocking forms: each returns a Request to wait() or test().
   virtual Request iall_reduce(void* buf, std::size_t count, DType t, ReduceOp op) = 0;
@@ -113,6 +115,7 @@ class Communicator {
 
  protected:
   explicit Communicator(std::string name) : name_(std::move(name)) {}
+  void set_max_tag(int t) { max_tag_ = t; }
   // Counts the call, bumps the sequence number and returns its description.
   std::string begin_op(CommOp op, std::size_t count, DType t);
 
@@ -122,6 +125,7 @@ class Communicator {
   std::uint64_t sequence_ = 0;
   double timeout_s_ = 600.0;
   WaitObserver* observer_ = nullptr;
+  int max_tag_ = 32767;  // what every MPI accepts
 };
 
 }  // namespace trident

@@ -8,6 +8,7 @@ MpiCommunicator::MpiCommunicator(MPI_Comm comm, std::string name)
     : Communicator(std::move(name)), comm_(comm) {
   MPI_Comm_rank(comm_, &rank_);
   MPI_Comm_size(comm_, &size_);
+  set_max_tag(mpi_ops::max_tag(comm_));
 }
 
 Request MpiCommunicator::iall_reduce(void* buf, std::size_t count, DType t, ReduceOp op) {

@@ -185,4 +185,11 @@ Request barrier(MPI_Comm c, std::string what) {
   return Request(std::move(p));
 }
 
+int max_tag(MPI_Comm c) {
+  void* value = nullptr;
+  int found = 0;
+  MPI_Comm_get_attr(c, MPI_TAG_UB, &value, &found);
+  return found ? *static_cast<int*>(value) : 32767;
+}
+
 }  // namespace trident::mpi_ops

@@ -27,5 +27,8 @@ Request send(MPI_Comm c, std::string what, const void* buf, std::size_t count, D
 Request recv(MPI_Comm c, std::string what, void* buf, std::size_t count, DType t, int peer,
              int tag);
 Request barrier(MPI_Comm c, std::string what);
+// The largest tag the MPI library accepts (MPI_TAG_UB): 2^31 - 1 in Open MPI,
+// far less in some MPICH builds; the standard promises only 32767.
+int max_tag(MPI_Comm c);
 
 }  // namespace trident::mpi_ops

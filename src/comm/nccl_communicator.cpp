@@ -57,6 +57,7 @@ NcclCommunicator::NcclCommunicator(MPI_Comm comm, std::string name, CudaBackend&
       events_(compute.site()) {
   MPI_Comm_rank(mpi_, &rank_);
   MPI_Comm_size(mpi_, &size_);
+  set_max_tag(mpi_ops::max_tag(mpi_));  // host-buffer sends go through MPI
   const std::string what = fmt::format("NCCL set-up of the {} group", this->name());
   ncclUniqueId id{};
   if (rank_ == 0) check(ncclGetUniqueId(&id), what);

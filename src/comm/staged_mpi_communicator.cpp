@@ -47,6 +47,7 @@ StagedMpiCommunicator::StagedMpiCommunicator(MPI_Comm comm, std::string name,
       pinned_(compute.site()) {
   MPI_Comm_rank(mpi_, &rank_);
   MPI_Comm_size(mpi_, &size_);
+  set_max_tag(mpi_ops::max_tag(mpi_));
   const std::string what = fmt::format("staged set-up of the {} group", this->name());
   cuda_check(cudaStreamCreateWithFlags(&d2h_, cudaStreamNonBlocking), site_, what);
   cuda_check(cudaStreamCreateWithFlags(&h2d_, cudaStreamNonBlocking), site_, what);

@@ -86,8 +86,8 @@ Prediction predict_step(const Deck& deck, const GridShape& shape, const Cluster&
   const int t = shape.tp, pp = shape.pp, v = par.virtual_stages, mbs = p.micro_batches;
   const int w = precision_dtype(deck.precision.dtype) == DType::f32 ? 4 : 2;
   const int g = precision_dtype(deck.precision.reduce_dtype) == DType::f32 ? 4 : 2;
-  // this-cpu: every rank runs on this one host (mpirun --oversubscribe past its
-  // cores), so they split its FLOP/s, bandwidth and memory however many they are.
+  // this-cpu: every rank runs on this one host (sharing cores once there are
+  // more ranks than cores), so they split its FLOP/s, bandwidth and memory.
   const int on_node = cluster.shared_node ? shape.size() : 1;
   Cluster c = cluster;
   if (cluster.shared_node) c.hbm_gbps /= on_node;

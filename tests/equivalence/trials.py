@@ -40,19 +40,36 @@ def tolerance(precision):
     return TOLERANCE[precision]
 
 
-def run_trident(binary, deck, data, workdir, rank_count, sets, log):
-    """Trains and returns (metrics records, checkpoint path) or raises RunFailed."""
+def launcher_env(mpiexec):
+    """The environment a launcher needs: Open MPI's mpirun refuses root and
+    more ranks than cores unless told; MPICH's Hydra needs nothing."""
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    version = subprocess.run([mpiexec.split()[0], "--version"], capture_output=True, text=True)
+    if "Open MPI" in version.stdout + version.stderr:
+        env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+                   OMPI_MCA_btl_vader_single_copy_mechanism="none")
+    return env
+
+
+def default_mpiexec():
+    """mpirun, with --oversubscribe where it is Open MPI's (the matrix runs up
+    to 8 ranks on however many cores there are)."""
+    version = subprocess.run(["mpirun", "--version"], capture_output=True, text=True)
+    return "mpirun --oversubscribe" if "Open MPI" in version.stdout else "mpirun"
+
+
+def run_trident(mpiexec, env, binary, deck, data, workdir, rank_count, sets, log):
+    """Trains and returns (metrics records, checkpoint path) or raises RunFailed.
+    mpiexec: the launcher and its options, as one string."""
     if os.path.exists(workdir):
         shutil.rmtree(workdir)
     os.makedirs(workdir)
     metrics = os.path.join(workdir, "metrics.jsonl")
-    cmd = ["mpirun", "-np", str(rank_count), "--oversubscribe", binary, "train", deck,
-           "--set", f"data.train={data}", "--set", f"checkpoint.dir={workdir}/ckpt",
-           "--set", f"output.metrics={metrics}"]
+    cmd = mpiexec.split() + ["-n", str(rank_count), binary, "train", deck,
+                             "--set", f"data.train={data}", "--set", f"checkpoint.dir={workdir}/ckpt",
+                             "--set", f"output.metrics={metrics}"]
     for s in sets:
         cmd += ["--set", s]
-    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
-               OMP_NUM_THREADS="1", OMPI_MCA_btl_vader_single_copy_mechanism="none")
     with open(log, "w") as out:
         out.write(" ".join(cmd) + "\n")
         out.flush()

@@ -144,9 +144,12 @@ TEST(Zero, SixteenBitWeightsAndGradientsTrainAlikeAndHalveTheTraffic) {
   // bf16 weights under every stage: the losses of bf16 plain data
   // parallelism, and every parameter all-gather moves 2 bytes an element.
   // With bf16 gradients too, every gradient reduce-scatter moves 2 bytes an
-  // element; stage 1 reduces the step's 16-bit sums as stage 0 does (same
-  // losses), stages 2-3 reduce each micro-batch in 16 bits and accumulate
-  // the slices in f32 (within 1e-4 of stage 0, whose sums are 16-bit).
+  // element; stage 1 reduces the step's 16-bit sums as stage 0 does, stages
+  // 2-3 reduce each micro-batch in 16 bits and accumulate the slices in f32.
+  // Each 16-bit partial sum is rounded, so the result depends on the order in
+  // which MPI combines the ranks, and MPI_Reduce_scatter need not follow
+  // MPI_Allreduce's (Open MPI's do at 4 ranks; MPICH's give 1.04e-5): within
+  // 1e-4 of stage 0.
   const int steps = 6;
   const int micro_batches = 8 / world_size();
   for (const std::string reduce : {"fp32", "bf16"}) {
@@ -159,7 +162,7 @@ TEST(Zero, SixteenBitWeightsAndGradientsTrainAlikeAndHalveTheTraffic) {
       sets.push_back("zero.stage=" + std::to_string(stage));
       ZeroRun z;
       run(MPI_COMM_WORLD, sets, z, steps);
-      const double tol = reduce == "bf16" && stage >= 2 ? 1e-4 : 1e-5;
+      const double tol = reduce == "bf16" ? 1e-4 : 1e-5;
       for (int s = 0; s < steps; ++s)
         EXPECT_NEAR(z.losses[s], base.losses[s], tol * base.losses[s])
             << reduce << " stage " << stage << " step " << s;

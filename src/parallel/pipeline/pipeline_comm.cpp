@@ -12,7 +12,10 @@ int PipelineComm::tag(int mb, int receiver, bool forward, int space) const {
   if (mb < 0) space = kEvalTags;
   const long long k = mb < 0 ? -1LL - mb : mb;
   const long long t = (k * chunks_ * stages() + receiver) * 2 + (forward ? 0 : 1);
-  return int(t & 0x0fffffff) | (space << 28);
+  // Each space is a quarter of the library's tags; a tag repeats only after
+  // that many micro-batch messages, long after the earlier one was received.
+  const long long span = (static_cast<long long>(pipe_.max_tag()) + 1) / 4;
+  return int(space * span + t % span);
 }
 
 // Neighbours are the ranks of virtual stages vs - 1 and vs + 1: the ring for

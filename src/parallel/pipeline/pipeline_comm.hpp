@@ -37,7 +37,7 @@ class PipelineComm {
  private:
   int virtual_stage(int chunk) const { return virtual_stage_of(v_shape_, stages(), stage(), chunk); }
   int rank_of(int vs) const { return rank_of_virtual_stage(v_shape_, stages(), vs); }
-  // Tag spaces (the top bits): training's activations and gradients,
+  // Tag spaces (quarters of the tag range): training's activations and gradients,
   // evaluation's, and pipedream's head gradients to stage 0.
   static constexpr int kTrainTags = 0, kEvalTags = 1, kHeadTags = 2;
   int tag(int mb, int receiver_virtual_stage, bool forward, int space = kTrainTags) const;
