@@ -50,8 +50,10 @@ int estimate_command(const EstimateOptions& o) {
     const MemoryEstimate base = estimate_memory(deck, shape, 0);
     const auto& pr = deck.precision;
     fmt::print("model: {:.2f} M parameters (global); bytes per rank below are Trident's arenas "
-               "(weights {}, gradients {}{}), padding, ZeRO slots and f32 working copies "
-               "included\n\n", base.parameters / 1e6, choice_name(pr.dtype),
+               "(weights {}, gradients {}{}), padding included\n"
+               "model state = params + grads + optimizer, this rank's shards; buffers = working "
+               "buffers (ZeRO gather and reduce slots, f32 working copies of 16-bit units, "
+               "receive and chunk buffers)\n\n", base.parameters / 1e6, choice_name(pr.dtype),
                choice_name(pr.reduce_dtype), pr.dtype == Precision::fp32 ? "" : ", f32 masters");
     // The paper's model state beside ours: its precision is the deck's
     // (mixed 2+2+12 B with 16-bit weights, else 4+4+8 B), Psi per tensor rank.

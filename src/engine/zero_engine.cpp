@@ -1,6 +1,7 @@
 #include "engine/zero_engine.hpp"
 
 #include <cmath>
+#include <cstdint>
 #include <stdexcept>
 
 #include "model/gpt_params.hpp"
@@ -32,21 +33,14 @@ GradSpan ZeroEngine::tied_grads() {
   const TensorInfo& wte = model_table_->at("wte");
   const ZeroUnit& u = plan_.units()[wte.unit];
   // A cut table's units are adjacent, so are this rank's slices of them.
-  return {storage_->owned_grads(wte.unit), plan_.slice(u) * wte.units, DType::f32};
+  return {storage_->owned_grads(wte.unit), plan_.slice(u) * wte.units, storage_->grads_dtype()};
 }
 
 double ZeroEngine::grad_sum_squares() { return optimizer_->grad_sum_squares(tp_root_); }
 
-bool ZeroEngine::grads_nonfinite() {
-  double s = 0;
-  storage_->for_each_owned_grads([&](float* g, std::size_t n) { s += backend_.sum_squares(g, n); });
-  return !std::isfinite(s);
-}
+bool ZeroEngine::grads_nonfinite() { return optimizer_->grads_nonfinite(); }
 
-void ZeroEngine::step(float lr, float grad_scale) {
-  if (grad_scale != 1.0f) optimizer_->scale_grads(grad_scale);
-  optimizer_->step(lr);
-}
+void ZeroEngine::step(float lr, float grad_scale) { optimizer_->step(lr, grad_scale); }
 
 void ZeroEngine::freeze(const TensorInfo&) {
   throw std::logic_error("ZeRO does not freeze tensors (the deck refuses pipedream with ZeRO)");
@@ -83,8 +77,12 @@ bool ZeroEngine::replicated_over_data(StateKind kind) const {
 }
 
 void ZeroEngine::poison_gradient() {
+  // inf in the gradients' own type (f32, bf16 or f16)
   const float inf = INFINITY;
-  backend_.copy_from_host(storage_->owned_grads(0), &inf, 4);
+  const DType g = storage_->grads_dtype();
+  const std::uint16_t inf16 = g == DType::bf16 ? 0x7f80 : 0x7c00;
+  backend_.copy_from_host(storage_->owned_grads(0), g == DType::f32 ? (const void*)&inf : &inf16,
+                          dtype_size(g));
 }
 
 }  // namespace trident

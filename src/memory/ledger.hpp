@@ -1,5 +1,8 @@
 // Byte accounting by category, current and peak, so every byte a rank holds is
 // attributable (parameters, gradients, optimizer state, activations, buffers).
+// The first three are model state as the ZeRO paper counts it (the resident
+// copies or this rank's shards); buffers are working memory held only while a
+// unit is in flight: gather and reduce slots, f32 working copies, chunks.
 #pragma once
 #include <array>
 #include <cstddef>

@@ -21,11 +21,11 @@ std::vector<std::size_t> WorkingCopies::slot_sizes(const TensorTable& table) {
 }
 
 WorkingCopies::WorkingCopies(ComputeBackend& backend, MemoryLedger& ledger,
-                             const TensorTable& table, MemCategory category)
+                             const TensorTable& table)
     : backend_(&backend) {
   for (std::size_t n : slot_sizes(table)) {
     slots_.emplace_back();
-    slots_.back().mem = Arena(backend, ledger, category, n);
+    slots_.back().mem = Arena(backend, ledger, MemCategory::buffers, n);
   }
 }
 

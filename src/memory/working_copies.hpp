@@ -8,6 +8,8 @@
 // final norm), the most the model holds at once: the tied head keeps the
 // embedding and the final norm from forward to backward while the next
 // micro-batch's positions and then blocks run (gpipe).
+// The slots are working buffers, not model state: the ledger charges them to
+// `buffers`, beside the 16-bit parameters or gradients they unpack.
 #pragma once
 #include <vector>
 
@@ -22,8 +24,7 @@ class WorkingCopies {
  public:
   WorkingCopies() = default;
   // For the units of `table` (TensorInfo::unit, as unit_ranges gives them).
-  WorkingCopies(ComputeBackend& backend, MemoryLedger& ledger, const TensorTable& table,
-                MemCategory category = MemCategory::parameters);
+  WorkingCopies(ComputeBackend& backend, MemoryLedger& ledger, const TensorTable& table);
   // The slots' sizes in elements (the estimator counts them too).
   static std::vector<std::size_t> slot_sizes(const TensorTable& table);
 

@@ -15,7 +15,7 @@ FullStorage::FullStorage(const TensorTable& table, ComputeBackend& backend, Memo
       backend_(backend) {
   if (weights != DType::f32) working_ = WorkingCopies(backend, ledger, table);
   if (grads != DType::f32)
-    grad_working_ = WorkingCopies(backend, ledger, table, MemCategory::gradients);
+    grad_working_ = WorkingCopies(backend, ledger, table);
 }
 
 float* FullStorage::grad(const TensorInfo& t) {

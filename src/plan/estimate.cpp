@@ -76,10 +76,11 @@ MemoryEstimate estimate_memory(const Deck& deck, const GridShape& shape, int sta
     const double n = double(table.size());
     const ZeroPlan plan(table, stage > 0 ? shape.dp : 1, 0,
                         stage > 0 ? std::size_t(deck.zero.persistence_threshold) : 0);
+    // Working buffers (not model state): f32 copies of the 16-bit units in use.
     double working = 0;
     for (std::size_t slot : WorkingCopies::slot_sizes(table)) working += double(slot) * f;
-    if (weights != DType::f32) at(MemCategory::parameters) += working;
-    if (grads != DType::f32 && stage <= 1) at(MemCategory::gradients) += working;
+    if (weights != DType::f32) at(MemCategory::buffers) += working;
+    if (grads != DType::f32 && stage <= 1) at(MemCategory::buffers) += working;
     if (stage == 0) {
       at(MemCategory::parameters) += n * w;
       // pipedream: stage 0 stashes the weights of its pp - 1 forwards ahead,
@@ -96,14 +97,21 @@ MemoryEstimate estimate_memory(const Deck& deck, const GridShape& shape, int sta
       const double large = double(ZeroStorage::large_slot_elements(plan));
       const double small = double(ZeroStorage::small_slot_elements(plan));
       auto pool = [&](int slots) { return large + (slots - 1) * small; };
-      at(MemCategory::parameters) += (stage <= 2 ? n : shard + pool(ZeroStorage::param_slots(table, plan, weights))) * w;
-      // Stages 2-3 accumulate in f32 slots; a 16-bit reduce adds their 16-bit copies.
-      const double slot_bytes = f + (grads == DType::f32 ? 0 : g);
-      // f32 sums of the owned slices: in place at stage 1 with f32 gradients.
-      const bool in_place = stage == 1 && grads == DType::f32;
-      at(MemCategory::gradients) += (stage == 1 ? n * g : pool(ZeroStorage::kGradSlots) * slot_bytes) +
-                                    (in_place ? 0 : shard * f);
+      // Model state: the resident parameters (whole at stages 1-2, this
+      // rank's shard at 3), the gradients (stage 1's whole ones, which hold
+      // the owned sums in place; stages 2-3's owned sums), the moments.
+      at(MemCategory::parameters) += (stage <= 2 ? n : shard) * w;
+      at(MemCategory::gradients) += (stage == 1 ? n : shard) * g;
       at(MemCategory::optimizer) += (2 + masters) * shard * f;
+      // 16-bit gradients: the optimizer's and the accumulation's f32 chunks.
+      at(MemCategory::buffers) +=
+          double(GradView::buffer_elements(grads, plan.shard_size()) +
+                 ZeroStorage::accumulate_chunk_elements(plan, stage, grads)) * f;
+      // Working buffers: stage 3's gather slots, stages 2-3's f32 gradient
+      // slots (with their 16-bit copies for a 16-bit reduce), receive buffers.
+      const double slot_bytes = f + (grads == DType::f32 ? 0 : g);
+      if (stage == 3) at(MemCategory::buffers) += pool(ZeroStorage::param_slots(table, plan, weights)) * w;
+      if (stage >= 2) at(MemCategory::buffers) += pool(ZeroStorage::kGradSlots) * slot_bytes;
       at(MemCategory::buffers) +=
             ZeroStorage::kRecvBuffers * double(std::size_t(large) / shape.dp) * g;
     }

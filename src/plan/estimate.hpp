@@ -1,6 +1,7 @@
 // Memory per rank before running: built from the same tables and ZeRO plan the
-// trainer allocates from, so model-state bytes are exact (padding, ZeRO slots
-// and all), not a formula.
+// trainer allocates from, so every category is exact (padding included), not a
+// formula. Model state is the shards; ZeRO's gather and reduce slots and f32
+// working copies are working buffers (MemCategory::buffers).
 #pragma once
 #include <array>
 #include <cstddef>

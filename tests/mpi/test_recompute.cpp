@@ -51,8 +51,10 @@ TrainRun train(int ranks, std::vector<std::string> sets) {
   for (int s = 0; s < kSteps; ++s) run.losses.push_back(tr.step(s).loss);
   for (ModelChunk& ch : tr.chunks()) {
     if (auto* zero = dynamic_cast<ZeroEngine*>(ch.engine.get())) {
-      zero->zero_storage().for_each_owned_grads(
-          [&](const float* g, std::size_t n) { run.grads.insert(run.grads.end(), g, g + n); });
+      zero->zero_storage().for_each_owned_grads([&](const Arena& a, std::size_t first,
+                                                    std::size_t n) {
+        run.grads.insert(run.grads.end(), a.f32() + first, a.f32() + first + n);
+      });
     } else {
       const float* g = ch.model->grads().f32();
       run.grads.insert(run.grads.end(), g, g + ch.model->grads().numel());

@@ -1,6 +1,7 @@
 // ZeRO stages 1-3: the same losses as plain data parallelism, model-state
-// bytes exactly as the estimator predicts, stage 3's parameter peak bounded,
-// and communication per step as the ZeRO paper's accounting. Run with 4 ranks.
+// bytes exactly as the estimator predicts, stage 3's model state its shard and
+// its working buffers a few units, and communication per step as the ZeRO
+// paper's accounting. Run with 4 ranks.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -176,14 +177,44 @@ TEST(Zero, SixteenBitWeightsAndGradientsTrainAlikeAndHalveTheTraffic) {
   }
 }
 
-TEST(Zero, Stage3HoldsItsShardPlusTwoUnitsOfParameters) {
+TEST(Zero, Stage3ModelStateIsItsShardAndItsBuffersAFewUnits) {
+  // Model state is this rank's shard (parameters, gradient sums, moments:
+  // 16 B an element in fp32); the gather slots (the unit in use, the
+  // prefetched one, the tied head's pinned one), the three gradient slots and
+  // the receive buffers are working buffers, each at most the largest unit.
   ZeroRun z;
   run(MPI_COMM_WORLD, {"zero.stage=3"}, z, 3);
-  const std::size_t bound = (z.shard + 2 * z.largest_unit) * sizeof(float);
-  EXPECT_LE(z.ledger.peak(MemCategory::parameters), bound);
-  // and far below the whole model once dp > 2
+  const std::size_t f = sizeof(float);
+  EXPECT_EQ(z.ledger.peak(MemCategory::parameters), z.shard * f);
+  EXPECT_EQ(z.ledger.peak(MemCategory::gradients), z.shard * f);
+  EXPECT_EQ(z.ledger.peak(MemCategory::optimizer), 2 * z.shard * f);
+  const std::size_t slots = ZeroStorage::kParamSlots + 1 + ZeroStorage::kGradSlots;
+  EXPECT_LE(z.ledger.peak(MemCategory::buffers),
+            (slots * z.largest_unit + ZeroStorage::kRecvBuffers * z.largest_unit) * f);
+  // and the parameters far below the whole model once dp > 2
   if (world_size() >= 4)
-    EXPECT_LT(z.ledger.peak(MemCategory::parameters), (z.partitioned + z.persistent) * sizeof(float));
+    EXPECT_LT(z.ledger.peak(MemCategory::parameters), (z.partitioned + z.persistent) * f / 2);
+}
+
+TEST(Zero, Stage1HoldsNoMoreGradientMemoryThanStage0) {
+  // Stage 1 sums its slices in place, in its full gradients, f32 or 16-bit.
+  // (A shard of f32 sums beside 16-bit ones would add 4 B/param / dp.)
+  for (const std::string reduce : {"fp32", "bf16"}) {
+    const std::vector<std::string> sets = {"precision.dtype=\"" + reduce + "\"",
+                                           "precision.reduce_dtype=\"" + reduce + "\""};
+    ZeroRun plain, one;
+    run(MPI_COMM_WORLD, sets, plain, 1);
+    auto staged = sets;
+    staged.push_back("zero.stage=1");
+    run(MPI_COMM_WORLD, staged, one, 1);
+    // The full gradients of the padded table and no shard of sums beside them.
+    const std::size_t esz = reduce == "fp32" ? 4 : 2;
+    EXPECT_EQ(one.ledger.peak(MemCategory::gradients), (one.partitioned + one.persistent) * esz)
+        << reduce;
+    // Stage 0's gradients but for the padding of each unit to a multiple of dp.
+    EXPECT_LE(double(one.ledger.peak(MemCategory::gradients)),
+              1.01 * double(plain.ledger.peak(MemCategory::gradients))) << reduce;
+  }
 }
 
 TEST(Zero, CommunicationPerStepMatchesTheory) {

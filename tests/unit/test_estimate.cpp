@@ -38,3 +38,28 @@ TEST(Estimate, PeakWithinTenPercentOfMeasuredForEveryDeck) {
     }
   }
 }
+
+TEST(Estimate, Stage3ModelStateIsThePapersFormulaAndBuffersStayBounded) {
+  // gpt2-124m at dp 4 and 8: model state (this rank's shards) within 10% of
+  // the paper's 16 B/param / N_d, fp32 (4 + 4 + 8) and bf16 weights and
+  // gradients (2 + 2 + 12). Working buffers are a few units' worth: no
+  // larger at dp 8 than at dp 4.
+  const std::string deck = std::string(TRIDENT_INPUT_DIR) + "/gpt2-124m.toml";
+  for (const bool bf16 : {false, true}) {
+    double buffers_at_4 = 0;
+    for (const int dp : {4, 8}) {
+      std::vector<std::string> sets = {"parallel.dp=" + std::to_string(dp), "zero.stage=3"};
+      if (bf16) sets.insert(sets.end(), {"precision.dtype=\"bf16\"", "precision.reduce_dtype=\"bf16\""});
+      Deck d = load_deck(deck, sets);
+      const GridShape shape = resolve_layout(d, dp);
+      const MemoryEstimate e = estimate_memory(d, shape, 3);
+      const double paper = zero_paper_bytes(e.parameters, dp, 3, bf16);
+      SCOPED_TRACE((bf16 ? "bf16 dp " : "fp32 dp ") + std::to_string(dp));
+      EXPECT_GE(e.model_state() / paper, 1.0);  // padding only adds
+      EXPECT_LE(e.model_state() / paper, 1.10);
+      const double buffers = e.bytes[int(MemCategory::buffers)];
+      if (dp == 4) buffers_at_4 = buffers;
+      else EXPECT_LE(buffers, buffers_at_4);  // no buffer grows with 1/dp of the model
+    }
+  }
+}

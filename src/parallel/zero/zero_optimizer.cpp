@@ -11,6 +11,7 @@ ZeroOptimizer::ZeroOptimizer(ZeroStorage& storage, const TensorTable& table,
   m_ = Arena(backend, ledger, MemCategory::optimizer, n);
   v_ = Arena(backend, ledger, MemCategory::optimizer, n);
   if (cfg.weights != DType::f32) master_ = Arena(backend, ledger, MemCategory::optimizer, n);
+  view_ = GradView(backend, ledger, storage.grads_dtype(), n);
 }
 
 void ZeroOptimizer::init_masters(const std::vector<float>& host) {
@@ -51,16 +52,20 @@ double ZeroOptimizer::grad_sum_squares(bool count_tp_replicated) {
   for_owned([&](const TensorInfo& t, int u, std::size_t off, std::size_t n) {
     if (!t.primary || (t.split_dim < 0 && !count_tp_replicated)) return;
     if (plan.units()[u].persistent && plan.rank() != 0) return;
-    s += backend_.sum_squares(storage_.owned_grads(u) + off, n);
+    s += view_.sum_squares(storage_.owned_grads_arena(), storage_.owned_grads_first(u) + off, n);
   });
   return s;
 }
 
-void ZeroOptimizer::scale_grads(float coef) {
-  storage_.for_each_owned_grads([&](float* g, std::size_t n) { backend_.scale(g, coef, n); });
+bool ZeroOptimizer::grads_nonfinite() {
+  double s = 0;
+  storage_.for_each_owned_grads([&](const Arena& a, std::size_t first, std::size_t n) {
+    s += view_.sum_squares(a, first, n);
+  });
+  return !std::isfinite(s);
 }
 
-void ZeroOptimizer::step(float lr) {
+void ZeroOptimizer::step(float lr, float grad_scale) {
   ++t_;
   const float bc1 = 1.0f - static_cast<float>(std::pow(double(cfg_.beta1), double(t_)));
   const float bc2 = 1.0f - static_cast<float>(std::pow(double(cfg_.beta2), double(t_)));
@@ -69,9 +74,12 @@ void ZeroOptimizer::step(float lr) {
   for_owned([&](const TensorInfo& t, int u, std::size_t off, std::size_t n) {
     const std::size_t so = plan.units()[u].shard_offset + off;
     float* p = masters ? master_.f32() + so : static_cast<float*>(storage_.owned_params(u)) + off;
-    backend_.adamw(p, storage_.owned_grads(u) + off, m_.f32() + so, v_.f32() + so, n, lr,
-                   cfg_.beta1, cfg_.beta2, cfg_.eps, t.weight_decay ? cfg_.weight_decay : 0.0f,
-                   bc1, bc2);
+    const std::size_t first = storage_.owned_grads_first(u) + off;
+    view_.for_chunks(storage_.owned_grads_arena(), first, n, [&](float* g, std::size_t o, std::size_t k) {
+      if (grad_scale != 1.0f) backend_.scale(g, grad_scale, k);
+      backend_.adamw(p + o, g, m_.f32() + so + o, v_.f32() + so + o, k, lr, cfg_.beta1, cfg_.beta2,
+                     cfg_.eps, t.weight_decay ? cfg_.weight_decay : 0.0f, bc1, bc2);
+    });
   });
   if (masters) refresh_weights();  // the owned 16-bit weights, then publish
   else storage_.publish_params();

@@ -3,6 +3,7 @@
 // on the owned master parameters, and stages 1-2 then all-gather them.
 #pragma once
 #include "optim/adamw.hpp"
+#include "optim/grad_view.hpp"
 #include "parallel/zero/zero_storage.hpp"
 
 namespace trident {
@@ -15,8 +16,11 @@ class ZeroOptimizer {
   // persistent unit only on data rank 0, a tensor-replicated tensor only where
   // count_tp_replicated (tensor rank 0).
   double grad_sum_squares(bool count_tp_replicated);
-  void scale_grads(float coef);
-  void step(float lr);  // AdamW on the shard, then publish (stages 1-2)
+  bool grads_nonfinite();  // an inf or NaN in any owned gradient
+  // AdamW on the shard with the gradients times grad_scale (applied to f32
+  // values: 16-bit gradients are unpacked chunk by chunk), then publish
+  // (stages 1-2).
+  void step(float lr, float grad_scale);
   // With 16-bit weights: f32 masters of the owned slices, taken from `host`
   // (f32 values in the table layout, e.g. the initial parameters); step()
   // then writes their rounding to the owned 16-bit slices.
@@ -38,6 +42,7 @@ class ZeroOptimizer {
   ComputeBackend& backend_;
   AdamWConfig cfg_;
   Arena m_, v_, master_;
+  GradView view_;  // the owned gradients as f32
   std::int64_t t_ = 0;
 };
 

@@ -1,6 +1,9 @@
 #include "parallel/zero/zero_storage.hpp"
 
+#include <algorithm>
 #include <stdexcept>
+
+#include "optim/grad_view.hpp"
 
 namespace trident {
 
@@ -15,23 +18,28 @@ ZeroStorage::ZeroStorage(int stage, const TensorTable& table, const ZeroPlan& pl
   else p_shard_ = Arena(backend, ledger, MemCategory::parameters, plan.shard_size(), weights);
   if (stage == 1) g_full_ = Arena(backend, ledger, MemCategory::gradients, table.size(), grads);
   if (stage == 1 && grads != DType::f32)
-    grad_working_ = WorkingCopies(backend, ledger, table, MemCategory::gradients);
-  if (!grads_in_place()) g_shard_ = Arena(backend, ledger, MemCategory::gradients, plan.shard_size());
-  auto fill = [&](std::vector<std::unique_ptr<Slot>>& pool, int n, MemCategory cat, DType t) {
+    grad_working_ = WorkingCopies(backend, ledger, table);
+  if (!grads_in_place())
+    g_shard_ = Arena(backend, ledger, MemCategory::gradients, plan.shard_size(), grads);
+  if (const std::size_t n = accumulate_chunk_elements(plan, stage, grads))
+    accumulate_chunk_ = Arena(backend, ledger, MemCategory::buffers, n);
+  // Gather and reduce slots are working buffers: model state is the shards.
+  auto fill = [&](std::vector<std::unique_ptr<Slot>>& pool, int n, DType t) {
     for (int i = 0; i < n; ++i) {
       pool.push_back(std::make_unique<Slot>());
-      pool.back()->mem = Arena(backend, ledger, cat, i == 0 ? large_slot_ : small_slot_, t);
+      pool.back()->mem =
+          Arena(backend, ledger, MemCategory::buffers, i == 0 ? large_slot_ : small_slot_, t);
     }
   };
   // Stage 3 gathers units in the weights' type (with 16-bit weights a
   // gathered unit is then unpacked into a working copy).
-  if (stage == 3) fill(p_slots_, param_slots(table, plan, weights), MemCategory::parameters, weights);
+  if (stage == 3) fill(p_slots_, param_slots(table, plan, weights), weights);
   if (weights != DType::f32) working_ = WorkingCopies(backend, ledger, table);
   if (stage >= 2) {
-    fill(g_slots_, kGradSlots, MemCategory::gradients, DType::f32);
+    fill(g_slots_, kGradSlots, DType::f32);
     if (grads != DType::f32)
       for (auto& s : g_slots_)
-        s->bits = Arena(backend, ledger, MemCategory::gradients, s->mem.numel(), grads);
+        s->bits = Arena(backend, ledger, MemCategory::buffers, s->mem.numel(), grads);
   }
   // Summed slices land here (a reduce-scatter may not write into its own input).
   for (int i = 0; i < kRecvBuffers; ++i)
@@ -43,6 +51,11 @@ std::size_t ZeroStorage::large_slot_elements(const ZeroPlan& plan) {
   std::size_t n = 0;
   for (const auto& u : plan.units()) n = std::max(n, u.size());
   return n;
+}
+
+std::size_t ZeroStorage::accumulate_chunk_elements(const ZeroPlan& plan, int stage, DType grads) {
+  if (stage < 2 || grads == DType::f32) return 0;
+  return std::min(GradView::kChunk, plan.shard_size());
 }
 
 int ZeroStorage::param_slots(const TensorTable& table, const ZeroPlan& plan, DType weights) {
@@ -249,11 +262,11 @@ void ZeroStorage::complete_oldest_reduction() {
   reductions_.pop_front();
   comm_.wait(r.req);
   const ZeroUnit& U = plan_.units()[r.unit];
-  float* owned = owned_grads(r.unit);
+  void* owned = owned_grads(r.unit);
   const std::size_t n = plan_.slice(U);
   if (stage_ == 1) {  // one reduction per step: the sum is the owned slice
     const void* summed = U.persistent ? grad_bytes(g_full_, U.begin()) : r.recv;
-    if (summed != owned) backend_.convert(owned, DType::f32, summed, grads_, n);
+    if (summed != owned) backend_.copy(owned, summed, n * dtype_size(grads_));
     return;
   }
   // 16-bit: the sum is widened into the slot's f32 memory (idle since the
@@ -262,10 +275,23 @@ void ZeroStorage::complete_oldest_reduction() {
   if (sixteen_grads()) {
     backend_.convert(r.slot->mem.data(), DType::f32, U.persistent ? r.slot->bits.data() : r.recv,
                      grads_, n);
-    summed = r.slot->mem.f32();
+    accumulate(owned, r.slot->mem.f32(), n);
+  } else {
+    backend_.add(static_cast<float*>(owned), static_cast<float*>(owned), summed, n);
   }
-  backend_.add(owned, owned, summed, n);  // accumulate over micro-batches
   r.slot->unit = -1;
+}
+
+void ZeroStorage::accumulate(void* owned, const float* summed, std::size_t n) {
+  // Over micro-batches: each sum is added in f32 and the slice rounded once.
+  float* acc = accumulate_chunk_.f32();
+  for (std::size_t off = 0; off < n; off += accumulate_chunk_.numel()) {
+    const std::size_t k = std::min(accumulate_chunk_.numel(), n - off);
+    char* slice = static_cast<char*>(owned) + off * dtype_size(grads_);
+    backend_.convert(acc, DType::f32, slice, grads_, k);
+    backend_.add(acc, acc, summed + off, k);
+    backend_.convert(slice, grads_, acc, DType::f32, k);
+  }
 }
 
 void ZeroStorage::begin_step() {

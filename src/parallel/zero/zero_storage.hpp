@@ -12,8 +12,11 @@
 // stage 3 gathers 16-bit units, and a unit in use is unpacked into an f32
 // working copy (WorkingCopies). A 16-bit precision.reduce_dtype reduces
 // gradients in 16 bits (stage 1 also stores its full gradients so, with f32
-// working copies like the weights'); the owned, summed slices stay f32
-// (stage 1 with f32 gradients keeps them in place, in its full gradients).
+// working copies like the weights'). The owned, summed slices are model state
+// in the gradients' type (2 bytes with a 16-bit reduce_dtype, as the ZeRO
+// paper counts them): stage 1 keeps them in place, in its full gradients;
+// stages 2-3 widen each micro-batch's sum and the slice chunk by chunk to add
+// them. Gather slots, gradient slots and receive buffers are working buffers.
 #pragma once
 #include <deque>
 #include <memory>
@@ -67,20 +70,27 @@ class ZeroStorage final : public ModelStorage {
   void begin_step();       // zero the owned gradients (and stage 1's full ones)
   void finish_backward();  // complete every outstanding reduction
   // This rank's slice of unit u: its parameters (of param_dtype()) and its
-  // summed gradients.
+  // summed gradients (of grads_dtype()).
   void* owned_params(int u);
-  // Stage 1 with f32 gradients sums each slice in place, in the full
-  // gradients (no second copy); otherwise the slices are a shard of their own.
-  float* owned_grads(int u) {
+  DType grads_dtype() const { return grads_; }
+  // Stage 1 sums each slice in place, in the full gradients (no second
+  // copy); stages 2-3 keep the slices as a shard of their own. Unit u's slice
+  // starts at element owned_grads_first(u) of owned_grads_arena().
+  Arena& owned_grads_arena() { return grads_in_place() ? g_full_ : g_shard_; }
+  std::size_t owned_grads_first(int u) const {
     const ZeroUnit& U = plan_.units()[u];
-    return grads_in_place() ? g_full_.f32() + plan_.slice_begin(U) : g_shard_.f32() + U.shard_offset;
+    return grads_in_place() ? plan_.slice_begin(U) : U.shard_offset;
   }
-  // Calls f(owned gradients, length) for each unit's slice.
+  void* owned_grads(int u) { return grad_bytes(owned_grads_arena(), owned_grads_first(u)); }
+  // Calls f(arena, first element, length) for each unit's slice.
   template <class F> void for_each_owned_grads(F&& f) {
-    if (!grads_in_place()) return f(g_shard_.f32(), plan_.shard_size());
+    if (!grads_in_place()) return f(g_shard_, std::size_t(0), plan_.shard_size());
     for (std::size_t u = 0; u < plan_.units().size(); ++u)
-      f(owned_grads(int(u)), plan_.slice(plan_.units()[u]));
+      f(g_full_, owned_grads_first(int(u)), plan_.slice(plan_.units()[u]));
   }
+  // Stages 2-3 with 16-bit gradients: the f32 chunk in which a micro-batch's
+  // sum is added to the owned slice (elements).
+  static std::size_t accumulate_chunk_elements(const ZeroPlan& plan, int stage, DType grads);
   // Stages 1-2: every parameter, in the table's layout (null at stage 3).
   void* full_params() { return stage_ <= 2 ? p_full_.data() : nullptr; }
   void publish_params();  // stages 1-2: all-gather the updated slices
@@ -112,7 +122,8 @@ class ZeroStorage final : public ModelStorage {
   void complete_oldest_reduction();
   void* free_recv_buffer();
   bool sixteen_grads() const { return grads_ != DType::f32; }
-  bool grads_in_place() const { return stage_ == 1 && !sixteen_grads(); }
+  bool grads_in_place() const { return stage_ == 1; }
+  void accumulate(void* owned, const float* summed, std::size_t n);  // into 16-bit slices
   void* grad_bytes(Arena& a, std::size_t element) {
     return static_cast<char*>(a.data()) + element * dtype_size(a.dtype());
   }
@@ -128,6 +139,7 @@ class ZeroStorage final : public ModelStorage {
   Arena p_full_, g_full_, p_shard_, g_shard_;
   std::vector<std::unique_ptr<Slot>> p_slots_, g_slots_;
   std::vector<Arena> recv_buffers_;
+  Arena accumulate_chunk_;      // stages 2-3 with 16-bit gradients
   WorkingCopies working_;       // 16-bit weights only
   WorkingCopies grad_working_;  // stage 1 with 16-bit gradients only
   std::deque<Reduction> reductions_;
