@@ -6,7 +6,9 @@ For every row: a deck with the row's model and global batch, then
 predicted TFLOP/s per GPU with the published figure on the same basis (model
 FLOPs, or hardware FLOPs counting the recomputed forward) and the predicted fit
 with the published one (rows marked memory_comparable = yes: systems that keep
-Trident's 18 bytes of state per parameter). Fails unless the median absolute error is <= 15%, every
+Trident's 18 bytes of state per parameter). The attention column says whether
+the run kept the attention probabilities (stored: Megatron-era kernels, planned
+with --stored-attention) or used flash attention, as Trident does. Fails unless the median absolute error is <= 15%, every
 row is within 35%, and every fit verdict matches.
 
 usage: validate_published.py --trident BUILD/src/trident [--csv FILE] [--workdir DIR]
@@ -45,6 +47,8 @@ def predict(trident, row, workdir):
         cluster = os.path.join(REPO, cluster)
     cmd = [trident, "plan", deck, "--gpus", row["gpus"], "--cluster", cluster,
            "--layout", layout, "--json"]
+    if row["attention"] == "stored":
+        cmd.append("--stored-attention")
     out = subprocess.run(cmd, capture_output=True, text=True)
     if out.returncode != 0:
         raise SystemExit(f"{row['id']}: {' '.join(cmd)} exited {out.returncode}: {out.stderr}")

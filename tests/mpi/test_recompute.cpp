@@ -134,9 +134,9 @@ TEST(Recompute, FullKeepsOneBlockPlusTheSavedInputs) {
               "%.0f B; bound for full %.0f B\n", none4.activation_peak, sel4.activation_peak,
               full4.activation_peak, block, bound);
   EXPECT_LE(full4.activation_peak, bound);
-  // Selective drops exactly the attention probabilities (B x heads x T x T) of
-  // every block but keeps one block's worth to recompute them into.
-  EXPECT_EQ(none4.activation_peak - sel4.activation_peak, 3 * 1 * 4 * 16 * 16 * sizeof(float));
+  // Selective drops exactly the GELU output (B x T x 4 d_model) of every
+  // block but keeps one block's worth to recompute it into.
+  EXPECT_EQ(none4.activation_peak - sel4.activation_peak, 3 * 1 * 16 * (4 * 32) * sizeof(float));
 }
 
 TEST(Recompute, PartitionedInputsSaveMemoryUnderTensorParallelism) {
