@@ -1,11 +1,10 @@
 // What a block keeps of its forward for backward, and in which type.
 //  - none: every activation backward reads is saved per micro-batch;
-//  - selective: all but the GELU output (4 x d_model per token, a quarter of
-//    what a block keeps), which backward recomputes from the saved GELU
-//    input, one element-wise pass. Attention never keeps its T x T
-//    probabilities (flash attention saves a log-sum-exp per query), so the
-//    term Korthikanti et al. (2022, section 5) drop selectively is already
-//    gone in every mode;
+//  - selective: Korthikanti et al. (2022, section 5) drop the attention
+//    probabilities (heads x T x T per sequence) and recompute them. Flash
+//    attention never keeps them (a log-sum-exp per query and head, and
+//    backward recomputes the probabilities in every mode), so selective keeps
+//    exactly what none keeps: the mode stays valid and costs nothing extra;
 //  - full: only each block's input (the residual stream) is saved; backward
 //    reruns the block's forward from it, one block at a time (Chen et al.
 //    2016). Partitioned (ZeRO-R, Rajbhandari et al. 2020, section 6.1): under

@@ -9,8 +9,7 @@
 namespace trident {
 namespace {
 
-// cheap: what selective recompute drops (the GELU output, rebuilt from its input).
-enum class Kind { internal, stat, residual, cheap };
+enum class Kind { internal, stat, residual };
 struct ActSpec {
   const char* name;
   Kind kind;
@@ -34,14 +33,14 @@ std::vector<ActSpec> block_activations(const GptConfig& c, int micro_batch,
                      {"ln2", Kind::internal, BTl * C}, {"ln2_mean", Kind::stat, BTl},
                      {"ln2_rstd", Kind::stat, BTl}});
   if (tp.sp()) v.push_back({"ln2_full", Kind::internal, BT * C});
-  v.insert(v.end(), {{"fch", Kind::internal, BT * Fl}, {"fch_gelu", Kind::cheap, BT * Fl},
+  v.insert(v.end(), {{"fch", Kind::internal, BT * Fl}, {"fch_gelu", Kind::internal, BT * Fl},
                      {"res3", Kind::residual, BTl * C}});
   return v;
 }
 
 bool kept(const ActSpec& a, Recompute r) {
   if (r == Recompute::full) return a.kind == Kind::residual && std::string(a.name) == "res3";
-  return r == Recompute::none || a.kind != Kind::cheap;
+  return true;  // none and selective keep everything (see activation_policy.hpp)
 }
 bool kept_f32(const ActSpec& a, const ActivationPolicy& p) {
   return kept(a, p.recompute) &&
@@ -196,10 +195,6 @@ void GptModel::restore_block(int slot, int l, const Block& a, const float* x) {
   unpack_block(slot, l);
   if (policy_.recompute == Recompute::full) {
     block_forward(a, x, l, /*recompute=*/true);
-  } else if (policy_.recompute == Recompute::selective) {
-    const std::size_t n = std::size_t(BT_) * tp_.local_ff(cfg_);
-    backend_.gelu_forward(a.fch_gelu, a.fch, n);
-    round(a.fch_gelu, n);
   }
 }
 

@@ -194,10 +194,13 @@ void GptModel::backward_weights(int slot, int wbuf, const GradsReadyFn& ready, b
     const float* x_in = block_input(slot, l);
     // The weight ops read the block's saved inputs: what lives in the
     // working buffer is unpacked (16-bit) or recomputed again.
-    const bool reruns_block = policy_.recompute == Recompute::full;
-    if (reruns_block) st.need_params(u, Pass::backward);
-    restore_block(slot, l, a, x_in);
-    if (reruns_block) st.done_params(u);
+    if (policy_.recompute == Recompute::full) {
+      st.need_params(u, Pass::backward);
+      restore_block(slot, l, a, x_in);
+      st.done_params(u);
+    } else {
+      unpack_block(slot, l);
+    }
     st.need_grads(u);
     be.matmul_backward(nullptr, G(p + "mlp.proj.w"), G(p + "mlp.proj.b"), d("d_proj"), a.fch_gelu,
                        nullptr, BT, Fl, C);

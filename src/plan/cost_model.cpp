@@ -54,7 +54,7 @@ double layer_activation_bytes(const GptConfig& m, double tokens, int tp, bool sp
     return sbh * (replicated + 24.0 / tp + attention) * scale;
   }
   const double lse_bytes = 4.0 * tokens * m.heads / tp;
-  return sbh * (replicated + (selective ? 16.0 : 24.0) / tp) * scale + lse_bytes;
+  return sbh * (replicated + 24.0 / tp) * scale + lse_bytes;  // selective: the same
 }
 
 std::string Prediction::largest_cost() const {
@@ -117,7 +117,7 @@ Prediction predict_step(const Deck& deck, const GridShape& shape, const Cluster&
   const double scores = 2 * sm.gemm(s, s, h / m.heads, heads);
   const double kept = layer_activation_bytes(m, tokens, t, p.sequence_parallel, "none", false, w,
                                              stored_attention);
-  // What selective recompute drops: the probabilities, or (flash) the GELU output.
+  // What selective recompute drops: the probabilities (nothing under flash attention).
   const double dropped = kept - layer_activation_bytes(m, tokens, t, p.sequence_parallel,
                                                        "selective", false, w, stored_attention);
   const double elementwise = sm.bytes_time(kTrafficPerSavedByte * kept);

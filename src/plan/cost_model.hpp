@@ -44,8 +44,8 @@ struct Prediction {
 // layer keeps for one micro-batch of `tokens` on tp ranks. stored_attention:
 // the framework keeps the softmax probabilities (their 5as/h term; selective
 // recompute drops it). Otherwise attention is flash-style, as Trident's: an
-// f32 log-sum-exp per query and head instead, and selective recompute drops
-// the GELU output (8sbh/tp) as Trident's does.
+// f32 log-sum-exp per query and head instead, and selective recompute keeps
+// everything, as Trident's does.
 double layer_activation_bytes(const GptConfig& m, double tokens, int tp, bool sequence_parallel,
                               const std::string& recompute, bool partition, int dtype_bytes,
                               bool stored_attention);
