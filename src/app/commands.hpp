@@ -39,6 +39,7 @@ struct PlanOptions {
   std::string layout;  // tp=8,pp=4,...: predict this one; empty: rank every valid layout
   int top = 5;
   bool json = false;
+  bool stored_attention = false;  // model a framework that keeps the T x T probabilities
 };
 int plan_command(const PlanOptions& options);
 

@@ -6,6 +6,7 @@
 //   trident check DECK.toml --ranks N [--set section.key=value]... [--layouts FILE] [--json]
 //   trident plan DECK.toml --gpus N [--cluster NAME|FILE.toml] [--set ...]... [--top K]
 //                [--layout tp=8,pp=4,dp=16,v=2,mb=1,zero=1,sp=1,recompute=selective] [--json]
+//                [--stored-attention]
 #include <mpi.h>
 
 #include <fmt/format.h>
@@ -72,6 +73,9 @@ int run(int argc, char** argv, int rank) {
                        "Predict one layout: tp=8,pp=4,dp=16,v=2,mb=1,zero=1,sp=1,"
                        "recompute=selective[,offload=none]");
   plan_cmd->add_flag("--json", plan.json, "Print the plan as one JSON document");
+  plan_cmd->add_flag("--stored-attention", plan.stored_attention,
+                     "Model a framework that keeps the attention probabilities (Megatron-LM "
+                     "without flash attention) instead of Trident");
 
   TokenizeOptions tok;
   CLI::App* tok_cmd =

@@ -64,7 +64,7 @@ int plan_command(const PlanOptions& o) {
     if (!in) throw InputError(fmt::format("{}: cannot open the deck (does the file exist?)", o.deck));
     std::stringstream text;
     text << in.rdbuf();
-    const PlanRequest request{o.deck, text.str(), o.overrides, o.gpus};
+    const PlanRequest request{o.deck, text.str(), o.overrides, o.gpus, o.stored_attention};
     const std::vector<std::string> layout =
         o.layout.empty() ? std::vector<std::string>{} : layout_overrides(o.layout);
     const Cluster cluster = find_cluster(o.cluster);

@@ -83,13 +83,16 @@ class ComputeBackend {
   virtual void matmul_backward(float* dinp, float* dw, float* dbias, const float* dout,
                                const float* inp, const float* w, int N, int IC, int OC) = 0;
 
-  // Causal multi-head attention. qkv is (B, T, 3C) as [q | k | v]; att keeps the
-  // softmax probabilities (B, NH, T, T) for backward; out is (B, T, C).
-  virtual void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C,
+  // Causal multi-head attention. qkv is (B, T, 3C) as [q | k | v]; out is
+  // (B, T, C); lse (B, NH, T) gets each query's log-sum-exp of its scaled
+  // scores, which with q, k, v and out is all backward needs: the (T, T)
+  // probabilities are never kept (FlashAttention-2, Dao 2023).
+  virtual void attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C,
                                  int NH) = 0;
-  // datt is scratch of att's size.
-  virtual void attention_backward(float* dqkv, float* datt, const float* dout, const float* qkv,
-                                  const float* att, int B, int T, int C, int NH) = 0;
+  // Recomputes the probabilities from q, k and lse.
+  virtual void attention_backward(float* dqkv, const float* dout, const float* qkv,
+                                  const float* out, const float* lse, int B, int T, int C,
+                                  int NH) = 0;
 
   virtual void gelu_forward(float* out, const float* inp, std::size_t n) = 0;
   virtual void gelu_backward(float* dinp, const float* inp, const float* dout, std::size_t n) = 0;

@@ -40,7 +40,7 @@ const std::map<std::string, std::string>& meanings() {
       {"train.seed", "initialisation seed (layout-independent: any layout draws the same model)"},
       {"train.eval_every", "steps between validation passes (0: only at the end)"},
       {"train.eval_sequences", "validation sequences per pass (0: batch; a multiple of dp·micro_batch)"},
-      {"train.recompute", "activation checkpointing: `none`, `selective` (recompute the attention probabilities), `full` (keep only each block's input)"},
+      {"train.recompute", "activation checkpointing: `none`, `selective` (the same as `none`: attention never keeps its T x T probabilities, which selective would drop), `full` (keep only each block's input)"},
       {"train.partition_activations", "with `full`, tp > 1 and no SP: each tensor rank keeps 1/tp of every saved block input and the group all-gathers it for the recompute (ZeRO-R); micro_batch·seq_len divisible by tp"},
       {"precision.dtype", "`fp32`, `bf16` or `fp16`: the type weights are stored and computed with and activations stored in; fp32 masters and Adam moments are kept"},
       {"precision.reduce_dtype", "the type gradients are stored, accumulated and reduced in: `fp32`, or the weights' own 16-bit type, `bf16` or `fp16` (half the gradient memory and traffic; sums rounded at every addition)"},

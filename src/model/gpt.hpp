@@ -132,7 +132,7 @@ class GptModel {
 
  private:
   struct Block {  // activation pointers of one layer in one slot
-    float *ln1, *ln1_mean, *ln1_rstd, *ln1_full, *qkv, *atty, *att, *res2, *ln2, *ln2_mean,
+    float *ln1, *ln1_mean, *ln1_rstd, *ln1_full, *qkv, *atty, *lse, *res2, *ln2, *ln2_mean,
         *ln2_rstd, *ln2_full, *fch, *fch_gelu, *res3;
   };
   // A block's activations: in the slot where saved, else in the working buffer.

@@ -9,7 +9,7 @@
 namespace trident {
 namespace {
 
-enum class Kind { internal, stat, residual, probs };
+enum class Kind { internal, stat, residual };
 struct ActSpec {
   const char* name;
   Kind kind;
@@ -21,14 +21,15 @@ std::vector<ActSpec> block_activations(const GptConfig& c, int micro_batch,
                                        const TensorParallelLayout& tp) {
   const std::int64_t BT = std::int64_t(micro_batch) * c.seq_len, BTl = tp.local_tokens(int(BT));
   const std::int64_t C = c.d_model, Cl = tp.local_width(c), Fl = tp.local_ff(c);
-  const std::int64_t att = std::int64_t(micro_batch) * tp.local_heads(c) * c.seq_len * c.seq_len;
+  // Attention keeps one log-sum-exp per query and head, not the T x T probabilities.
+  const std::int64_t lse = std::int64_t(micro_batch) * tp.local_heads(c) * c.seq_len;
   // Residual stream and norms: this rank's tokens. Everything between the
   // column- and row-parallel layers: all tokens, this rank's features.
   std::vector<ActSpec> v{{"ln1", Kind::internal, BTl * C}, {"ln1_mean", Kind::stat, BTl},
                          {"ln1_rstd", Kind::stat, BTl}};
   if (tp.sp()) v.push_back({"ln1_full", Kind::internal, BT * C});
   v.insert(v.end(), {{"qkv", Kind::internal, BT * 3 * Cl}, {"atty", Kind::internal, BT * Cl},
-                     {"att", Kind::probs, att}, {"res2", Kind::residual, BTl * C},
+                     {"lse", Kind::stat, lse}, {"res2", Kind::residual, BTl * C},
                      {"ln2", Kind::internal, BTl * C}, {"ln2_mean", Kind::stat, BTl},
                      {"ln2_rstd", Kind::stat, BTl}});
   if (tp.sp()) v.push_back({"ln2_full", Kind::internal, BT * C});
@@ -39,7 +40,7 @@ std::vector<ActSpec> block_activations(const GptConfig& c, int micro_batch,
 
 bool kept(const ActSpec& a, Recompute r) {
   if (r == Recompute::full) return a.kind == Kind::residual && std::string(a.name) == "res3";
-  return r == Recompute::none || a.kind != Kind::probs;
+  return true;  // none and selective keep everything (see activation_policy.hpp)
 }
 bool kept_f32(const ActSpec& a, const ActivationPolicy& p) {
   return kept(a, p.recompute) &&
@@ -112,11 +113,10 @@ TensorTable GptModel::scratch_table(const GptConfig& c, int micro_batch,
   // gradients are never kept for the whole stack. Counted as activations.
   const std::int64_t BT = std::int64_t(micro_batch) * c.seq_len, BTl = tp.local_tokens(int(BT));
   const std::int64_t C = c.d_model, Cl = tp.local_width(c), Fl = tp.local_ff(c);
-  const std::int64_t att = std::int64_t(micro_batch) * tp.local_heads(c) * c.seq_len * c.seq_len;
   TensorTable t;
   auto add = [&t](std::string name, std::int64_t n) { add_flat(t, std::move(name), n); };
   add("full_c", BT * C), add("d_res", BTl * C), add("d_c", BT * C), add("d_3c", BT * 3 * Cl);
-  add("d_ff_a", BT * Fl), add("d_ff_b", BT * Fl), add("d_att", att);
+  add("d_ff_a", BT * Fl), add("d_ff_b", BT * Fl);
   if (tp.sp()) add("local_c", BTl * C), add("sp_pack", 4 * C);
   return t;
 }
@@ -130,7 +130,7 @@ GptModel::Block GptModel::block(int slot, int l) {
   const std::string p = fmt::format("h.{}.", l);
   auto a = [&](const char* n) { return home(slot, p, n); };
   const bool sp = tp_.sp();
-  Block b{a("ln1"), a("ln1_mean"), a("ln1_rstd"), nullptr, a("qkv"), a("atty"), a("att"),
+  Block b{a("ln1"), a("ln1_mean"), a("ln1_rstd"), nullptr, a("qkv"), a("atty"), a("lse"),
           a("res2"), a("ln2"), a("ln2_mean"), a("ln2_rstd"), nullptr, a("fch"), a("fch_gelu"),
           a("res3")};
   b.ln1_full = sp ? a("ln1_full") : b.ln1;  // without SP the local norm output is all tokens
@@ -179,11 +179,6 @@ void GptModel::restore_block(int slot, int l, const Block& a, const float* x) {
   unpack_block(slot, l);
   if (policy_.recompute == Recompute::full) {
     block_forward(a, x, l, /*recompute=*/true);
-  } else if (policy_.recompute == Recompute::selective) {
-    // Only the probabilities are wanted; the attention output lands in scratch.
-    backend_.attention_forward(scratch("d_3c"), a.att, a.qkv, B_, cfg_.seq_len,
-                               tp_.local_width(cfg_), tp_.local_heads(cfg_));
-    round(a.att, std::size_t(B_) * tp_.local_heads(cfg_) * cfg_.seq_len * cfg_.seq_len);
   }
 }
 

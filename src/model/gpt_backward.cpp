@@ -68,7 +68,7 @@ void GptModel::block_backward(int slot, int l, int wbuf, bool finalize) {
   const std::size_t nC = std::size_t(BT) * C * sizeof(float);
   const std::size_t nF = std::size_t(BT) * Fl * sizeof(float);
   float *d_res = scratch("d_res"), *d_c = scratch("d_c"), *d_3c = scratch("d_3c");
-  float *full = scratch("full_c"), *d_att = scratch("d_att");
+  float* full = scratch("full_c");
   float *d_ff_a = scratch("d_ff_a"), *d_ff_b = scratch("d_ff_b");
   const std::string p = fmt::format("h.{}.", l);
   auto gw = [&](const char* n) { return weights_now ? G(p + n) : nullptr; };
@@ -107,7 +107,7 @@ void GptModel::block_backward(int slot, int l, int wbuf, bool finalize) {
                      P(p + "attn.proj.w"), BT, Cl, C);
   round(d_c, std::size_t(BT) * Cl);
   be.zero(d_3c, 3 * std::size_t(BT) * Cl * sizeof(float));
-  be.attention_backward(d_3c, d_att, d_c, a.qkv, a.att, B, T, Cl, NHl);
+  be.attention_backward(d_3c, d_c, a.qkv, a.atty, a.lse, B, T, Cl, NHl);
   round(d_3c, 3 * std::size_t(BT) * Cl);
   keep("d_qkv", d_3c, 3 * std::size_t(BT) * Cl);
   be.zero(d_c, nC);

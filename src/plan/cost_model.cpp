@@ -43,13 +43,18 @@ struct StepModel {
 }  // namespace
 
 double layer_activation_bytes(const GptConfig& m, double tokens, int tp, bool sp,
-                              Recompute recompute, bool partition, int dtype_bytes) {
+                              Recompute recompute, bool partition, int dtype_bytes,
+                              bool stored_attention) {
   const double sbh = tokens * m.d_model, scale = dtype_bytes / 2.0;  // the paper counts 16-bit
   const double replicated = sp ? 10.0 / tp : 10.0;  // norms and dropouts, sharded only by SP
   if (recompute == Recompute::full) return 2 * sbh * scale / (sp || partition ? tp : 1);
-  const double attention =
-      recompute == Recompute::selective ? 0 : 5.0 * m.heads * m.seq_len / m.d_model / tp;
-  return sbh * (replicated + 24.0 / tp + attention) * scale;
+  const bool selective = recompute == Recompute::selective;
+  if (stored_attention) {
+    const double attention = selective ? 0 : 5.0 * m.heads * m.seq_len / m.d_model / tp;
+    return sbh * (replicated + 24.0 / tp + attention) * scale;
+  }
+  const double lse_bytes = 4.0 * tokens * m.heads / tp;
+  return sbh * (replicated + 24.0 / tp) * scale + lse_bytes;  // selective: the same
 }
 
 std::string Prediction::largest_cost() const {
@@ -70,7 +75,7 @@ std::string Prediction::reason() const {
 }
 
 Prediction predict_step(const Deck& deck, const GridShape& shape, const Cluster& cluster,
-                        const MemoryEstimate& state) {
+                        const MemoryEstimate& state, bool stored_attention) {
   const GptConfig& m = deck.model;
   const auto& par = deck.parallel;
   Prediction p;
@@ -110,19 +115,23 @@ Prediction predict_step(const Deck& deck, const GridShape& shape, const Cluster&
                         sm.gemm(tokens, 4 * h / t, h) + sm.gemm(tokens, h, 4 * h / t);
   const double heads = double(p.micro_batch) * m.heads / t;
   const double scores = 2 * sm.gemm(s, s, h / m.heads, heads);
-  const double kept =
-      layer_activation_bytes(m, tokens, t, p.sequence_parallel, Recompute::none, false, w);
-  const double kept_scores = kept - layer_activation_bytes(m, tokens, t, p.sequence_parallel,
-                                                           Recompute::selective, false, w);
+  const double kept = layer_activation_bytes(m, tokens, t, p.sequence_parallel, Recompute::none,
+                                             false, w, stored_attention);
+  // What selective recompute drops: the probabilities (nothing under flash attention).
+  const double dropped = kept - layer_activation_bytes(m, tokens, t, p.sequence_parallel,
+                                                       Recompute::selective, false, w,
+                                                       stored_attention);
   const double elementwise = sm.bytes_time(kTrafficPerSavedByte * kept);
-  const double softmax = sm.bytes_time(kTrafficPerSavedByte * kept_scores);
+  const double rebuilt = sm.bytes_time(kTrafficPerSavedByte * dropped);
   // Two all-reduces per layer each way (Megatron section 3); SP's all-gather +
   // reduce-scatter pairs move the same bytes (Korthikanti section 4.2.2).
   const double tp_comm = 2 * all_reduce(tokens * h * w, t, link_for(t, 1));
   const double forward = linear + scores + elementwise;
   double recompute = 0;
   if (p.recompute == Recompute::full) recompute = forward + tp_comm;
-  if (p.recompute == Recompute::selective) recompute = scores + softmax;
+  if (p.recompute == Recompute::selective) recompute = (stored_attention ? scores : 0) + rebuilt;
+  // Flash attention's backward recomputes Q K^T from the saved log-sum-exp.
+  if (!stored_attention) recompute += scores / 2;
 
   // Logits on the last stage: the tied head's GEMM forward and twice backward,
   // f32 softmax cross-entropy over the rank's vocabulary shard.
@@ -192,8 +201,10 @@ Prediction predict_step(const Deck& deck, const GridShape& shape, const Cluster&
   const double model_flops = gpt_flops_per_token(m) * step_tokens;
   const double attention_fwd = 4.0 * m.layers * h * s * step_tokens;  // QK^T and AV, forward
   const double layer_fwd = 2.0 * 12 * h * h * m.layers * step_tokens + attention_fwd;
-  const double extra = p.recompute == Recompute::full ? layer_fwd
-                       : p.recompute == Recompute::selective ? attention_fwd : 0.0;
+  const double qk_again = stored_attention ? 0.0 : attention_fwd / 2;  // flash backward's Q K^T
+  const double extra = p.recompute == Recompute::full ? layer_fwd + qk_again
+                       : p.recompute == Recompute::selective && stored_attention ? attention_fwd
+                                                                                 : qk_again;
   const double gpus = shape.size();
   p.tokens_per_s_per_gpu = step_tokens / p.step_s / gpus;
   p.model_tflops = model_flops / p.step_s / gpus / 1e12;
@@ -204,7 +215,8 @@ Prediction predict_step(const Deck& deck, const GridShape& shape, const Cluster&
   // one the logits; the fuller of the two bounds the layout.
   const ScheduleKind kind = par.schedule;
   const double per_layer = layer_activation_bytes(m, tokens, t, p.sequence_parallel, p.recompute,
-                                                  deck.train.partition_activations, w);
+                                                  deck.train.partition_activations, w,
+                                                  stored_attention);
   const double layers_per_chunk = double(m.layers) / (pp * v);
   auto stage_activations = [&](int stage) {
     const auto actions = build_schedule(kind, pp, stage, mbs, v);

@@ -42,13 +42,18 @@ struct Prediction {
 };
 
 // Korthikanti et al. (2022) Table 2: bytes of activations one transformer
-// layer keeps for one micro-batch of `tokens` on tp ranks.
+// layer keeps for one micro-batch of `tokens` on tp ranks. stored_attention:
+// the framework keeps the softmax probabilities (their 5as/h term; selective
+// recompute drops it). Otherwise attention is flash-style, as Trident's: an
+// f32 log-sum-exp per query and head instead, and selective recompute keeps
+// everything, as Trident's does.
 double layer_activation_bytes(const GptConfig& m, double tokens, int tp, bool sequence_parallel,
-                              Recompute recompute, bool partition, int dtype_bytes);
+                              Recompute recompute, bool partition, int dtype_bytes,
+                              bool stored_attention);
 
 // `deck` already resolved for `shape` (resolve_layout); `state` is
 // estimate_memory(deck, shape, deck.zero.stage).
 Prediction predict_step(const Deck& deck, const GridShape& shape, const Cluster& cluster,
-                        const MemoryEstimate& state);
+                        const MemoryEstimate& state, bool stored_attention);
 
 }  // namespace trident

@@ -117,7 +117,7 @@ Prediction plan_layout(const PlanRequest& r, const std::vector<std::string>& lay
                        const Cluster& cluster) {
   auto [deck, shape] = resolve(r, layout);
   const MemoryEstimate state = estimate_memory(deck, shape, deck.zero.stage);
-  return predict_step(deck, shape, cluster, state);
+  return predict_step(deck, shape, cluster, state, r.stored_attention);
 }
 
 PlanResult plan_all(const PlanRequest& r, const Cluster& cluster) {
@@ -154,7 +154,7 @@ PlanResult plan_all(const PlanRequest& r, const Cluster& cluster) {
                   auto it = states.find(key);
                   if (it == states.end())
                     it = states.emplace(key, estimate_memory(deck, shape, zero)).first;
-                  Prediction p = predict_step(deck, shape, cluster, it->second);
+                  Prediction p = predict_step(deck, shape, cluster, it->second, r.stored_attention);
                   (p.fits() ? out.fitting : out.too_large).push_back(std::move(p));
                 } catch (const InputError&) {
                   ++out.invalid;

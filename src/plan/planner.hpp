@@ -15,6 +15,9 @@ struct PlanRequest {
   std::string deck_text;               // read once; every candidate re-parses it
   std::vector<std::string> overrides;  // the user's --set
   int gpus = 1;
+  // Plan for a framework that keeps the attention probabilities (Megatron-LM
+  // without flash attention, as in the published runs) instead of Trident.
+  bool stored_attention = false;
 };
 
 // "tp=8,pp=4,dp=16,v=2,mb=1,zero=1,sp=1,recompute=selective[,offload=none]"

@@ -85,13 +85,13 @@ TEST_F(CudaForward, CausalAttention) {
   struct Shape { int B, T, C, NH; };
   for (Shape s : {Shape{2, 19, 24, 3}, Shape{1, 64, 128, 2}, Shape{3, 1, 8, 1}}) {
     const auto qkv = random_vector(std::size_t(s.B) * s.T * 3 * s.C, 11, -2, 2);
-    const std::size_t n_att = std::size_t(s.B) * s.NH * s.T * s.T;
-    auto out = nan_vector(std::size_t(s.B) * s.T * s.C), att = nan_vector(n_att);
-    cpu->attention_forward(out.data(), att.data(), qkv.data(), s.B, s.T, s.C, s.NH);
-    float *go = d.poisoned(out.size()), *ga = d.poisoned(n_att);
-    gpu->attention_forward(go, ga, d.upload(qkv), s.B, s.T, s.C, s.NH);
+    const std::size_t n_lse = std::size_t(s.B) * s.NH * s.T;
+    auto out = nan_vector(std::size_t(s.B) * s.T * s.C), lse = nan_vector(n_lse);
+    cpu->attention_forward(out.data(), lse.data(), qkv.data(), s.B, s.T, s.C, s.NH);
+    float *go = d.poisoned(out.size()), *gl = d.poisoned(n_lse);
+    gpu->attention_forward(go, gl, d.upload(qkv), s.B, s.T, s.C, s.NH);
     EXPECT_TRUE(matches_cpu(d.download(go, out.size()), out)) << "out, T " << s.T;
-    EXPECT_TRUE(matches_cpu(d.download(ga, n_att), att)) << "probabilities, T " << s.T;
+    EXPECT_TRUE(matches_cpu(d.download(gl, n_lse), lse)) << "log-sum-exp, T " << s.T;
   }
 }
 

@@ -1,7 +1,10 @@
 // The memory estimate lands within 10% of what the trainer allocates, for every
-// deck in input/ (one rank; the decks' data replaced by a small shard).
+// deck in input/ (one rank; the decks' data replaced by a small shard); its
+// activations grow linearly in the sequence length (flash attention).
 #include <gtest/gtest.h>
 #include <mpi.h>
+
+#include <fmt/format.h>
 
 #include <filesystem>
 
@@ -49,7 +52,8 @@ TEST(Estimate, Stage3ModelStateIsThePapersFormulaAndBuffersStayBounded) {
     double buffers_at_4 = 0;
     for (const int dp : {4, 8}) {
       std::vector<std::string> sets = {"parallel.dp=" + std::to_string(dp), "zero.stage=3"};
-      if (bf16) sets.insert(sets.end(), {"precision.dtype=\"bf16\"", "precision.reduce_dtype=\"bf16\""});
+      if (bf16)
+        sets.insert(sets.end(), {"precision.dtype=\"bf16\"", "precision.reduce_dtype=\"bf16\""});
       Deck d = load_deck(deck, sets);
       const GridShape shape = resolve_layout(d, dp);
       const MemoryEstimate e = estimate_memory(d, shape, 3);
@@ -61,5 +65,28 @@ TEST(Estimate, Stage3ModelStateIsThePapersFormulaAndBuffersStayBounded) {
       if (dp == 4) buffers_at_4 = buffers;
       else EXPECT_LE(buffers, buffers_at_4);  // no buffer grows with 1/dp of the model
     }
+  }
+}
+
+// Flash attention keeps a log-sum-exp per query and head, not the (T, T)
+// probabilities: doubling the sequence at most doubles the activations (the
+// probabilities alone would grow them 4x: at T = 1024 they are already about twice
+// everything else in input/long-context.toml's blocks).
+TEST(Estimate, ActivationsGrowLinearlyInSequenceLength) {
+  const std::string dir = trident::testing::scratch_dir("estimate_seq");
+  const std::string shard = trident::testing::make_text_shard(dir, "train.bin", 5000);
+  auto activations = [&](int seq_len, const char* recompute) {
+    Deck d = load_deck(std::string(TRIDENT_INPUT_DIR) + "/long-context.toml",
+                       {"data.train=\"" + shard + "\"", fmt::format("model.seq_len={}", seq_len),
+                        fmt::format("train.recompute=\"{}\"", recompute)});
+    return estimate_memory(d, resolve_layout(d, 1), 0).bytes[int(MemCategory::activations)];
+  };
+  for (const char* recompute : {"none", "selective", "full"}) {
+    SCOPED_TRACE(recompute);
+    const double a1 = activations(1024, recompute), a2 = activations(2048, recompute),
+                 a4 = activations(4096, recompute);
+    EXPECT_LE(a2, 2.0 * a1 * 1.001);
+    EXPECT_LE(a4, 2.0 * a2 * 1.001);
+    EXPECT_GE(a4, 1.9 * a2);  // still linear, not constant
   }
 }

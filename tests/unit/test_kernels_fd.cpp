@@ -103,24 +103,35 @@ TEST(KernelsFiniteDifference, Matmul) {
   expect_matches_fd("bias", b, db, loss);
 }
 
+// Flash attention: T = 1, T inside one tile, and T past one tile, not a
+// multiple of it (narrow heads there, to keep the differences cheap).
 TEST(KernelsFiniteDifference, CausalAttention) {
-  Vec qkv = random_vec(B * T * 3 * C, 12), R = random_vec(B * T * C, 13);
-  Vec out(B * T * C), att(B * NH * T * T);
-  auto loss = [&] {
-    cpu::attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH);
-    return dot(out, R);
+  struct Case {
+    int B, T, C, NH;
   };
-  loss();
-  Vec dqkv(qkv.size(), 0.0), datt(att.size());
-  cpu::attention_backward(dqkv.data(), datt.data(), R.data(), qkv.data(), att.data(), B, T, C, NH);
-  expect_matches_fd("qkv", qkv, dqkv, loss);
-  // Causality: output at t=0 must not depend on later positions.
-  Vec q2 = qkv;
-  q2[(T - 1) * 3 * C + 2 * C] += 1.0;  // perturb v of the last position of batch 0
-  Vec out2(out.size()), att2(att.size());
-  cpu::attention_forward(out2.data(), att2.data(), q2.data(), B, T, C, NH);
-  cpu::attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH);
-  for (int c = 0; c < C; ++c) EXPECT_EQ(out[c], out2[c]);
+  for (const Case s : {Case{B, 1, C, NH}, Case{B, T, C, NH}, Case{1, cpu::kAttentionTile + 3, 4, 2}}) {
+    const int B = s.B, T_ = s.T, C = s.C, NH = s.NH;
+    SCOPED_TRACE(T_);
+    Vec qkv = random_vec(B * T_ * 3 * C, 12), R = random_vec(B * T_ * C, 13);
+    Vec out(B * T_ * C), lse(B * NH * T_);
+    auto loss = [&] {
+      cpu::attention_forward(out.data(), lse.data(), qkv.data(), B, T_, C, NH);
+      return dot(out, R);
+    };
+    loss();
+    Vec dqkv(qkv.size(), 0.0);
+    cpu::attention_backward(dqkv.data(), R.data(), qkv.data(), out.data(), lse.data(), B, T_, C,
+                            NH);
+    expect_matches_fd("qkv", qkv, dqkv, loss);
+    // Causality: output at t=0 must not depend on later positions.
+    Vec q2 = qkv;
+    q2[(T_ - 1) * 3 * C + 2 * C] += 1.0;  // perturb v of the last position of batch 0
+    Vec out2(out.size()), lse2(lse.size());
+    cpu::attention_forward(out2.data(), lse2.data(), q2.data(), B, T_, C, NH);
+    cpu::attention_forward(out.data(), lse.data(), qkv.data(), B, T_, C, NH);
+    if (T_ > 1)
+      for (int c = 0; c < C; ++c) EXPECT_EQ(out[c], out2[c]);
+  }
 }
 
 TEST(KernelsFiniteDifference, Gelu) {

@@ -125,13 +125,13 @@ class CpuBackend final : public ComputeBackend {
                        const float* w, int N, int IC, int OC) override {
     cpu::matmul_backward(dinp, dw, dbias, dout, inp, w, N, IC, OC);
   }
-  void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C,
+  void attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C,
                          int NH) override {
-    cpu::attention_forward(out, att, qkv, B, T, C, NH);
+    cpu::attention_forward(out, lse, qkv, B, T, C, NH);
   }
-  void attention_backward(float* dqkv, float* datt, const float* dout, const float* qkv,
-                          const float* att, int B, int T, int C, int NH) override {
-    cpu::attention_backward(dqkv, datt, dout, qkv, att, B, T, C, NH);
+  void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
+                          const float* lse, int B, int T, int C, int NH) override {
+    cpu::attention_backward(dqkv, dout, qkv, out, lse, B, T, C, NH);
   }
   void gelu_forward(float* out, const float* inp, std::size_t n) override {
     cpu::gelu_forward(out, inp, n);

@@ -33,11 +33,17 @@ void matmul_forward(T* out, const T* inp, const T* w, const T* bias, int N, int 
 template <class T>
 void matmul_backward(T* dinp, T* dw, T* dbias, const T* dout, const T* inp, const T* w, int N,
                      int IC, int OC);
+// Causal attention, flash-style (attention.cpp): qkv (B, T, 3C) as [q | k | v],
+// out (B, T, C), lse (B, NH, T) the log-sum-exp of each row's scaled scores,
+// all backward needs besides q, k, v, out and dout (no T x T matrix).
+// Queries and keys per tile (larger tiles amortise the BLAS calls; at 128 one
+// thread's scores tile is 64 KiB).
+constexpr int kAttentionTile = 128;
 template <class T>
-void attention_forward(T* out, T* att, const T* qkv, int B, int T_, int C, int NH);
+void attention_forward(T* out, T* lse, const T* qkv, int B, int T_, int C, int NH);
 template <class T>
-void attention_backward(T* dqkv, T* datt, const T* dout, const T* qkv, const T* att, int B, int T_,
-                        int C, int NH);
+void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const T* lse, int B,
+                        int T_, int C, int NH);
 template <class T>
 void gelu_forward(T* out, const T* inp, std::size_t n);
 template <class T>

@@ -1,6 +1,8 @@
 // The element-wise half of causal attention: the masked softmax between the
-// two batched GEMMs of forward, and its backward. One warp per row of the
-// (B, NH, T, T) score tensor; row r is query t = r % T and sees keys 0..t.
+// two batched GEMMs of forward (which also yields each row's log-sum-exp, the
+// only statistic the seam keeps), the probabilities again from that
+// log-sum-exp for backward, and the softmax backward. One warp per row of a
+// (rows, T) score block; row r is query t = r % T and sees keys 0..t.
 #include "compute/cuda/device_math.cuh"
 #include "compute/cuda/launch.hpp"
 
@@ -12,7 +14,7 @@ constexpr int kWarps = 8;
 // In place: scores (already scaled by the GEMM) -> probabilities; zeros above
 // the diagonal so the P.V GEMM may run over the whole row.
 template <class S>
-__global__ void causal_softmax_forward_kernel(S* att, std::size_t rows, int T) {
+__global__ void causal_softmax_forward_kernel(S* att, float* lse, std::size_t rows, int T) {
   const std::size_t row = std::size_t(blockIdx.x) * kWarps + (threadIdx.x >> 5);
   const int lane = threadIdx.x & 31;
   if (row >= rows) return;
@@ -23,9 +25,23 @@ __global__ void causal_softmax_forward_kernel(S* att, std::size_t rows, int T) {
   mx = warp_reduce(mx, MaxOp{});
   float sum = 0;
   for (int j = lane; j <= t; j += 32) sum += expf(to_f32(p[j]) - mx);
-  const float inv = 1.0f / warp_reduce(sum, SumOp{});
+  sum = warp_reduce(sum, SumOp{});
+  const float inv = 1.0f / sum;
   for (int j = lane; j < T; j += 32)
     p[j] = from_f32<S>(j <= t ? expf(to_f32(p[j]) - mx) * inv : 0.0f);
+  if (lane == 0) lse[row] = mx + logf(sum);
+}
+
+// In place: scaled scores -> exp(score - lse), the forward's probabilities.
+template <class S>
+__global__ void causal_softmax_recompute_kernel(S* att, const float* lse, std::size_t rows, int T) {
+  const std::size_t row = std::size_t(blockIdx.x) * kWarps + (threadIdx.x >> 5);
+  const int lane = threadIdx.x & 31;
+  if (row >= rows) return;
+  const int t = int(row % T);
+  const float l = lse[row];
+  S* p = att + row * T;
+  for (int j = lane; j < T; j += 32) p[j] = from_f32<S>(j <= t ? expf(to_f32(p[j]) - l) : 0.0f);
 }
 
 template <class S>
@@ -48,9 +64,15 @@ unsigned blocks_for(std::size_t rows) { return unsigned((rows + kWarps - 1) / kW
 }  // namespace
 
 template <class S>
-void causal_softmax_forward(S* att, std::size_t rows, int T, cudaStream_t s) {
+void causal_softmax_forward(S* att, float* lse, std::size_t rows, int T, cudaStream_t s) {
   if (rows == 0) return;
-  causal_softmax_forward_kernel<<<blocks_for(rows), kWarps * 32, 0, s>>>(att, rows, T);
+  causal_softmax_forward_kernel<<<blocks_for(rows), kWarps * 32, 0, s>>>(att, lse, rows, T);
+}
+
+template <class S>
+void causal_softmax_recompute(S* att, const float* lse, std::size_t rows, int T, cudaStream_t s) {
+  if (rows == 0) return;
+  causal_softmax_recompute_kernel<<<blocks_for(rows), kWarps * 32, 0, s>>>(att, lse, rows, T);
 }
 
 template <class S>
@@ -60,7 +82,8 @@ void causal_softmax_backward(S* datt, const S* att, std::size_t rows, int T, cud
 }
 
 #define TRIDENT_INSTANTIATE(S)                                                     \
-  template void causal_softmax_forward<S>(S*, std::size_t, int, cudaStream_t);      \
+  template void causal_softmax_forward<S>(S*, float*, std::size_t, int, cudaStream_t); \
+  template void causal_softmax_recompute<S>(S*, const float*, std::size_t, int, cudaStream_t); \
   template void causal_softmax_backward<S>(S*, const S*, std::size_t, int, cudaStream_t);
 TRIDENT_GPU_STORAGE_TYPES(TRIDENT_INSTANTIATE)
 #undef TRIDENT_INSTANTIATE

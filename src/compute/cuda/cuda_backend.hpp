@@ -68,10 +68,10 @@ class CudaBackend final : public ComputeBackend {
                       int IC, int OC) override;
   void matmul_backward(float* dinp, float* dw, float* dbias, const float* dout, const float* inp,
                        const float* w, int N, int IC, int OC) override;
-  void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C,
+  void attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C,
                          int NH) override;
-  void attention_backward(float* dqkv, float* datt, const float* dout, const float* qkv,
-                          const float* att, int B, int T, int C, int NH) override;
+  void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
+                          const float* lse, int B, int T, int C, int NH) override;
   void gelu_forward(float* out, const float* inp, std::size_t n) override;
   void gelu_backward(float* dinp, const float* inp, const float* dout, std::size_t n) override;
   void add(float* out, const float* a, const float* b, std::size_t n) override;

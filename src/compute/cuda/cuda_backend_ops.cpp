@@ -65,53 +65,55 @@ void CudaBackend::matmul_backward(float* dinp, float* dw, float* dbias, const fl
 
 // Per sequence b, one strided-batched GEMM over the NH heads: head h's q, k, v
 // start hs columns after head h-1's in the (T, 3C) rows of qkv, its scores
-// T*T after in att, its output hs columns after in (T, C).
-void CudaBackend::attention_forward(float* out, float* att, const float* qkv, int B, int T, int C,
+// T*T after in the probabilities, its output hs columns after in (T, C). The
+// probabilities of one sequence live in the backend's scratch for the op
+// only; what crosses the seam is the log-sum-exp, from which backward
+// rebuilds them (a GEMM and an element-wise pass instead of keeping T*T).
+void CudaBackend::attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C,
                                     int NH) {
   const int hs = C / NH, C3 = 3 * C;
   const float scale = 1.0f / std::sqrt(float(hs));
   const long long TT = (long long)T * T;
+  float* P = static_cast<float*>(scratch(std::size_t(NH) * TT * sizeof(float)));
   run("attention_forward", [&] {
     for (int b = 0; b < B; ++b) {
       const float* q = qkv + std::size_t(b) * T * C3;
-      float* P = att + std::size_t(b) * NH * TT;
       gemms_->gemm_strided(false, true, T, T, hs, scale, q, C3, hs, q + C, C3, hs, 0.0f, P, T, TT,
                            NH);  // S = scale Q K^T
-    }
-    gpu::causal_softmax_forward(att, std::size_t(B) * NH * T, T, stream_);
-    for (int b = 0; b < B; ++b) {
-      const float* v = qkv + std::size_t(b) * T * C3 + 2 * C;
-      gemms_->gemm_strided(false, false, T, hs, T, 1.0f, att + std::size_t(b) * NH * TT, T, TT, v,
-                           C3, hs, 0.0f, out + std::size_t(b) * T * C, C, hs, NH);  // O = P V
+      gpu::causal_softmax_forward(P, lse + std::size_t(b) * NH * T, std::size_t(NH) * T, T,
+                                  stream_);
+      gemms_->gemm_strided(false, false, T, hs, T, 1.0f, P, T, TT, q + 2 * C, C3, hs, 0.0f,
+                           out + std::size_t(b) * T * C, C, hs, NH);  // O = P V
     }
   });
 }
 
-void CudaBackend::attention_backward(float* dqkv, float* datt, const float* dout, const float* qkv,
-                                     const float* att, int B, int T, int C, int NH) {
+void CudaBackend::attention_backward(float* dqkv, const float* dout, const float* qkv,
+                                     const float* out, const float* lse, int B, int T, int C,
+                                     int NH) {
+  (void)out;  // the softmax backward takes rowsum(P * dP), which equals dO . O
   const int hs = C / NH, C3 = 3 * C;
   const float scale = 1.0f / std::sqrt(float(hs));
   const long long TT = (long long)T * T;
+  float* P = static_cast<float*>(scratch(2 * std::size_t(NH) * TT * sizeof(float)));
+  float* dP = P + std::size_t(NH) * TT;
   run("attention_backward", [&] {
     for (int b = 0; b < B; ++b) {
-      const float* v = qkv + std::size_t(b) * T * C3 + 2 * C;
-      float* dv = dqkv + std::size_t(b) * T * C3 + 2 * C;
-      const float* P = att + std::size_t(b) * NH * TT;
-      float* dP = datt + std::size_t(b) * NH * TT;
+      const float *q = qkv + std::size_t(b) * T * C3, *k = q + C, *v = q + 2 * C;
+      float *dq = dqkv + std::size_t(b) * T * C3, *dk = dq + C, *dv = dq + 2 * C;
       const float* dO = dout + std::size_t(b) * T * C;
+      gemms_->gemm_strided(false, true, T, T, hs, scale, q, C3, hs, k, C3, hs, 0.0f, P, T, TT,
+                           NH);  // S = scale Q K^T, again
+      gpu::causal_softmax_recompute(P, lse + std::size_t(b) * NH * T, std::size_t(NH) * T, T,
+                                    stream_);
       gemms_->gemm_strided(false, true, T, T, hs, 1.0f, dO, C, hs, v, C3, hs, 0.0f, dP, T, TT,
                            NH);  // dP = dO V^T
       gemms_->gemm_strided(true, false, T, hs, T, 1.0f, P, T, TT, dO, C, hs, 1.0f, dv, C3, hs,
                            NH);  // dV += P^T dO
-    }
-    gpu::causal_softmax_backward(datt, att, std::size_t(B) * NH * T, T, stream_);  // dP -> dS
-    for (int b = 0; b < B; ++b) {
-      const float *q = qkv + std::size_t(b) * T * C3, *k = q + C;
-      float *dq = dqkv + std::size_t(b) * T * C3, *dk = dq + C;
-      const float* dS = datt + std::size_t(b) * NH * TT;
-      gemms_->gemm_strided(false, false, T, hs, T, scale, dS, T, TT, k, C3, hs, 1.0f, dq, C3, hs,
+      gpu::causal_softmax_backward(dP, P, std::size_t(NH) * T, T, stream_);  // dP -> dS
+      gemms_->gemm_strided(false, false, T, hs, T, scale, dP, T, TT, k, C3, hs, 1.0f, dq, C3, hs,
                            NH);  // dQ += scale dS K
-      gemms_->gemm_strided(true, false, T, hs, T, scale, dS, T, TT, q, C3, hs, 1.0f, dk, C3, hs,
+      gemms_->gemm_strided(true, false, T, hs, T, scale, dP, T, TT, q, C3, hs, 1.0f, dk, C3, hs,
                            NH);  // dK += scale dS^T Q
     }
   });

@@ -46,9 +46,13 @@ template <class S>
 void add_bias(S* out, const S* bias, int N, int OC, cudaStream_t s);
 
 // Causal softmax over `rows` rows of length T, row r being query r % T
-// (attention.cu): in place, on scores already scaled; zeros above the diagonal.
+// (attention.cu): in place, on scores already scaled; zeros above the
+// diagonal; lse[r] = log sum_j exp(score_rj).
 template <class S>
-void causal_softmax_forward(S* att, std::size_t rows, int T, cudaStream_t s);
+void causal_softmax_forward(S* att, float* lse, std::size_t rows, int T, cudaStream_t s);
+// The same probabilities from scaled scores and that lse: exp(score - lse).
+template <class S>
+void causal_softmax_recompute(S* att, const float* lse, std::size_t rows, int T, cudaStream_t s);
 // In place on datt: dS = P * (dP - rowsum(P * dP)), zeros above the diagonal.
 template <class S>
 void causal_softmax_backward(S* datt, const S* att, std::size_t rows, int T, cudaStream_t s);

@@ -1,0 +1,66 @@
+// Causal attention forward + backward: the flash kernels the CPU backend runs
+// (compute/cpu/attention.cpp) against the (T, T) probability-matrix kernels
+// they replaced (tests/support/attention_reference.hpp), at a few sequence
+// lengths, batch 2, 4 heads of 64.
+//   build/perf/bench_attention [--benchmark_filter=...]
+#include <benchmark/benchmark.h>
+
+#include <random>
+#include <vector>
+
+#include "compute/backend.hpp"
+#include "support/attention_reference.hpp"
+
+namespace {
+
+constexpr int kB = 2, kC = 256, kNH = 4;  // hs = 64
+
+std::vector<float> random_vec(std::size_t n, unsigned seed) {
+  std::mt19937 g(seed);
+  std::normal_distribution<float> d(0, 1);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(g);
+  return v;
+}
+
+trident::ComputeBackend& backend() {  // sets the thread counts the training run uses
+  static auto be = trident::make_cpu_backend(0);
+  return *be;
+}
+
+void BM_FlashAttention(benchmark::State& st) {
+  const int T = int(st.range(0));
+  trident::ComputeBackend& be = backend();
+  const auto qkv = random_vec(std::size_t(kB) * T * 3 * kC, 1);
+  const auto dout = random_vec(std::size_t(kB) * T * kC, 2);
+  std::vector<float> out(dout.size()), lse(std::size_t(kB) * kNH * T), dqkv(qkv.size());
+  for (auto _ : st) {
+    be.attention_forward(out.data(), lse.data(), qkv.data(), kB, T, kC, kNH);
+    be.attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(), kB, T, kC,
+                          kNH);
+    benchmark::DoNotOptimize(dqkv.data());
+  }
+  st.counters["saved_bytes"] = double(lse.size() * sizeof(float));
+}
+
+void BM_ProbabilityMatrixAttention(benchmark::State& st) {
+  const int T = int(st.range(0));
+  backend();
+  const auto qkv = random_vec(std::size_t(kB) * T * 3 * kC, 1);
+  const auto dout = random_vec(std::size_t(kB) * T * kC, 2);
+  std::vector<float> out(dout.size()), att(std::size_t(kB) * kNH * T * T), datt(att.size()),
+      dqkv(qkv.size());
+  for (auto _ : st) {
+    trident::reference::attention_forward(out.data(), att.data(), qkv.data(), kB, T, kC, kNH);
+    trident::reference::attention_backward(dqkv.data(), datt.data(), dout.data(), qkv.data(),
+                                           att.data(), kB, T, kC, kNH);
+    benchmark::DoNotOptimize(dqkv.data());
+  }
+  st.counters["saved_bytes"] = double(att.size() * sizeof(float));
+}
+
+}  // namespace
+
+BENCHMARK(BM_FlashAttention)->Arg(256)->Arg(1024)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_ProbabilityMatrixAttention)->Arg(256)->Arg(1024)->Unit(benchmark::kMillisecond);
+BENCHMARK_MAIN();

@@ -1,0 +1,148 @@
+// Causal attention without the T x T matrix (FlashAttention-2, Dao 2023):
+// forward walks key tiles with an online softmax (running max and sum,
+// algorithm 1) and saves only each row's log-sum-exp; backward recomputes a
+// tile's probabilities from q, k and that log-sum-exp (algorithm 2). Tile
+// products are BLAS GEMMs on strided views of qkv (single-threaded inside the
+// parallel region; measured faster than hand-vectorised tile loops); the
+// element-wise softmax work between them runs over contiguous tile rows.
+// One thread owns a (batch, head, query tile) in forward and a (batch, head)
+// in backward, so every sum runs in a fixed order at any thread count.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "compute/cpu/blas.hpp"
+#include "compute/cpu/fast_math.hpp"
+#include "compute/cpu/kernels.hpp"
+
+namespace trident::cpu {
+namespace {
+constexpr int kTile = kAttentionTile;
+}  // namespace
+
+template <class T>
+void attention_forward(T* out, T* lse, const T* qkv, int B, int T_, int C, int NH) {
+  const int hs = C / NH, C3 = 3 * C, tiles = (T_ + kTile - 1) / kTile;
+  const T scale = T(1) / std::sqrt(T(hs));
+#pragma omp parallel
+  {
+    std::vector<T> S(kTile * kTile), acc(std::size_t(kTile) * hs), m(kTile), l(kTile);
+    // Later query tiles see more keys: hand them out dynamically.
+#pragma omp for collapse(3) schedule(dynamic)
+    for (int b = 0; b < B; ++b) {
+      for (int h = 0; h < NH; ++h) {
+        for (int it = 0; it < tiles; ++it) {
+          const T* q = qkv + static_cast<std::size_t>(b) * T_ * C3 + h * hs;
+          const T *k = q + C, *v = q + 2 * C;
+          const int i0 = it * kTile, nq = std::min(kTile, T_ - i0);
+          std::fill(acc.begin(), acc.end(), T(0));
+          std::fill(m.begin(), m.end(), -std::numeric_limits<T>::infinity());
+          std::fill(l.begin(), l.end(), T(0));
+          for (int j0 = 0; j0 <= i0; j0 += kTile) {  // causal: key tiles up to the diagonal
+            const int nk = std::min(kTile, i0 + nq - j0);
+            gemm(false, true, nq, nk, hs, scale, q + std::size_t(i0) * C3, C3,
+                 k + std::size_t(j0) * C3, C3, T(0), S.data(), kTile);  // S = s Q_i K_j^T
+            for (int r = 0; r < nq; ++r) {
+              T* row = S.data() + r * kTile;
+              const int n = std::min(nk, i0 + r + 1 - j0);  // keys <= t
+              T mx = m[r];
+              for (int c = 0; c < n; ++c) mx = std::max(mx, row[c]);
+              const T corr = exp_k(m[r] - mx);  // rescales what earlier tiles summed
+              T sum = 0;
+#pragma omp simd reduction(+ : sum)
+              for (int c = 0; c < n; ++c) {
+                row[c] = exp_k(row[c] - mx);
+                sum += row[c];
+              }
+              for (int c = n; c < nk; ++c) row[c] = 0;
+              l[r] = l[r] * corr + sum;
+              m[r] = mx;
+              T* a = acc.data() + std::size_t(r) * hs;
+              for (int d = 0; d < hs; ++d) a[d] *= corr;
+            }
+            gemm(false, false, nq, hs, nk, T(1), S.data(), kTile, v + std::size_t(j0) * C3, C3,
+                 T(1), acc.data(), hs);  // acc += P V_j
+          }
+          for (int r = 0; r < nq; ++r) {
+            const int t = i0 + r;
+            const T inv = T(1) / l[r];
+            T* o = out + (static_cast<std::size_t>(b) * T_ + t) * C + h * hs;
+            const T* a = acc.data() + std::size_t(r) * hs;
+            for (int d = 0; d < hs; ++d) o[d] = a[d] * inv;
+            lse[(static_cast<std::size_t>(b) * NH + h) * T_ + t] = m[r] + std::log(l[r]);
+          }
+        }
+      }
+    }
+  }
+}
+
+template <class T>
+void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const T* lse, int B,
+                        int T_, int C, int NH) {
+  const int hs = C / NH, C3 = 3 * C;
+  const T scale = T(1) / std::sqrt(T(hs));
+#pragma omp parallel
+  {
+    std::vector<T> P(kTile * kTile), dS(kTile * kTile), D(T_);
+#pragma omp for collapse(2) schedule(dynamic)
+    for (int b = 0; b < B; ++b) {
+      for (int h = 0; h < NH; ++h) {
+        const std::size_t qo = static_cast<std::size_t>(b) * T_ * C3 + h * hs;
+        const std::size_t oo = static_cast<std::size_t>(b) * T_ * C + h * hs;
+        const T *q = qkv + qo, *k = q + C, *v = q + 2 * C, *dO = dout + oo;
+        T *dq = dqkv + qo, *dk = dq + C, *dv = dq + 2 * C;
+        const T* L = lse + (static_cast<std::size_t>(b) * NH + h) * T_;
+        // D_t = dO_t . O_t = sum_j P_tj dP_tj (FA2 algorithm 2, line 4).
+        for (int t = 0; t < T_; ++t) {
+          const T *o = out + oo + std::size_t(t) * C, *g = dO + std::size_t(t) * C;
+          T sum = 0;
+#pragma omp simd reduction(+ : sum)
+          for (int d = 0; d < hs; ++d) sum += o[d] * g[d];
+          D[t] = sum;
+        }
+        for (int j0 = 0; j0 < T_; j0 += kTile) {
+          const int nk = std::min(kTile, T_ - j0);
+          const T *kj = k + std::size_t(j0) * C3, *vj = v + std::size_t(j0) * C3;
+          for (int i0 = j0; i0 < T_; i0 += kTile) {  // causal: query tiles from the diagonal
+            const int nq = std::min(kTile, T_ - i0);
+            const T *qi = q + std::size_t(i0) * C3, *dOi = dO + std::size_t(i0) * C;
+            gemm(false, true, nq, nk, hs, scale, qi, C3, kj, C3, T(0), P.data(), kTile);
+            for (int r = 0; r < nq; ++r) {  // P from the saved log-sum-exp
+              T* row = P.data() + r * kTile;
+              const int n = std::min(nk, i0 + r + 1 - j0);
+              const T lt = L[i0 + r];
+#pragma omp simd
+              for (int c = 0; c < n; ++c) row[c] = exp_k(row[c] - lt);
+              for (int c = n; c < nk; ++c) row[c] = 0;
+            }
+            gemm(true, false, nk, hs, nq, T(1), P.data(), kTile, dOi, C, T(1),
+                 dv + std::size_t(j0) * C3, C3);  // dV_j += P^T dO_i
+            gemm(false, true, nq, nk, hs, T(1), dOi, C, vj, C3, T(0), dS.data(), kTile);
+            for (int r = 0; r < nq; ++r) {  // dS = s P (dP - D), scale folded in
+              const T* p = P.data() + r * kTile;
+              T* ds = dS.data() + r * kTile;
+              const T Dt = D[i0 + r];
+#pragma omp simd
+              for (int c = 0; c < nk; ++c) ds[c] = scale * p[c] * (ds[c] - Dt);
+            }
+            gemm(false, false, nq, hs, nk, T(1), dS.data(), kTile, kj, C3, T(1),
+                 dq + std::size_t(i0) * C3, C3);  // dQ_i += dS K_j
+            gemm(true, false, nk, hs, nq, T(1), dS.data(), kTile, qi, C3, T(1),
+                 dk + std::size_t(j0) * C3, C3);  // dK_j += dS^T Q_i
+          }
+        }
+      }
+    }
+  }
+}
+
+template void attention_forward<float>(float*, float*, const float*, int, int, int, int);
+template void attention_forward<double>(double*, double*, const double*, int, int, int, int);
+template void attention_backward<float>(float*, const float*, const float*, const float*,
+                                        const float*, int, int, int, int);
+template void attention_backward<double>(double*, const double*, const double*, const double*,
+                                         const double*, int, int, int, int);
+
+}  // namespace trident::cpu

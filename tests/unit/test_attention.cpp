@@ -1,0 +1,139 @@
+// Flash attention (compute/cpu/attention.cpp) against the (T, T) kernel it
+// replaced (support/attention_reference.hpp), in float as the backend runs
+// it: outputs and gradients equal within float rounding, the log-sum-exp
+// equal to one computed in double from the scores, for T = 1, T inside one
+// tile, T at a tile boundary, just past it and between tiles; the same bits
+// at any thread count. Finite differences of the same code in double
+// are in test_kernels_fd.cpp.
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "compute/cpu/kernels.hpp"
+#include "support/attention_reference.hpp"
+
+namespace {
+
+using Vec = std::vector<float>;
+
+struct Shape {
+  int B, T, C, NH;
+};
+
+Vec random_vec(std::size_t n, unsigned seed, float scale) {
+  std::mt19937 g(seed);
+  std::normal_distribution<float> d(0.0f, scale);
+  Vec v(n);
+  for (auto& x : v) x = d(g);
+  return v;
+}
+
+// max |a - b| over max(1, max |b|): float rounding of sums of O(T) terms.
+double relative_gap(const Vec& a, const Vec& b) {
+  double gap = 0, size = 1;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    gap = std::max(gap, double(std::abs(a[i] - b[i])));
+    size = std::max(size, double(std::abs(b[i])));
+  }
+  return gap / size;
+}
+
+// log sum_{j <= t} exp(scale q_t . k_j) per (b, h, t), in double.
+std::vector<double> lse_in_double(const Vec& qkv, const Shape& s) {
+  const int hs = s.C / s.NH, C3 = 3 * s.C;
+  std::vector<double> out;
+  for (int b = 0; b < s.B; ++b)
+    for (int h = 0; h < s.NH; ++h)
+      for (int t = 0; t < s.T; ++t) {
+        std::vector<double> sc;
+        const float* q = qkv.data() + (std::size_t(b) * s.T + t) * C3 + h * hs;
+        for (int j = 0; j <= t; ++j) {
+          const float* k = qkv.data() + (std::size_t(b) * s.T + j) * C3 + s.C + h * hs;
+          double d = 0;
+          for (int c = 0; c < hs; ++c) d += double(q[c]) * k[c];
+          sc.push_back(d / std::sqrt(double(hs)));
+        }
+        const double mx = *std::max_element(sc.begin(), sc.end());
+        double sum = 0;
+        for (double x : sc) sum += std::exp(x - mx);
+        out.push_back(mx + std::log(sum));
+      }
+  return out;
+}
+
+struct Result {
+  Vec out, lse, dqkv;
+};
+
+Result flash(const Vec& qkv, const Vec& dout, const Vec& dqkv0, const Shape& s) {
+  Result r{Vec(dout.size()), Vec(std::size_t(s.B) * s.NH * s.T), dqkv0};
+  trident::cpu::attention_forward(r.out.data(), r.lse.data(), qkv.data(), s.B, s.T, s.C, s.NH);
+  trident::cpu::attention_backward(r.dqkv.data(), dout.data(), qkv.data(), r.out.data(),
+                                   r.lse.data(), s.B, s.T, s.C, s.NH);
+  return r;
+}
+
+constexpr int kTile = trident::cpu::kAttentionTile;
+const Shape kShapes[] = {{2, 1, 16, 2},          {1, 17, 32, 4},         {2, kTile, 32, 2},
+                         {1, kTile + 1, 48, 3},  {2, 2 * kTile + 5, 64, 2}, {1, 3 * kTile, 16, 1}};
+
+}  // namespace
+
+TEST(FlashAttention, MatchesTheProbabilityMatrixKernel) {
+  for (const Shape& s : kShapes) {
+    SCOPED_TRACE(::testing::Message() << "B " << s.B << " T " << s.T << " C " << s.C << " NH "
+                                      << s.NH);
+    const Vec qkv = random_vec(std::size_t(s.B) * s.T * 3 * s.C, 1, 1.5f);
+    const Vec dout = random_vec(std::size_t(s.B) * s.T * s.C, 2, 1.0f);
+    const Vec dqkv0 = random_vec(qkv.size(), 3, 1.0f);  // backward adds into it
+    const Result f = flash(qkv, dout, dqkv0, s);
+
+    Vec out(dout.size()), att(std::size_t(s.B) * s.NH * s.T * s.T), datt(att.size());
+    Vec dqkv = dqkv0;
+    trident::reference::attention_forward(out.data(), att.data(), qkv.data(), s.B, s.T, s.C,
+                                          s.NH);
+    trident::reference::attention_backward(dqkv.data(), datt.data(), dout.data(), qkv.data(),
+                                           att.data(), s.B, s.T, s.C, s.NH);
+    EXPECT_LT(relative_gap(f.out, out), 2e-6) << "out";
+    EXPECT_LT(relative_gap(f.dqkv, dqkv), 1e-5) << "dqkv";
+    const std::vector<double> lse = lse_in_double(qkv, s);
+    double worst = 0;
+    for (std::size_t i = 0; i < lse.size(); ++i)
+      worst = std::max(worst, std::abs(f.lse[i] - lse[i]) / std::max(1.0, std::abs(lse[i])));
+    EXPECT_LT(worst, 2e-6) << "log-sum-exp";
+  }
+}
+
+TEST(FlashAttention, LargeScoresStayFinite) {
+  // Scores in the hundreds: the online softmax must rescale, never overflow.
+  const Shape s{1, kTile + 22, 32, 2};
+  const Vec qkv = random_vec(std::size_t(s.B) * s.T * 3 * s.C, 4, 6.0f);
+  const Vec dout = random_vec(std::size_t(s.B) * s.T * s.C, 5, 1.0f);
+  const Result f = flash(qkv, dout, Vec(qkv.size(), 0.0f), s);
+  Vec out(dout.size()), att(std::size_t(s.NH) * s.T * s.T), datt(att.size()), dqkv(qkv.size());
+  trident::reference::attention_forward(out.data(), att.data(), qkv.data(), s.B, s.T, s.C, s.NH);
+  trident::reference::attention_backward(dqkv.data(), datt.data(), dout.data(), qkv.data(),
+                                         att.data(), s.B, s.T, s.C, s.NH);
+  for (float x : f.dqkv) ASSERT_TRUE(std::isfinite(x));
+  EXPECT_LT(relative_gap(f.out, out), 1e-5) << "out";
+  EXPECT_LT(relative_gap(f.dqkv, dqkv), 1e-4) << "dqkv";
+}
+
+TEST(FlashAttention, SameBitsAtAnyThreadCount) {
+  const Shape s{2, 2 * kTile + 2, 32, 2};
+  const Vec qkv = random_vec(std::size_t(s.B) * s.T * 3 * s.C, 6, 1.0f);
+  const Vec dout = random_vec(std::size_t(s.B) * s.T * s.C, 7, 1.0f);
+  const int threads = omp_get_max_threads();
+  omp_set_num_threads(1);
+  const Result one = flash(qkv, dout, Vec(qkv.size(), 0.0f), s);
+  omp_set_num_threads(3);
+  const Result three = flash(qkv, dout, Vec(qkv.size(), 0.0f), s);
+  omp_set_num_threads(threads);
+  EXPECT_EQ(one.out, three.out);
+  EXPECT_EQ(one.lse, three.lse);
+  EXPECT_EQ(one.dqkv, three.dqkv);
+}
