@@ -22,12 +22,13 @@ import numpy as np
 #   a bug confined to one small tensor, which the state norm would dilute.
 #   Adam gives every element a step of order lr whatever its gradient, so an
 #   element whose gradient nearly cancels carries rounding noise at the
-#   tensor's scale: fp32 floor 4e-4 (h.6.mlp.proj.w), 1.9e-5 per tensor
-#   norm-wise; the SP bug gave ~0.7.
+#   tensor's scale: fp32 floor 1.1e-3 on oneDNN's GEMMs (4e-4 on OpenBLAS's;
+#   always h.6.mlp.proj.w, a row-parallel weight under tp 2), 1.9e-5 per
+#   tensor norm-wise; the SP bug gave ~0.7.
 #   16 bits: grad_norm is the sharp test (the bug gave 2.5e-3 to 5e-3). State
 #   floors: bf16 1.2e-3, with 16-bit gradients 3.1e-3; fp16 2.9e-4 and 5e-4.
 TOLERANCE = {
-    "fp32": dict(loss=1e-6, grad_norm=1e-6, state=1e-5, element=1e-3),
+    "fp32": dict(loss=1e-6, grad_norm=1e-6, state=1e-5, element=3e-3),
     "bf16": dict(loss=5e-5, grad_norm=1e-3, state=1e-2, element=0.4),
     "bf16-reduce": dict(loss=5e-5, grad_norm=1.5e-3, state=1e-2, element=0.4),
     "fp16": dict(loss=5e-5, grad_norm=1e-3, state=5e-3, element=0.4),

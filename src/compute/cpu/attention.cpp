@@ -15,6 +15,7 @@
 #include "compute/cpu/blas.hpp"
 #include "compute/cpu/fast_math.hpp"
 #include "compute/cpu/kernels.hpp"
+#include "compute/cpu/vector_clones.hpp"
 
 namespace trident::cpu {
 namespace {
@@ -22,6 +23,7 @@ constexpr int kTile = kAttentionTile;
 }  // namespace
 
 template <class T>
+TRIDENT_VECTOR_CLONES
 void attention_forward(T* out, T* lse, const T* qkv, int B, int T_, int C, int NH) {
   const int hs = C / NH, C3 = 3 * C, tiles = (T_ + kTile - 1) / kTile;
   const T scale = T(1) / std::sqrt(T(hs));
@@ -79,6 +81,7 @@ void attention_forward(T* out, T* lse, const T* qkv, int B, int T_, int C, int N
 }
 
 template <class T>
+TRIDENT_VECTOR_CLONES
 void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const T* lse, int B,
                         int T_, int C, int NH) {
   const int hs = C / NH, C3 = 3 * C;

@@ -71,7 +71,8 @@ void position_backward(T* dwpe, const T* dout, int N, int T_, int first, int C) 
 }
 
 template <class T>
-TRIDENT_VECTOR_CLONES void layernorm_forward(T* out, T* mean, T* rstd, const T* inp, const T* w, const T* b, int N,
+TRIDENT_VECTOR_CLONES
+void layernorm_forward(T* out, T* mean, T* rstd, const T* inp, const T* w, const T* b, int N,
                        int C) {
 #pragma omp parallel for schedule(static) if (N * C > 16384)
   for (int i = 0; i < N; ++i) {
@@ -93,7 +94,8 @@ TRIDENT_VECTOR_CLONES void layernorm_forward(T* out, T* mean, T* rstd, const T* 
 }
 
 template <class T>
-TRIDENT_VECTOR_CLONES void layernorm_backward(T* dinp, T* dw, T* db, const T* dout, const T* inp, const T* w,
+TRIDENT_VECTOR_CLONES
+void layernorm_backward(T* dinp, T* dw, T* db, const T* dout, const T* inp, const T* w,
                         const T* mean, const T* rstd, int N, int C) {
   if (dinp) {
 #pragma omp parallel for schedule(static) if (N * C > 16384)
@@ -133,7 +135,8 @@ TRIDENT_VECTOR_CLONES void layernorm_backward(T* dinp, T* dw, T* db, const T* do
 }
 
 template <class T>
-TRIDENT_VECTOR_CLONES void matmul_forward(T* out, const T* inp, const T* w, const T* bias, int N, int IC, int OC) {
+TRIDENT_VECTOR_CLONES
+void matmul_forward(T* out, const T* inp, const T* w, const T* bias, int N, int IC, int OC) {
   gemm(false, true, N, OC, IC, T(1), inp, IC, w, IC, T(0), out, OC);
   if (!bias) return;
 #pragma omp parallel for schedule(static) if (N * OC > 16384)
@@ -144,7 +147,8 @@ TRIDENT_VECTOR_CLONES void matmul_forward(T* out, const T* inp, const T* w, cons
 }
 
 template <class T>
-TRIDENT_VECTOR_CLONES void matmul_backward(T* dinp, T* dw, T* dbias, const T* dout, const T* inp, const T* w, int N,
+TRIDENT_VECTOR_CLONES
+void matmul_backward(T* dinp, T* dw, T* dbias, const T* dout, const T* inp, const T* w, int N,
                      int IC, int OC) {
   if (dinp) gemm(false, false, N, IC, OC, T(1), dout, OC, w, IC, T(1), dinp, IC);
   if (dw) gemm(true, false, OC, IC, N, T(1), dout, OC, inp, IC, T(1), dw, IC);
@@ -164,7 +168,8 @@ template <class T> constexpr T kGeluK = T(0.7978845608028654);  // sqrt(2/pi)
 }
 
 template <class T>
-TRIDENT_VECTOR_CLONES void gelu_forward(T* out, const T* inp, std::size_t n) {
+TRIDENT_VECTOR_CLONES
+void gelu_forward(T* out, const T* inp, std::size_t n) {
 #pragma omp parallel for simd schedule(static) if (n > 16384)
   for (std::size_t i = 0; i < n; ++i) {
     const T x = inp[i];
@@ -173,7 +178,8 @@ TRIDENT_VECTOR_CLONES void gelu_forward(T* out, const T* inp, std::size_t n) {
 }
 
 template <class T>
-TRIDENT_VECTOR_CLONES void gelu_backward(T* dinp, const T* inp, const T* dout, std::size_t n) {
+TRIDENT_VECTOR_CLONES
+void gelu_backward(T* dinp, const T* inp, const T* dout, std::size_t n) {
 #pragma omp parallel for simd schedule(static) if (n > 16384)
   for (std::size_t i = 0; i < n; ++i) {
     const T x = inp[i];
@@ -186,7 +192,8 @@ TRIDENT_VECTOR_CLONES void gelu_backward(T* dinp, const T* inp, const T* dout, s
 }
 
 template <class T>
-TRIDENT_VECTOR_CLONES void xent_max(T* row_max, const T* logits, int N, int V, int valid) {
+TRIDENT_VECTOR_CLONES
+void xent_max(T* row_max, const T* logits, int N, int V, int valid) {
 #pragma omp parallel for schedule(static) if (N * V > 16384)
   for (int i = 0; i < N; ++i) {
     const T* z = logits + static_cast<std::size_t>(i) * V;
@@ -198,7 +205,8 @@ TRIDENT_VECTOR_CLONES void xent_max(T* row_max, const T* logits, int N, int V, i
 }
 
 template <class T>
-TRIDENT_VECTOR_CLONES void xent_sums(T* packed, const T* logits, const T* row_max, const std::int32_t* targets, int lo,
+TRIDENT_VECTOR_CLONES
+void xent_sums(T* packed, const T* logits, const T* row_max, const std::int32_t* targets, int lo,
                int N, int V, int valid) {
 #pragma omp parallel for schedule(static) if (N * V > 16384)
   for (int i = 0; i < N; ++i) {
@@ -214,7 +222,8 @@ TRIDENT_VECTOR_CLONES void xent_sums(T* packed, const T* logits, const T* row_ma
 }
 
 template <class T>
-TRIDENT_VECTOR_CLONES void xent_finish(T* losses, T* dlogits, const T* logits, const T* row_max, const T* packed,
+TRIDENT_VECTOR_CLONES
+void xent_finish(T* losses, T* dlogits, const T* logits, const T* row_max, const T* packed,
                  const std::int32_t* targets, int lo, int N, int V, int valid, T dloss) {
 #pragma omp parallel for schedule(static) if (N * V > 16384)
   for (int i = 0; i < N; ++i) {
