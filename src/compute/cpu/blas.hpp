@@ -8,10 +8,10 @@
 
 namespace trident::cpu {
 
-// C in fixed blocks of rows (or columns, when C is wider than tall), each one
-// single-threaded GEMM over all of K, the blocks spread over this rank's
-// threads. The blocks depend on the shape only, so C has the same bits on any
-// number of threads (oneDNN's own threading splits K for some shapes).
+// C in fixed tiles, each one single-threaded GEMM over all of K, the tiles
+// spread over this rank's threads. The tiles depend on the shape only, so C
+// has the same bits on any number of threads (oneDNN's own threading splits K
+// for some shapes).
 void gemm(bool ta, bool tb, int M, int N, int K, float alpha, const float* A, int lda,
           const float* B, int ldb, float beta, float* C, int ldc);
 
