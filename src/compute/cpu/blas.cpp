@@ -32,14 +32,13 @@ void gemm(bool ta, bool tb, int M, int N, int K, float alpha, const float* A, in
                tb ? B + j * ldb : B + j, ldb, beta, C + i * ldc + j, ldc);
   };
   // Each call on one thread: inside a parallel region an OpenMP library would
-  // otherwise still fork when that region is inactive (a team of one).
+  // otherwise still fork when that region is inactive (a team of one). The
+  // setting is the region's own and ends with it.
 #pragma omp parallel if (omp_get_level() == 0 && tiles > 1)
   {
-    const int outer = omp_get_max_threads();
     omp_set_num_threads(1);
 #pragma omp for schedule(static)
     for (int t = 0; t < tiles; ++t) run(t);
-    omp_set_num_threads(outer);
   }
 }
 
