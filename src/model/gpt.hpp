@@ -154,6 +154,7 @@ class GptModel {
   void save_block(int slot, int l);           // after forward: 16-bit copies, partitions
   void restore_block(int slot, int l, const Block& a, const float* x);  // unpack, recompute
   void unpack_block(int slot, int l);  // 16-bit copies into the working buffer
+  void regather_norms(const Block& a);  // SP: the norms' outputs over the tensor group again
   float* scratch(const std::string& name) { return scratch_arena_.f32(scratch_.at(name)); }
   std::int32_t* tokens_of(int slot) { return static_cast<std::int32_t*>(io_.data()) + 2 * std::size_t(slot) * BT_; }
   float* P(const std::string& n) { return storage_->param(table_.at(n)); }

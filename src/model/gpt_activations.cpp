@@ -9,7 +9,11 @@
 namespace trident {
 namespace {
 
-enum class Kind { internal, stat, residual };
+// gathered: a norm's output all-gathered over the tensor group for the
+// column-parallel linear (SP). Never saved: backward gathers it again from
+// the saved local part (Korthikanti et al. 2022, section 4.2.2), so SP keeps
+// 1/tp of the norms' outputs.
+enum class Kind { internal, stat, residual, gathered };
 struct ActSpec {
   const char* name;
   Kind kind;
@@ -27,18 +31,19 @@ std::vector<ActSpec> block_activations(const GptConfig& c, int micro_batch,
   // column- and row-parallel layers: all tokens, this rank's features.
   std::vector<ActSpec> v{{"ln1", Kind::internal, BTl * C}, {"ln1_mean", Kind::stat, BTl},
                          {"ln1_rstd", Kind::stat, BTl}};
-  if (tp.sp()) v.push_back({"ln1_full", Kind::internal, BT * C});
+  if (tp.sp()) v.push_back({"ln1_full", Kind::gathered, BT * C});
   v.insert(v.end(), {{"qkv", Kind::internal, BT * 3 * Cl}, {"atty", Kind::internal, BT * Cl},
                      {"lse", Kind::stat, lse}, {"res2", Kind::residual, BTl * C},
                      {"ln2", Kind::internal, BTl * C}, {"ln2_mean", Kind::stat, BTl},
                      {"ln2_rstd", Kind::stat, BTl}});
-  if (tp.sp()) v.push_back({"ln2_full", Kind::internal, BT * C});
+  if (tp.sp()) v.push_back({"ln2_full", Kind::gathered, BT * C});
   v.insert(v.end(), {{"fch", Kind::internal, BT * Fl}, {"fch_gelu", Kind::internal, BT * Fl},
                      {"res3", Kind::residual, BTl * C}});
   return v;
 }
 
 bool kept(const ActSpec& a, Recompute r) {
+  if (a.kind == Kind::gathered) return false;
   if (r == Recompute::full) return a.kind == Kind::residual && std::string(a.name) == "res3";
   return true;  // none and selective keep everything (see activation_policy.hpp)
 }
@@ -177,9 +182,13 @@ void GptModel::unpack_block(int slot, int l) {
 
 void GptModel::restore_block(int slot, int l, const Block& a, const float* x) {
   unpack_block(slot, l);
-  if (policy_.recompute == Recompute::full) {
-    block_forward(a, x, l, /*recompute=*/true);
-  }
+  if (policy_.recompute == Recompute::full) block_forward(a, x, l, /*recompute=*/true);
+  else regather_norms(a);
+}
+
+void GptModel::regather_norms(const Block& a) {
+  gather(a.ln1, a.ln1_full);
+  gather(a.ln2, a.ln2_full);
 }
 
 }  // namespace trident

@@ -204,6 +204,7 @@ void GptModel::backward_weights(int slot, int wbuf, const GradsReadyFn& ready, b
       st.done_params(u);
     } else {
       unpack_block(slot, l);
+      regather_norms(a);
     }
     st.need_grads(u);
     be.matmul_backward(nullptr, G(p + "mlp.proj.w"), G(p + "mlp.proj.b"), d("d_proj"), a.fch_gelu,
