@@ -8,21 +8,32 @@
 namespace trident::cpu {
 namespace {
 
-// Tiles of C no smaller than this on a side (a GEMM on a thinner tile repacks
-// the other operand too often), at most 8 per side: up to 64 tiles to spread.
+// Tiles of C no smaller than kMinTile on a side (a GEMM on a thinner tile
+// repacks the other operand too often), at most 8 per side: up to 64 tiles to
+// spread. A C too small for kFewTiles such tiles (a micro-batch of a few
+// hundred tokens) takes tiles of kSmallTile, so a rank's threads share it; the
+// choice reads the shape only, never the thread count.
 constexpr int kMinTile = 256;
+constexpr int kSmallTile = 128;
+constexpr int kFewTiles = 4;
 constexpr int kTilesPerSide = 8;
 
-int tile_extent(int extent) {
+int tile_extent(int extent, int min_tile) {
   const int even = (extent + kTilesPerSide - 1) / kTilesPerSide;
-  return std::max(kMinTile, (even + 15) / 16 * 16);
+  return std::max(min_tile, (even + 15) / 16 * 16);
+}
+
+int tile_count(int M, int N, int min_tile) {
+  const int tm = tile_extent(M, min_tile), tn = tile_extent(N, min_tile);
+  return ((M + tm - 1) / tm) * ((N + tn - 1) / tn);
 }
 
 }  // namespace
 
 void gemm(bool ta, bool tb, int M, int N, int K, float alpha, const float* A, int lda,
           const float* B, int ldb, float beta, float* C, int ldc) {
-  const int tm = tile_extent(M), tn = tile_extent(N);
+  const int min_tile = tile_count(M, N, kMinTile) < kFewTiles ? kSmallTile : kMinTile;
+  const int tm = tile_extent(M, min_tile), tn = tile_extent(N, min_tile);
   const int rows = (M + tm - 1) / tm, cols = (N + tn - 1) / tn, tiles = rows * cols;
   auto run = [&](int t) {
     const std::int64_t i = std::int64_t(t / cols) * tm, j = std::int64_t(t % cols) * tn;
