@@ -131,26 +131,29 @@ Cluster find_cluster(const std::string& name) {
   return c;
 }
 
-// Square fp32 GEMMs from 64 to 1024: the efficiency curve is the rate at each
-// size over the best rate seen, which stands in for peak. Each size keeps the
-// best of three rounds: a VM's stolen time only ever slows a round down.
+// One core, one thread: token-major fp32 GEMMs (M = 4N = 4K, as a layer's
+// linears), the rate at each size over the best seen standing in for peak.
+// Ranks split the host's cores, so the host's rate is cores times one core's
+// (a multithreaded GEMM of a few tiles would understate a layer's many).
+// Each size keeps the best of three rounds: stolen time only slows one down.
 Cluster calibrate_this_cpu() {
   Cluster c;
   c.name = "this-cpu";
   c.gpus_per_node = int(std::max(1u, std::thread::hardware_concurrency()));
   c.shared_node = true;
   const int caller_threads = omp_get_max_threads();
-  omp_set_num_threads(c.gpus_per_node);  // the whole host's rate, whatever OMP_NUM_THREADS says
+  omp_set_num_threads(1);
   std::vector<std::pair<double, double>> rates;
-  for (int n : {64, 128, 256, 512, 1024}) {
-    std::vector<float> a(std::size_t(n) * n, 1.0f), b(a), out(a.size());
-    const double flops = 2.0 * n * n * n;
+  for (int n : {32, 64, 128, 256, 512}) {
+    const int m = 4 * n;
+    std::vector<float> a(std::size_t(m) * n, 1.0f), b(std::size_t(n) * n, 1.0f), out(a.size());
+    const double flops = 2.0 * m * n * n;
     double best_rate = 0;
     for (int round = 0; round < 3; ++round) {
       int reps = 0;
       const auto t0 = std::chrono::steady_clock::now();
       do {
-        cpu::gemm(false, false, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, out.data(), n);
+        cpu::gemm(false, true, m, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, out.data(), n);
         ++reps;
       } while (seconds_since(t0) < 0.05);
       best_rate = std::max(best_rate, flops * reps / seconds_since(t0) / 1e12);
@@ -161,7 +164,7 @@ Cluster calibrate_this_cpu() {
   double best = 0;
   for (const auto& r : rates) best = std::max(best, r.second);
   for (auto& r : rates) r.second /= best;
-  c.peak_tflops_16 = c.peak_tflops_32 = best;
+  c.peak_tflops_16 = c.peak_tflops_32 = best * c.gpus_per_node;
   c.gemm_efficiency = rates;
   // Memory bandwidth: a large copy, read + write, best of three.
   std::vector<float> src(std::size_t(1) << 24, 1.0f), dst(src.size());
@@ -175,9 +178,12 @@ Cluster calibrate_this_cpu() {
   double kib = 0;
   while (meminfo >> key >> kib && key != "MemTotal:") {}
   c.hbm_gib = kib / (1024.0 * 1024.0);
-  // Ranks of one node talk through shared memory at about the copy rate.
-  c.intra = {c.hbm_gbps / 2, 2};
-  c.inter = {c.hbm_gbps / 2, 2};
+  // Ranks of one host talk through MPI's shared memory. Its nonblocking
+  // collectives (1-25 MiB, 2-8 ranks on 2 cores) reached 0.2-3 GB/s bus
+  // bandwidth here, about a tenth of one core's copy rate: copies in and out,
+  // reductions, and ranks that wait for a core.
+  c.intra = {c.hbm_gbps / 10, 20};
+  c.inter = c.intra;
   return c;
 }
 

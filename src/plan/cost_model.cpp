@@ -171,16 +171,25 @@ Prediction predict_step(const Deck& deck, const GridShape& shape, const Cluster&
   const double backward_last = layers_per_rank * (2 * (linear + scores + elementwise + tp_comm)) +
                                rc_mb + 2.0 / 3.0 * logits;
   double dp_exposed = 0, zero3_exposed = 0;
-  if (zs == 0) {
-    dp_exposed = std::max(0.0, all_reduce(psi * g, dp, dp_link) - backward_last);
+  const double reduce_grads = zs == 0 ? all_reduce(psi * g, dp, dp_link) : gather(psi * g, dp, dp_link);
+  const double publish = gather(psi * w, dp, dp_link);  // the updated parameters, stages 1-2
+  if (cluster.shared_node) {
+    // A shared host's collectives are copies by the same cores that compute,
+    // so nothing hides them. Stages 2-3 reduce-scatter each micro-batch's
+    // gradients (their slots hold a unit, not a step's sums); stage 3 also
+    // gathers each unit for forward and again for backward.
+    dp_exposed = (zs >= 2 ? mbs : 1) * reduce_grads + (zs == 1 || zs == 2 ? publish : 0);
+    if (zs == 3) zero3_exposed = mbs * 2 * publish;
+  } else if (zs == 0) {
+    dp_exposed = std::max(0.0, reduce_grads - backward_last);
   } else {
     // Reduce-scatter overlaps the last backward; the all-gather of the updated
     // 16-bit parameters follows the optimizer (ZeRO section 5).
-    dp_exposed = std::max(0.0, gather(psi * g, dp, dp_link) - backward_last);
-    if (zs <= 2) dp_exposed += gather(psi * w, dp, dp_link);
+    dp_exposed = std::max(0.0, reduce_grads - backward_last);
+    if (zs <= 2) dp_exposed += publish;
     // Stage 3 gathers each unit before its forward and backward, hidden behind
     // the micro-batch's compute where the link keeps up.
-    if (zs == 3) zero3_exposed = mbs * std::max(0.0, 2 * gather(psi * w, dp, dp_link) - last_mb);
+    if (zs == 3) zero3_exposed = mbs * std::max(0.0, 2 * publish - last_mb);
   }
   // AdamW touches the f32 master, both moments (read + write), the gradient
   // and writes the 16-bit weight, on its 1/dp shard under ZeRO.
