@@ -60,7 +60,7 @@ const std::map<std::string, std::string>& meanings() {
       {"parallel.bucket_mb", "gradient bucket size in `allreduce` mode"},
       {"zero.stage", "0: plain data parallelism; 1: optimizer state partitioned over the data group; 2: + gradients; 3: + parameters (needs dp_mode `allreduce`)"},
       {"zero.persistence_threshold", "units (embeddings, a block, the final norm) with fewer elements stay whole on every rank and are all-reduced: each costs its whole size in parameters and gradients on every rank (not 1/dp) and an all-reduce"},
-      {"zero.table_units", "stage 3: units the token embedding is cut into (row pieces); 0: as many as keep each no larger than a block"},
+      {"zero.table_units", "stages 2-3: units the token embedding is cut into (row pieces); 0: as many as keep each no larger than a block"},
       {"output.metrics", "JSONL metrics path (one object per step)"},
       {"output.log_every", "steps between printed lines"},
       {"checkpoint.dir", "directory for checkpoints; when set, training also saves after the last step and on SIGUSR1/SIGTERM"},

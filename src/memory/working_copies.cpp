@@ -36,6 +36,13 @@ float* WorkingCopies::find(int unit) {
 }
 
 float* WorkingCopies::acquire(int unit, const void* bits, DType type, std::size_t n) {
+  return acquire_filled(unit, n, [&](float* copy) {
+    backend_->convert(copy, DType::f32, bits, type, n);
+  });
+}
+
+float* WorkingCopies::acquire_filled(int unit, std::size_t n,
+                                     const std::function<void(float*)>& fill) {
   Slot* best = nullptr;  // the unit's own slot, else the smallest free slot that fits
   for (Slot& s : slots_) {
     if (s.unit == unit) {
@@ -48,7 +55,7 @@ float* WorkingCopies::acquire(int unit, const void* bits, DType type, std::size_
   if (!best)
     throw std::logic_error("working copies: no free slot for unit " + std::to_string(unit) +
                            " (the model holds more units at once than planned)");
-  backend_->convert(best->mem.data(), DType::f32, bits, type, n);
+  fill(best->mem.f32());
   best->unit = unit;
   best->users = 1;
   return best->mem.f32();

@@ -11,6 +11,7 @@
 // The slots are working buffers, not model state: the ledger charges them to
 // `buffers`, beside the 16-bit parameters or gradients they unpack.
 #pragma once
+#include <functional>
 #include <vector>
 
 #include "compute/backend.hpp"
@@ -31,6 +32,9 @@ class WorkingCopies {
   // Counts a user of `unit` and returns its f32 copy; the first user's call
   // converts n elements of `bits` (of type `type`) into a free slot.
   float* acquire(int unit, const void* bits, DType type, std::size_t n);
+  // As acquire, the first user's copy (n elements) written by fill(copy): a
+  // unit whose resident elements are pieces, not one range.
+  float* acquire_filled(int unit, std::size_t n, const std::function<void(float*)>& fill);
   float* find(int unit);   // the held copy, or null
   void release(int unit);  // after the last user the slot is free again
   // Rounds unit's copy back into `bits` (n elements of `type`), then releases it.

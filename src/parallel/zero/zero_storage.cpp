@@ -168,6 +168,14 @@ void ZeroStorage::need_working_copy(int u) {
     working_.acquire(u, nullptr, weights_, U.size());
     return;
   }
+  if (stage_ <= 2 && U.cut()) {  // the table's pieces, packed as the unit's copies are
+    working_.acquire_filled(u, U.size(), [&](float* copy) {
+      plan_.for_each_piece(U, [&](std::size_t arena, std::size_t packed, std::size_t n) {
+        backend_.convert(copy + packed, DType::f32, param_bytes(p_full_, arena), weights_, n);
+      });
+    });
+    return;
+  }
   if (stage_ <= 2 || U.persistent) {
     working_.acquire(u, param_bytes(stage_ <= 2 ? p_full_ : p_shard_,
                                     stage_ <= 2 ? U.begin() : U.shard_offset),
@@ -312,10 +320,25 @@ void* ZeroStorage::owned_params(int u) {
 void ZeroStorage::publish_params() {
   if (stage_ > 2) return;  // stage 3 gathers on use
   std::vector<Request> reqs;
-  for (const auto& U : plan_.units())
-    if (!U.persistent)
+  const auto& units = plan_.units();
+  for (std::size_t i = 0; i < units.size(); ++i) {
+    const ZeroUnit& U = units[i];
+    if (U.persistent) continue;
+    if (!U.cut()) {
       reqs.push_back(comm_.gather_unit(U, param_bytes(p_full_, plan_.slice_begin(U)),
                                        param_bytes(p_full_, U.begin()), weights_));
+      continue;
+    }
+    // A cut table: each rank's pieces of all its units lie side by side (one
+    // stride), so the whole table is one all-gather of strides in rank order.
+    const std::size_t table_units = U.range.stride / U.range.piece;
+    std::size_t k = i + 1;
+    while (k < units.size() && k - i < table_units && units[k].cut()) ++k;
+    reqs.push_back(comm_.group().iall_gather(param_bytes(p_full_, plan_.slice_begin(U)),
+                                             param_bytes(p_full_, U.begin()), U.range.stride,
+                                             weights_));
+    i = k - 1;
+  }
   for (auto& r : reqs) comm_.wait(r);
 }
 
