@@ -32,8 +32,14 @@ GptModel::GptModel(const GptConfig& c, int micro_batch, ComputeBackend& backend,
   if (saved16_.size() > 0)
     acts16_ = Arena(backend, ledger, MemCategory::activations,
                     saved16_.size() * o.activation_slots, policy_.store);
-  if (work_.size() > 0) work_arena_ = Arena(backend, ledger, MemCategory::activations, work_.size());
-  scratch_arena_ = Arena(backend, ledger, MemCategory::activations, scratch_.size());
+  if (GptModel* other = o.shares_buffers_with) {
+    work_mem_ = other->work_mem_;
+    scratch_mem_ = other->scratch_mem_;
+  } else {
+    if (work_.size() > 0)
+      work_arena_ = Arena(backend, ledger, MemCategory::activations, work_.size());
+    scratch_arena_ = Arena(backend, ledger, MemCategory::activations, scratch_.size());
+  }
   if (o.weight_buffers > 0) {
     splits_backward_ = true;
     weight_layout_ = weight_input_layout(c, B_, tp_, stage_, policy_);

@@ -27,6 +27,8 @@ namespace trident {
 // is final for this step (data parallelism starts its buckets there).
 using GradsReadyFn = std::function<void(std::size_t first_ready_offset)>;
 
+class GptModel;
+
 struct GptModelOptions {
   TensorParallelLayout tp;
   Communicator* tensor_comm = nullptr;
@@ -42,6 +44,10 @@ struct GptModelOptions {
   // ops in a W buffer (a pool apart from the slots: a B fused with its W
   // needs none).
   int weight_buffers = 0;
+  // Another chunk of this rank (same config and micro-batch) whose working
+  // buffer and scratch this one uses: a rank runs one pass at a time, and
+  // nothing in them outlives a pass.
+  GptModel* shares_buffers_with = nullptr;
 };
 
 // Where B keeps each input of W for one micro-batch: in the micro-batch's
@@ -155,7 +161,7 @@ class GptModel {
   void restore_block(int slot, int l, const Block& a, const float* x);  // unpack, recompute
   void unpack_block(int slot, int l);  // 16-bit copies into the working buffer
   void regather_norms(const Block& a);  // SP: the norms' outputs over the tensor group again
-  float* scratch(const std::string& name) { return scratch_arena_.f32(scratch_.at(name)); }
+  float* scratch(const std::string& name) { return scratch_mem_->f32(scratch_.at(name)); }
   std::int32_t* tokens_of(int slot) { return static_cast<std::int32_t*>(io_.data()) + 2 * std::size_t(slot) * BT_; }
   float* P(const std::string& n) { return storage_->param(table_.at(n)); }
   float* G(const std::string& n) { return storage_->grad(table_.at(n)); }
@@ -222,6 +228,7 @@ class GptModel {
   WeightInputLayout weight_layout_;
   bool splits_backward_ = false;  // built with W buffers: backward_input allowed
   Arena acts_, acts16_, work_arena_, scratch_arena_, weight_inputs_;
+  Arena *work_mem_ = &work_arena_, *scratch_mem_ = &scratch_arena_;  // or another chunk's
   Arena io_;  // tokens and targets (int32) of every slot, on the device
   std::vector<float> host_losses_;
   int BT_, BTl_, first_token_;  // all tokens, this rank's tokens, its first

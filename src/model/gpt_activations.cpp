@@ -128,7 +128,7 @@ TensorTable GptModel::scratch_table(const GptConfig& c, int micro_batch,
 
 float* GptModel::home(int slot, const std::string& prefix, const char* name) {
   if (const TensorInfo* t = saved_.find(prefix + name)) return slot_f32(slot) + t->offset;
-  return work_arena_.f32(work_.at(name));
+  return work_mem_->f32(work_.at(name));
 }
 
 GptModel::Block GptModel::block(int slot, int l) {
@@ -153,7 +153,7 @@ const float* GptModel::block_input(int slot, int l) {
   const std::string p = fmt::format("h.{}.", l - 1);
   if (const TensorInfo* part = saved_.find(p + "res3_part")) {
     // Backward never writes res3 (a recompute stops before it): gather there.
-    float* whole = work_arena_.f32(work_.at("res3"));
+    float* whole = work_mem_->f32(work_.at("res3"));
     tcomm_.gather_tokens(slot_f32(slot) + part->offset, whole, part->numel);
     return whole;
   }
@@ -164,19 +164,19 @@ void GptModel::save_block(int slot, int l) {
   const std::string p = fmt::format("h.{}.", l);
   if (const TensorInfo* part = saved_.find(p + "res3_part"))
     backend_.copy(slot_f32(slot) + part->offset,
-                  work_arena_.f32(work_.at("res3")) + std::size_t(tp_.rank) * part->numel,
+                  work_mem_->f32(work_.at("res3")) + std::size_t(tp_.rank) * part->numel,
                   part->numel * sizeof(float));
   for (const TensorInfo& t : saved16_.tensors())
     if (t.name.compare(0, p.size(), p) == 0)
       backend_.convert(slot_16(slot) + t.offset, policy_.store,
-                       work_arena_.f32(work_.at(t.name.substr(p.size()))), DType::f32, t.numel);
+                       work_mem_->f32(work_.at(t.name.substr(p.size()))), DType::f32, t.numel);
 }
 
 void GptModel::unpack_block(int slot, int l) {
   const std::string p = fmt::format("h.{}.", l);
   for (const TensorInfo& t : saved16_.tensors())
     if (t.name.compare(0, p.size(), p) == 0)
-      backend_.convert(work_arena_.f32(work_.at(t.name.substr(p.size()))), DType::f32,
+      backend_.convert(work_mem_->f32(work_.at(t.name.substr(p.size()))), DType::f32,
                        slot_16(slot) + t.offset, policy_.store, t.numel);
 }
 

@@ -119,9 +119,11 @@ MemoryEstimate estimate_memory(const Deck& deck, const GridShape& shape, int sta
         make_activation_policy(deck.train.recompute, deck.train.partition_activations, shape.tp,
                                tp.sp(), deck.precision.dtype);
     const int slots = max_in_flight(actions, c);
-    at(MemCategory::activations) += slots * slot_bytes(deck, shape, spec) +
-                                    (double(GptModel::work_table(m, B, tp, policy).size()) +
-                                     double(GptModel::scratch_table(m, B, tp).size())) * f;
+    // A rank's chunks share one working buffer and scratch (one pass at a time).
+    at(MemCategory::activations) += slots * slot_bytes(deck, shape, spec);
+    if (c == 0)
+      at(MemCategory::activations) += (double(GptModel::work_table(m, B, tp, policy).size()) +
+                                       double(GptModel::scratch_table(m, B, tp).size())) * f;
     // Zero bubble: the W buffers, kept from B for W.
     at(MemCategory::activations) +=
         max_pending_weights(actions, c) * weight_buffer_bytes(deck, shape, spec);

@@ -16,15 +16,25 @@
 namespace trident {
 
 int Trainer::acquire_slot(ModelChunk& c, int mb) {
+  // A free slot whose sends are done, else the first free one: its sends may
+  // still read it, so wait for them (the neighbour's receive is scheduled).
+  int pick = -1;
   for (std::size_t s = 0; s < c.busy.size(); ++s) {
     if (c.busy[s]) continue;
-    for (Request& r : c.sends[s]) pcomm_.wait(r);  // a send may still read the slot
-    c.sends[s].clear();
-    c.busy[s] = true;
-    c.slot_of[mb] = int(s);
-    return int(s);
+    bool sent = true;
+    for (Request& r : c.sends[s]) sent = pcomm_.test(r) && sent;
+    if (sent) {
+      pick = int(s);
+      break;
+    }
+    if (pick < 0) pick = int(s);
   }
-  throw std::logic_error("pipeline: more micro-batches in flight than activation slots");
+  if (pick < 0) throw std::logic_error("pipeline: more micro-batches in flight than activation slots");
+  for (Request& r : c.sends[pick]) pcomm_.wait(r);
+  c.sends[pick].clear();
+  c.busy[pick] = true;
+  c.slot_of[mb] = pick;
+  return pick;
 }
 
 void Trainer::release_slot(ModelChunk& c, int mb) {

@@ -90,6 +90,7 @@ void Trainer::build_chunk(ModelChunk& ch, MemoryLedger& ledger, int slots, int w
   o.weights = weights_;
   o.grads = grads_;
   o.storage = ch.engine->storage();
+  if (&ch != &chunks_.front()) o.shares_buffers_with = chunks_.front().model.get();
   ch.model = std::make_unique<GptModel>(deck_.model, t.micro_batch, backend_, ledger, o);
   ch.model->init_parameters(t.seed);  // 16-bit weights: their rounding
   ch.engine->attach(*ch.model, t.seed);

@@ -16,6 +16,7 @@
 #include "io/deck.hpp"
 #include "io/token_shard.hpp"
 #include "parallel/pipeline/partition.hpp"
+#include "plan/estimate.hpp"
 #include "support/test_support.hpp"
 #include "train/trainer.hpp"
 
@@ -245,6 +246,31 @@ TEST(Pipeline, ZeroBubblePeakActivationsStayWithin1F1B) {
     }
     MPI_Comm_free(&comm);
   }
+}
+
+TEST(Pipeline, ChunksOfARankShareOneWorkingBufferAsTheEstimatorCounts) {
+  // Two chunks per rank (interleaved, zb-v) hold one working buffer and
+  // scratch between them: rank 0's activation bytes are the estimator's.
+  if (world_size() < 2) GTEST_SKIP() << "needs 2 ranks";
+  MPI_Comm comm = first_ranks(2);
+  if (comm == MPI_COMM_NULL) return;
+  for (const char* sched : {"interleaved", "zb-v"}) {
+    const std::vector<std::string> sets = {"train.batch=4", "parallel.pp=2",
+                                           fmt::format("parallel.schedule=\"{}\"", sched),
+                                           std::string("parallel.virtual_stages=2")};
+    const PipeRun run = train(comm, sets);
+    std::vector<std::string> all = {"train.lr=1e-3", "model.layers=8", "train.micro_batch=1"};
+    all.insert(all.end(), sets.begin(), sets.end());
+    Deck d = parse_deck(trident::testing::tiny_deck(shard_dir() + "/train.bin",
+                                                    shard_dir() + "/train.bin", ""),
+                        "pp.toml", all);
+    const GridShape shape = resolve_layout(d, 2);
+    const MemoryEstimate e = estimate_memory(d, shape, d.zero.stage);
+    int r = 0;
+    MPI_Comm_rank(comm, &r);
+    if (r == 0) EXPECT_EQ(run.activation_bytes, e.bytes[int(MemCategory::activations)]) << sched;
+  }
+  MPI_Comm_free(&comm);
 }
 
 TEST(Partition, DynamicProgramFindsTheBruteForceOptimum) {

@@ -33,6 +33,7 @@ class PipelineComm {
   Request send_head_grad(const float* buf, std::size_t n, int mb);
   void recv_head_grad(float* buf, std::size_t n, int mb);
   void wait(Request& r) { pipe_.wait(r); }
+  bool test(Request& r) { return pipe_.test(r); }
 
  private:
   int virtual_stage(int chunk) const { return virtual_stage_of(v_shape_, stages(), stage(), chunk); }

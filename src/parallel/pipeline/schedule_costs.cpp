@@ -66,8 +66,10 @@ ZeroBubbleCosts zero_bubble_costs(const Deck& deck, const GridShape& shape,
   const Partition one = V == p ? part : partition_uniform(m.layers, p);
   std::vector<double> one_f_one_b;
   for (int s = 0; s < p; ++s) one_f_one_b.push_back(slot_bytes(deck, shape, spec_of(one, s)));
-  // Each chunk also has its working buffer and scratch, whatever the schedule:
-  // what a rank's chunks take beyond 1F1B's one set comes out of the budget.
+  // The slots' budget leaves room for one working buffer and scratch per
+  // chunk, though a rank's chunks share one set: larger slot pools let the
+  // lists reuse a slot whose input gradient the previous stage has not yet
+  // received, which the lists do not model (see docs/parallelism.md).
   const TensorParallelLayout tpl{shape.tp, 0, deck.parallel.sequence_parallel};
   const ActivationPolicy policy =
       make_activation_policy(deck.train.recompute, deck.train.partition_activations, shape.tp,
