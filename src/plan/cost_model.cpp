@@ -146,7 +146,9 @@ Prediction predict_step(const Deck& deck, const GridShape& shape, const Cluster&
                             : 0;
   const double gemm_mb = layers_per_rank * 3 * (linear + scores);
   const double elem_mb = layers_per_rank * 3 * elementwise;
-  const double tpc_mb = layers_per_rank * 2 * tp_comm;
+  // Backward moves the same again; SP's also gathers the two norms' outputs
+  // once more (kept for this rank's tokens only): half an all-reduce each.
+  const double tpc_mb = layers_per_rank * (p.sequence_parallel ? 2.5 : 2.0) * tp_comm;
   const double rc_mb = layers_per_rank * recompute;
   const double stage_mb = gemm_mb + elem_mb + tpc_mb + rc_mb + p2p;  // a stage without the head
   const double last_mb = stage_mb + logits;
