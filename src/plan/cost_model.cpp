@@ -96,6 +96,13 @@ Prediction predict_step(const Deck& deck, const GridShape& shape, const Cluster&
   const int on_node = cluster.shared_node ? shape.size() : 1;
   Cluster c = cluster;
   if (cluster.shared_node) c.hbm_gbps /= on_node;
+  // Past the cores, a rank that waits for a message yields its core (MPI
+  // yields when oversubscribed) and another rank computes meanwhile: each
+  // rank sees its messages' time shrink by the ranks per core.
+  if (cluster.shared_node && on_node > cluster.gpus_per_node) {
+    const double per_core = double(on_node) / cluster.gpus_per_node;
+    for (Link* l : {&c.intra, &c.inter}) l->gbps *= per_core, l->latency_us /= per_core;
+  }
   const StepModel sm{m, c, t, w, c.peak_tflops(deck.precision.dtype) * 1e12 / on_node};
   const double h = m.d_model, s = m.seq_len, tokens = double(p.micro_batch) * s;
   // A group inside a node rides NVLink. One spanning nodes with k members per
