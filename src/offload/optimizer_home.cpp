@@ -29,9 +29,14 @@ std::size_t OptimizerHome::block_elements(const OffloadSection& o) {
   return std::max(bytes, SwapFile::kAlign) / sizeof(float);
 }
 
-std::size_t OptimizerHome::staging_bytes(const OffloadSection& o, int kinds) {
-  if (o.optimizer != OffloadTarget::nvme) return 0;
-  return std::size_t(kStreamSets) * std::size_t(kinds) * block_elements(o) * sizeof(float);
+OptimizerHome::ArenaBytes OptimizerHome::arena_bytes(const OffloadSection& o, std::size_t n,
+                                                     int kinds, bool memory_is_host) {
+  const std::size_t k = std::size_t(kinds), block = block_elements(o) * sizeof(float);
+  if (o.optimizer == OffloadTarget::none) return {k * n * sizeof(float), 0};
+  ArenaBytes b;
+  if (o.optimizer == OffloadTarget::nvme) b.buffers += std::size_t(kStreamSets) * k * block;
+  if (!memory_is_host) b.buffers += k * block;
+  return b;
 }
 
 OptimizerHome::OptimizerHome(const OffloadSection& o, ComputeBackend& backend,
@@ -66,7 +71,7 @@ OptimizerHome::OptimizerHome(const OffloadSection& o, ComputeBackend& backend,
                                      o.queue_depth);
   staging_ = std::make_unique<AlignedBuffers>(kStreamSets * kinds, block_ * sizeof(float),
                                               SwapFile::kAlign);
-  staging_counted_ = staging_bytes(o, kinds);
+  staging_counted_ = std::size_t(kStreamSets) * std::size_t(kinds) * block_ * sizeof(float);
   ledger_.allocate(MemCategory::buffers, staging_counted_);
   pinned_ = o.pin_memory;
   if (pinned_)

@@ -43,8 +43,15 @@ class OptimizerHome {
   std::string warning() const;  // a swap file's I/O fallback, or ""
   // Elements per block of the nvme stream (the staging buffers' size).
   static std::size_t block_elements(const OffloadSection& o);
-  // Bytes the home adds to the arenas' `buffers`: the nvme stream's staging.
-  static std::size_t staging_bytes(const OffloadSection& o, int kinds);
+  // What a home of n elements of `kinds` kinds adds to the arenas, exactly
+  // (the estimator's figures): resident state as optimizer state; the
+  // swap's staging and, on a device backend, one block per kind in device
+  // memory as buffers. Offloaded state itself is in none of them.
+  struct ArenaBytes {
+    std::size_t optimizer = 0, buffers = 0;
+  };
+  static ArenaBytes arena_bytes(const OffloadSection& o, std::size_t n, int kinds,
+                                bool memory_is_host);
 
   // f(first, count, state) for consecutive blocks covering [0, n): state[k]
   // points at element `first` of kind k in backend memory; what f writes
