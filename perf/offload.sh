@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# ZeRO-Offload / ZeRO-Infinity on this machine (docs/offload.md):
+#  1. swap-file bandwidth (build/perf/bench_swap: O_DIRECT through io_uring at
+#     BLOCK_MB blocks and QUEUE_DEPTH in flight, then the optimizer's own
+#     read-update-write stream) against fio's O_DIRECT io_uring write and read
+#     at the same block size and depth, same file size, same disk; the ratio
+#     (target >= 0.8). fio runs right beside each trident transfer.
+#  2. step time of one deck (gpt2-124m's shape at seq_len 128, one rank,
+#     ZeRO-1) with offload.optimizer none, cpu and nvme: the median step and
+#     the optimizer's share, loss per step (bit-identical across the three).
+#  3. with --headline: the largest model that trains for a few steps without
+#     offload, with CPU offload and with NVMe offload (minutes to hours).
+#   usage: perf/offload.sh [DIR] [GB] [BLOCK_MB] [QUEUE_DEPTH] [--headline]
+set -euo pipefail
+dir=${1:-/tmp/trident_offload_bench} gb=${2:-2} block_mb=${3:-4} depth=${4:-8}
+build=${TRIDENT_BUILD:-build}
+bench=$build/perf/bench_swap bin=$build/src/trident
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+[ -x "$bench" ] && [ -x "$bin" ] || { echo "error: build first (cmake --build build)"; exit 2; }
+command -v fio > /dev/null || { echo "error: fio not found (Debian: apt-get install fio)"; exit 2; }
+mkdir -p "$dir"
+echo "date: $(date -u '+%Y-%m-%d %H:%M UTC')"
+echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(free -g | awk '/Mem:/ {print $2}') GiB"
+echo "disk: $(df -hT "$dir" | awk 'NR==2 {print $1, $2, $3, $5 " free"}') at $dir; $(fio --version), kernel $(uname -r)"
+echo "command: $bench $dir $gb $block_mb $depth; fio --direct=1 --ioengine=io_uring --bs=${block_mb}M --iodepth=$depth --size=${gb}G"
+
+fio_gbps() {  # write|read -> GB/s
+  fio --name=swap --filename="$dir/fio.dat" --rw="$1" --bs="${block_mb}M" --iodepth="$depth" \
+      --ioengine=io_uring --direct=1 --size="${gb}G" --output-format=json |
+    python3 -c 'import json,sys; print(json.load(sys.stdin)["jobs"][0][sys.argv[1]]["bw_bytes"]/1e9)' "$1"
+}
+echo
+echo "## swap bandwidth ($gb GB, ${block_mb} MiB blocks, depth $depth)"
+printf '%-8s %12s %12s %8s\n' mode "trident GB/s" "fio GB/s" ratio
+for mode in write read; do
+  ours=$("$bench" "$dir" "$gb" "$block_mb" "$depth" | awk -v m="$mode" '$1 == m {print $6}')
+  theirs=$(fio_gbps "$mode")
+  printf '%-8s %12.3f %12.3f %8.2f\n' "$mode" "$ours" "$theirs" "$(echo "$ours / $theirs" | bc -l)"
+done
+"$bench" "$dir" "$gb" "$block_mb" "$depth" | awk '/^stream/ {printf "optimizer stream (read + write of every block): %s GB/s\n", $7}'
+rm -f "$dir/fio.dat"
+
+deck=input/gpt2-124m.toml
+[ -f data/corpus_train.bin ] || bash input/make_corpus.sh "$bin" > /dev/null
+echo
+echo "## step time: $deck at seq_len 128, 1 rank, zero.stage 1, 6 steps"
+printf '%-6s %12s %14s %10s  %s\n' offload "step (s)" "optimizer (s)" "arenas" "losses"
+for home in none cpu nvme; do
+  out=$(mpirun -np 1 "$bin" train "$deck" --set model.seq_len=128 --set train.steps=6 \
+        --set train.batch=1 --set train.micro_batch=1 --set train.eval_every=0 \
+        --set train.eval_sequences=1 --set data.val='[]' --set checkpoint.dir='' \
+        --set checkpoint.every=0 --set checkpoint.minutes=0 --set zero.stage=1 --set offload.optimizer=$home \
+        --set offload.nvme_path="$dir" --set offload.block_mb="$block_mb" \
+        --set offload.queue_depth="$depth" --set output.log_every=1 2>&1)
+  step=$(grep -E '^step ' <<<"$out" | tail -n +2 | sed -E 's/.*\| ([0-9]+) ms \|.*/\1/' | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)] / 1000}')
+  opt=$(awk '$1 == "optimizer" {print $3}' <<<"$out")
+  arenas=$(grep -o 'arenas [0-9.]* [KMG]iB' <<<"$out" | cut -d' ' -f2-)
+  losses=$(grep -E '^step ' <<<"$out" | sed -E 's/.*loss ([0-9.]+).*/\1/' | tr '\n' ' ')
+  printf '%-6s %12s %14s %10s  %s\n' "$home" "$step" "$opt" "$arenas" "$losses"
+done
+[ "${5:-}" = "--headline" ] || exit 0
+echo
+echo "## headline: see perf/RESULTS.md#offload for the runs and their decks"
