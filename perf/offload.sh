@@ -8,11 +8,11 @@
 #  2. step time of one deck (gpt2-124m's shape at seq_len 128, one rank,
 #     ZeRO-1) with offload.optimizer none, cpu and nvme: the median step and
 #     the optimizer's share, loss per step (bit-identical across the three).
-#  3. with --headline: the largest model that trains for a few steps without
-#     offload, with CPU offload and with NVMe offload (minutes to hours).
-#   usage: perf/offload.sh [DIR] [GB] [BLOCK_MB] [QUEUE_DEPTH] [--headline]
+# A shared or virtual disk drifts from minute to minute: every part runs
+# ROUNDS times, alternating, and prints each round (compare within a round).
+#   usage: perf/offload.sh [DIR] [GB] [BLOCK_MB] [QUEUE_DEPTH] [ROUNDS]
 set -euo pipefail
-dir=${1:-/tmp/trident_offload_bench} gb=${2:-2} block_mb=${3:-4} depth=${4:-8}
+dir=${1:-/tmp/trident_offload_bench} gb=${2:-2} block_mb=${3:-4} depth=${4:-8} rounds=${5:-3}
 build=${TRIDENT_BUILD:-build}
 bench=$build/perf/bench_swap bin=$build/src/trident
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
@@ -22,6 +22,7 @@ mkdir -p "$dir"
 echo "date: $(date -u '+%Y-%m-%d %H:%M UTC')"
 echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(free -g | awk '/Mem:/ {print $2}') GiB"
 echo "disk: $(df -hT "$dir" | awk 'NR==2 {print $1, $2, $3, $5 " free"}') at $dir; $(fio --version), kernel $(uname -r)"
+echo "load: $(uptime | sed 's/.*load/load/')"
 echo "command: $bench $dir $gb $block_mb $depth; fio --direct=1 --ioengine=io_uring --bs=${block_mb}M --iodepth=$depth --size=${gb}G"
 
 fio_gbps() {  # write|read -> GB/s
@@ -31,21 +32,24 @@ fio_gbps() {  # write|read -> GB/s
 }
 echo
 echo "## swap bandwidth ($gb GB, ${block_mb} MiB blocks, depth $depth)"
-printf '%-8s %12s %12s %8s\n' mode "trident GB/s" "fio GB/s" ratio
-for mode in write read; do
-  ours=$("$bench" "$dir" "$gb" "$block_mb" "$depth" | awk -v m="$mode" '$1 == m {print $6}')
-  theirs=$(fio_gbps "$mode")
-  printf '%-8s %12.3f %12.3f %8.2f\n' "$mode" "$ours" "$theirs" "$(echo "$ours / $theirs" | bc -l)"
+printf '%-6s %-8s %12s %12s %8s %14s\n' round mode "trident GB/s" "fio GB/s" ratio "stream GB/s"
+for round in $(seq "$rounds"); do
+  ours=$("$bench" "$dir" "$gb" "$block_mb" "$depth")
+  for mode in write read; do
+    theirs=$(fio_gbps "$mode")
+    mine=$(awk -v m="$mode" '$1 == m {print $6}' <<<"$ours")
+    printf '%-6s %-8s %12.3f %12.3f %8.2f %14s\n' "$round" "$mode" "$mine" "$theirs" \
+           "$(echo "$mine / $theirs" | bc -l)" "$(awk '/^stream/ {print $7}' <<<"$ours")"
+  done
+  rm -f "$dir/fio.dat"
 done
-"$bench" "$dir" "$gb" "$block_mb" "$depth" | awk '/^stream/ {printf "optimizer stream (read + write of every block): %s GB/s\n", $7}'
-rm -f "$dir/fio.dat"
 
 deck=input/gpt2-124m.toml
 [ -f data/corpus_train.bin ] || bash input/make_corpus.sh "$bin" > /dev/null
 echo
 echo "## step time: $deck at seq_len 128, 1 rank, zero.stage 1, 6 steps"
-printf '%-6s %12s %14s %10s  %s\n' offload "step (s)" "optimizer (s)" "arenas" "losses"
-for home in none cpu nvme; do
+printf '%-6s %-6s %12s %14s %10s  %s\n' round offload "step (s)" "optimizer (s)" "arenas" "losses"
+for round in $(seq "$rounds"); do for home in none cpu nvme; do
   out=$(mpirun -np 1 "$bin" train "$deck" --set model.seq_len=128 --set train.steps=6 \
         --set train.batch=1 --set train.micro_batch=1 --set train.eval_every=0 \
         --set train.eval_sequences=1 --set data.val='[]' --set checkpoint.dir='' \
@@ -56,8 +60,5 @@ for home in none cpu nvme; do
   opt=$(awk '$1 == "optimizer" {print $3}' <<<"$out")
   arenas=$(grep -o 'arenas [0-9.]* [KMG]iB' <<<"$out" | cut -d' ' -f2-)
   losses=$(grep -E '^step ' <<<"$out" | sed -E 's/.*loss ([0-9.]+).*/\1/' | tr '\n' ' ')
-  printf '%-6s %12s %14s %10s  %s\n' "$home" "$step" "$opt" "$arenas" "$losses"
-done
-[ "${5:-}" = "--headline" ] || exit 0
-echo
-echo "## headline: see perf/RESULTS.md#offload for the runs and their decks"
+  printf '%-6s %-6s %12s %14s %10s  %s\n' "$round" "$home" "$step" "$opt" "$arenas" "$losses"
+done; done
