@@ -66,6 +66,7 @@ SwapFile::SwapFile(const std::string& dir, int rank, std::uint64_t bytes, int qu
                                  "free space there or choose a larger scratch directory",
                                  where, double(bytes) / 1e9, std::strerror(err)));
   }
+  io_error_ = fault_armed("swap", "io_error", rank);
   ring_ = std::make_unique<Ring>();
   if (io_uring_queue_init(unsigned(queue_depth), &ring_->ring, 0) < 0) ring_.reset();
 }
@@ -115,7 +116,7 @@ void SwapFile::reap_one() {
   }
   if (r < 0) throw RuntimeFailure(fmt::format("swap file: io_uring wait: {}", std::strerror(-r)));
   const std::size_t slot = std::size_t(io_uring_cqe_get_data64(cqe));
-  const int res = cqe->res;
+  const int res = io_error_ ? -EIO : cqe->res;
   io_uring_cqe_seen(&ring_->ring, cqe);
   Op& op = ops_[slot];
   if (res == -EINTR || res == -EAGAIN) return issue(slot);

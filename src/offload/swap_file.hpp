@@ -57,7 +57,8 @@ class SwapFile {
   struct Ring;
   std::unique_ptr<Ring> ring_;  // null: synchronous transfers
   std::vector<Op> ops_;
-  std::string error_;  // first failure, reported by wait()
+  std::string error_;     // first failure, reported by wait()
+  bool io_error_ = false;  // fault injection: every transfer fails with EIO
 };
 
 }  // namespace trident
