@@ -33,7 +33,10 @@ void ZeroEngine::attach(GptModel& model, std::uint64_t seed) {
     optimizer_ = std::make_unique<ZeroOptimizer>(*storage_, model.param_table(), backend_, ledger_,
                                                  adam_, offload_, world_.rank());
   });
-  if (adam_.weights != DType::f32) optimizer_->init_masters(model.initial_parameters(seed));
+  if (adam_.weights != DType::f32)
+    model.for_initial_parameters(seed, [&](std::size_t first, const float* v, std::size_t n) {
+      optimizer_->init_masters(first, v, n);
+    });
 }
 
 GradSpan ZeroEngine::tied_grads() {

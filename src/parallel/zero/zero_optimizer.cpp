@@ -17,12 +17,16 @@ ZeroOptimizer::ZeroOptimizer(ZeroStorage& storage, const TensorTable& table,
   view_ = GradView(backend, ledger, storage.grads_dtype(), storage.plan().shard_size());
 }
 
-void ZeroOptimizer::init_masters(const std::vector<float>& host) {
+void ZeroOptimizer::init_masters(std::size_t first, const float* host, std::size_t n) {
   if (!has_masters()) return;
   const ZeroPlan& plan = storage_.plan();
-  for (const ZeroUnit& U : plan.units())
-    home_.write(OptimizerHome::masters, U.shard_offset, plan.slice(U),
-                host.data() + plan.slice_begin(U));
+  for (const ZeroUnit& U : plan.units()) {  // each unit's slice is one range of the table
+    const std::size_t lo = std::max(first, plan.slice_begin(U));
+    const std::size_t hi = std::min(first + n, plan.slice_begin(U) + plan.slice(U));
+    if (lo < hi)
+      home_.write(OptimizerHome::masters, U.shard_offset + (lo - plan.slice_begin(U)), hi - lo,
+                  host + (lo - first));
+  }
 }
 
 template <class F>

@@ -25,10 +25,10 @@ class ZeroOptimizer {
   // values: 16-bit gradients are unpacked chunk by chunk), then publish
   // (stages 1-2).
   void step(float lr, float grad_scale);
-  // With 16-bit weights: f32 masters of the owned slices, taken from `host`
-  // (f32 values in the table layout, e.g. the initial parameters); step()
-  // then writes their rounding to the owned 16-bit slices.
-  void init_masters(const std::vector<float>& host);
+  // With 16-bit weights: f32 masters of the owned slices, taken from table
+  // elements [first, first + n) at `host` (e.g. the initial parameters);
+  // step() then writes their rounding to the owned 16-bit slices.
+  void init_masters(std::size_t first, const float* host, std::size_t n);
   // The owned weights become the masters' rounding, and stages 1-2 publish them.
   void refresh_weights();
   // The masters' arena when they are resident (null when offloaded or fp32).
