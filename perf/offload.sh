@@ -10,7 +10,13 @@
 #     the optimizer's share, loss per step (bit-identical across the three).
 # A shared or virtual disk drifts from minute to minute: every part runs
 # ROUNDS times, alternating, and prints each round (compare within a round).
-#   usage: perf/offload.sh [DIR] [GB] [BLOCK_MB] [QUEUE_DEPTH] [ROUNDS]
+#  3. with --headline: large models for 4 steps, bf16 weights and gradients,
+#     ZeRO-1 on one rank, lr 2e-6 on one repeated 32-token window (at 32
+#     tokens a step, the windows' own spread hides a few steps' progress):
+#     1.0 B parameters without offload and with CPU offload (1.53 B needs
+#     23.6 GiB by trident estimate), 3.19 B with NVMe offload (fp32 model
+#     state 51 GB, 2.06x the 23 GiB of RAM). Tens of minutes; peak RSS 16 GiB.
+#   usage: perf/offload.sh [DIR] [GB] [BLOCK_MB] [QUEUE_DEPTH] [ROUNDS] [--headline]
 set -euo pipefail
 dir=${1:-/tmp/trident_offload_bench} gb=${2:-2} block_mb=${3:-4} depth=${4:-8} rounds=${5:-3}
 build=${TRIDENT_BUILD:-build}
@@ -62,3 +68,32 @@ for round in $(seq "$rounds"); do for home in none cpu nvme; do
   losses=$(grep -E '^step ' <<<"$out" | sed -E 's/.*loss ([0-9.]+).*/\1/' | tr '\n' ' ')
   printf '%-6s %-6s %12s %14s %10s  %s\n' "$round" "$home" "$step" "$opt" "$arenas" "$losses"
 done; done
+[ "${6:-}" = "--headline" ] || exit 0
+lr=${HEADLINE_LR:-2e-6}  # the first Adam steps move every weight by about lr: keep it small
+
+echo
+echo "## headline: the largest models run, 4 steps at lr $lr, one repeated 32-token window"
+printf 'The quick brown fox jumps over the lazy dog.\n' > "$dir/window.txt"
+"$bin" tokenize "$dir/window.txt" "$dir/window.bin" > /dev/null
+ram=$(awk '/MemTotal/ {printf "%.0f", $2 * 1024}' /proc/meminfo)  # mawk's %d stops at 2^31
+printf '%-6s %10s %16s %10s %10s %12s  %s\n' offload params "fp32 state/RAM" arenas "peak RSS" "step (s)" losses
+for run in "none 20 2048 16" "cpu 20 2048 16" "nvme 32 2880 20"; do
+  read -r home layers width heads <<<"$run"
+  out=$(mpirun -np 1 "$bin" train input/default.toml --set data.train="$dir/window.bin" \
+        --set data.val='[]' --set model.layers="$layers" --set model.d_model="$width" \
+        --set model.heads="$heads" --set model.seq_len=32 --set train.batch=1 \
+        --set train.micro_batch=1 --set precision.dtype=bf16 --set precision.reduce_dtype=bf16 \
+        --set zero.stage=1 --set train.steps=4 --set train.lr="$lr" --set train.min_lr=0 \
+        --set train.warmup=0 --set train.eval_every=0 --set checkpoint.dir='' \
+        --set checkpoint.every=0 --set checkpoint.minutes=0 --set output.log_every=1 \
+        --set offload.optimizer="$home" --set offload.nvme_path="$dir" \
+        --set offload.block_mb="$block_mb" --set offload.queue_depth="$depth" 2>&1) ||
+    { echo "$out" | tail -5; echo "error: the $home run failed"; continue; }
+  params=$(grep -o '| [0-9.]* M params' <<<"$out" | awk '{print $2}')
+  printf '%-6s %9.0fM %16.2f %10s %10s %12s  %s\n' "$home" "$params" \
+    "$(echo "$params * 1000000 * 16 / $ram" | bc -l)" \
+    "$(grep -o 'arenas [0-9.]* [KMG]iB' <<<"$out" | cut -d' ' -f2-)" \
+    "$(grep -o 'process RSS [0-9.]* [KMG]iB' <<<"$out" | cut -d' ' -f3-)" \
+    "$(grep -E '^step ' <<<"$out" | tail -n +2 | sed -E 's/.*\| ([0-9]+) ms \|.*/\1/' | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)] / 1000}')" \
+    "$(grep -E '^step ' <<<"$out" | sed -E 's/.*loss ([0-9.]+).*/\1/' | tr '\n' ' ')"
+done
