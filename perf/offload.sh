@@ -31,6 +31,10 @@ echo "disk: $(df -hT "$dir" | awk 'NR==2 {print $1, $2, $3, $5 " free"}') at $di
 echo "load: $(uptime | sed 's/.*load/load/')"
 echo "command: $bench $dir $gb $block_mb $depth; fio --direct=1 --ioengine=io_uring --bs=${block_mb}M --iodepth=$depth --size=${gb}G"
 
+median_step() {  # trident's output -> the median step time in s, step 1 left out
+  grep -E '^step ' <<<"$1" | tail -n +2 | sed -E 's/.*\| ([0-9]+) ms \|.*/\1/' | sort -n |
+    awk '{a[NR]=$1} END {print a[int((NR+1)/2)] / 1000}'
+}
 fio_gbps() {  # write|read -> GB/s
   fio --name=swap --filename="$dir/fio.dat" --rw="$1" --bs="${block_mb}M" --iodepth="$depth" \
       --ioengine=io_uring --direct=1 --size="${gb}G" --output-format=json |
@@ -62,7 +66,7 @@ for round in $(seq "$rounds"); do for home in none cpu nvme; do
         --set checkpoint.every=0 --set checkpoint.minutes=0 --set zero.stage=1 --set offload.optimizer=$home \
         --set offload.nvme_path="$dir" --set offload.block_mb="$block_mb" \
         --set offload.queue_depth="$depth" --set output.log_every=1 2>&1)
-  step=$(grep -E '^step ' <<<"$out" | tail -n +2 | sed -E 's/.*\| ([0-9]+) ms \|.*/\1/' | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)] / 1000}')
+  step=$(median_step "$out")
   opt=$(awk '$1 == "optimizer" {print $3}' <<<"$out")
   arenas=$(grep -o 'arenas [0-9.]* [KMG]iB' <<<"$out" | cut -d' ' -f2-)
   losses=$(grep -E '^step ' <<<"$out" | sed -E 's/.*loss ([0-9.]+).*/\1/' | tr '\n' ' ')
@@ -94,6 +98,6 @@ for run in "none 20 2048 16" "cpu 20 2048 16" "nvme 32 2880 20"; do
     "$(echo "$params * 1000000 * 16 / $ram" | bc -l)" \
     "$(grep -o 'arenas [0-9.]* [KMG]iB' <<<"$out" | cut -d' ' -f2-)" \
     "$(grep -o 'process RSS [0-9.]* [KMG]iB' <<<"$out" | cut -d' ' -f3-)" \
-    "$(grep -E '^step ' <<<"$out" | tail -n +2 | sed -E 's/.*\| ([0-9]+) ms \|.*/\1/' | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)] / 1000}')" \
+    "$(median_step "$out")" \
     "$(grep -E '^step ' <<<"$out" | sed -E 's/.*loss ([0-9.]+).*/\1/' | tr '\n' ' ')"
 done
