@@ -29,15 +29,16 @@ echo "date: $(date -u '+%Y-%m-%d %H:%M UTC')"
 echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(free -g | awk '/Mem:/ {print $2}') GiB"
 echo "disk: $(df -hT "$dir" | awk 'NR==2 {print $1, $2, $3, $5 " free"}') at $dir; $(fio --version), kernel $(uname -r)"
 echo "load: $(uptime | sed 's/.*load/load/')"
-echo "command: $bench $dir $gb $block_mb $depth; fio --direct=1 --ioengine=io_uring --bs=${block_mb}M --iodepth=$depth --size=${gb}G"
+echo "command: $bench $dir $gb $block_mb $depth; fio --direct=1 --ioengine=io_uring --bs=${block_mb}M --iodepth=$depth --size=$gb GB"
 
+bytes=$(awk -v g="$gb" 'BEGIN {printf "%.0f", g * 1e9}')  # what bench_swap moves, about
 median_step() {  # trident's output -> the median step time in s, step 1 left out
   grep -E '^step ' <<<"$1" | tail -n +2 | sed -E 's/.*\| ([0-9]+) ms \|.*/\1/' | sort -n |
     awk '{a[NR]=$1} END {print a[int((NR+1)/2)] / 1000}'
 }
 fio_gbps() {  # write|read -> GB/s
   fio --name=swap --filename="$dir/fio.dat" --rw="$1" --bs="${block_mb}M" --iodepth="$depth" \
-      --ioengine=io_uring --direct=1 --size="${gb}G" --output-format=json |
+      --ioengine=io_uring --direct=1 --size="$bytes" --output-format=json |
     python3 -c 'import json,sys; print(json.load(sys.stdin)["jobs"][0][sys.argv[1]]["bw_bytes"]/1e9)' "$1"
 }
 echo
