@@ -161,6 +161,9 @@ int train(const TrainOptions& o, Communicator& boot) {
   Trainer trainer(deck, grid, *backend, ledger, *train_data, val_data.get(),
                   o.trace.empty() ? nullptr : &trace);
   print_pipeline(deck, grid, trainer);
+  if (grid.is_root())
+    for (ModelChunk& ch : trainer.chunks())
+      if (const std::string w = ch.engine->warning(); !w.empty()) fmt::print("warning: {}\n", w);
   Checkpointer checkpoints(deck, grid, trainer);
   const int first = o.resume.empty() ? 0 : checkpoints.resume(o.resume);
   const int steps = deck.train.steps;

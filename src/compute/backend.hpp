@@ -43,6 +43,10 @@ class ComputeBackend {
   // (checkpoint files pass device memory through host buffers).
   virtual bool memory_is_host() const { return true; }
   virtual void release(void* p, std::size_t bytes) = 0;
+  // Page-locks host memory the device copies to and from often (offloaded
+  // state, swap staging), and undoes it; a host-memory backend need not.
+  virtual void pin_host(void* /*host*/, std::size_t /*bytes*/) {}
+  virtual void unpin_host(void* /*host*/, std::size_t /*bytes*/) {}
   virtual void zero(void* p, std::size_t bytes) = 0;
   virtual void copy_to_host(void* host, const void* dev, std::size_t bytes) = 0;
   virtual void copy_from_host(void* dev, const void* host, std::size_t bytes) = 0;

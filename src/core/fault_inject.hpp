@@ -6,7 +6,10 @@
 // fault_armed() only answers whether a site is named, for faults that are not
 // a kill: grad:inf sets one gradient of this rank to inf before the update;
 // ckpt:write_error[@N] fails this rank's write of dataset N (any, without @);
-// step:stall@N makes this rank sleep for an hour before step N (a stuck rank).
+// step:stall@N makes this rank sleep for an hour before step N (a stuck rank);
+// swap:no_space@R makes world rank R's offload swap file find its disk full,
+// swap:no_direct@R its file system refuse O_DIRECT, swap:io_error@R its
+// transfers fail (EIO).
 #pragma once
 
 namespace trident {

@@ -20,7 +20,10 @@ void DataParallelEngine::attach(GptModel& model, std::uint64_t seed) {
       plan_grad_buckets(model.param_table(), bucket_bytes_, dtype_size(adam_.grads)));
   if (gather_mode_ && !comm_->is_root()) return;
   optimizer_ = std::make_unique<AdamW>(model.param_table(), backend_, ledger_, adam_);
-  if (adam_.weights != DType::f32) optimizer_->init_masters(model.initial_parameters(seed));
+  if (adam_.weights != DType::f32)
+    model.for_initial_parameters(seed, [&](std::size_t first, const float* v, std::size_t n) {
+      optimizer_->init_masters(first, v, n);
+    });
 }
 
 void DataParallelEngine::begin_step() { model_->grads().zero(); }

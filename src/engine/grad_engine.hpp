@@ -11,6 +11,7 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "grid/grid.hpp"
@@ -81,6 +82,14 @@ class GradEngine {
   // whether every data rank holds the same slices of that kind.
   virtual TensorSlice state_slice(StateKind kind, const TensorInfo& t, const GridCoord& c) = 0;
   virtual bool replicated_over_data(StateKind kind) const = 0;
+  // State kept off the backend's memory (offload) is brought into a window
+  // there while a checkpoint saves or loads it: state_slice(kind) points into
+  // it from open_state(kind) to close_state(kind, changed), which stores what
+  // a load wrote. No-ops where the state is resident.
+  virtual void open_state(StateKind) {}
+  virtual void close_state(StateKind, bool /*changed*/) {}
+  // Something about where the state lives the user should know, else "".
+  virtual std::string warning() const { return {}; }
 
   // Tests: the first gradient this rank holds becomes inf.
   virtual void poison_gradient() = 0;

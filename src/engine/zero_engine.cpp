@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <stdexcept>
 
+#include "comm/agree.hpp"
 #include "model/gpt_params.hpp"
 
 namespace trident {
@@ -11,6 +12,8 @@ namespace trident {
 ZeroEngine::ZeroEngine(const EngineSetup& s, const UnitLayout& units, AdamWConfig adam)
     : backend_(s.backend),
       ledger_(s.ledger),
+      world_(s.grid.world()),
+      offload_(s.deck.offload),
       adam_(adam),
       tp_root_(s.grid.coord().tp == 0),
       table_(build_gpt_param_table(
@@ -25,8 +28,15 @@ ZeroEngine::ZeroEngine(const EngineSetup& s, const UnitLayout& units, AdamWConfi
 
 void ZeroEngine::attach(GptModel& model, std::uint64_t seed) {
   model_table_ = &model.param_table();
-  optimizer_ = std::make_unique<ZeroOptimizer>(*storage_, model.param_table(), backend_, ledger_, adam_);
-  if (adam_.weights != DType::f32) optimizer_->init_masters(model.initial_parameters(seed));
+  // A swap file may fail on some nodes only (no room, read-only): agreed, exit 2 everywhere.
+  run_agreed(world_, [&] {
+    optimizer_ = std::make_unique<ZeroOptimizer>(*storage_, model.param_table(), backend_, ledger_,
+                                                 adam_, offload_, world_.rank());
+  });
+  if (adam_.weights != DType::f32)
+    model.for_initial_parameters(seed, [&](std::size_t first, const float* v, std::size_t n) {
+      optimizer_->init_masters(first, v, n);
+    });
 }
 
 GradSpan ZeroEngine::tied_grads() {
@@ -57,12 +67,12 @@ TensorSlice ZeroEngine::state_slice(StateKind kind, const TensorInfo& t, const G
   const std::size_t a = std::max(lo, t.offset), b = std::min(hi, t.offset + t.numel);
   if (a >= b) return {};
   // The moments and masters sit in the optimizer's shard layout.
-  char* base = kind == StateKind::params
-                   ? static_cast<char*>(storage_->owned_params(t.unit))
-                   : reinterpret_cast<char*>((kind == StateKind::exp_avg      ? optimizer_->first_moment()
-                                              : kind == StateKind::exp_avg_sq ? optimizer_->second_moment()
-                                                                              : *optimizer_->masters())
-                                                 .f32() + u.shard_offset);
+  char* base = static_cast<char*>(storage_->owned_params(t.unit));
+  if (kind != StateKind::params) {
+    float* state = windows_[home_kind(kind)];
+    if (!state) state = optimizer_->home().open(home_kind(kind));  // resident: the arena itself
+    base = reinterpret_cast<char*>(state + u.shard_offset);
+  }
   TensorSlice s;
   s.shard = &t;
   s.lo = a - t.offset;
@@ -70,6 +80,24 @@ TensorSlice ZeroEngine::state_slice(StateKind kind, const TensorInfo& t, const G
   s.data = base + (a - lo) * (kind == StateKind::params ? psz : sizeof(float));
   s.counted = counts_copy(t, c, u.persistent);
   return s;
+}
+
+int ZeroEngine::home_kind(StateKind kind) {
+  return kind == StateKind::exp_avg      ? OptimizerHome::exp_avg
+         : kind == StateKind::exp_avg_sq ? OptimizerHome::exp_avg_sq
+                                         : OptimizerHome::masters;
+}
+
+void ZeroEngine::open_state(StateKind kind) {
+  if (kind == StateKind::params || (kind == StateKind::masters && !optimizer_->has_masters()))
+    return;
+  windows_[home_kind(kind)] = optimizer_->home().open(home_kind(kind));
+}
+
+void ZeroEngine::close_state(StateKind kind, bool changed) {
+  if (kind == StateKind::params || !windows_[home_kind(kind)]) return;
+  optimizer_->home().close(home_kind(kind), changed);
+  windows_[home_kind(kind)] = nullptr;
 }
 
 bool ZeroEngine::replicated_over_data(StateKind kind) const {

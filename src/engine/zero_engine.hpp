@@ -31,14 +31,21 @@ class ZeroEngine final : public GradEngine {
   Arena* masters() override { return optimizer_->masters(); }
   TensorSlice state_slice(StateKind kind, const TensorInfo& t, const GridCoord& c) override;
   bool replicated_over_data(StateKind kind) const override;
+  void open_state(StateKind kind) override;
+  void close_state(StateKind kind, bool changed) override;
+  std::string warning() const override { return optimizer_->home().warning(); }
   void poison_gradient() override;
 
   const ZeroPlan& plan() const { return plan_; }
   ZeroStorage& zero_storage() { return *storage_; }
 
  private:
+  static int home_kind(StateKind kind);  // OptimizerHome::Kind of a state kind
+
   ComputeBackend& backend_;
   MemoryLedger& ledger_;
+  Communicator& world_;  // agrees on a swap file's failure
+  OffloadSection offload_;
   AdamWConfig adam_;
   bool tp_root_;  // counts the tensors not split over the tensor group
   TensorTable table_;  // padded units; the model builds the same table
@@ -46,6 +53,7 @@ class ZeroEngine final : public GradEngine {
   std::unique_ptr<ZeroStorage> storage_;
   std::unique_ptr<ZeroOptimizer> optimizer_;
   const TensorTable* model_table_ = nullptr;
+  float* windows_[3] = {};  // open_state's windows of offloaded state, by home kind
 };
 
 }  // namespace trident

@@ -136,6 +136,34 @@ void read_devices(DeckReader& r, SystemSection& s) {
             "but this trident was built without NCCL; use \"staged\" or rebuild with NCCL");
 }
 
+// Offload is another home for ZeRO's shards, so it needs ZeRO.
+void read_offload(DeckReader& r, const ZeroSection& z, OffloadSection& o) {
+  const bool optimizer_named = r.get_choice("offload", "optimizer", o.optimizer);
+  const bool params_named = r.get_choice("offload", "params", o.params);
+  r.get("offload", "nvme_path", o.nvme_path);
+  r.get("offload", "block_mb", o.block_mb);
+  r.get("offload", "queue_depth", o.queue_depth);
+  r.get("offload", "pin_memory", o.pin_memory);
+  r.require(optimizer_named, "offload", "optimizer", not_a<OffloadTarget>("home"));
+  r.require(params_named, "offload", "params", not_a<OffloadTarget>("home"));
+  r.require(o.optimizer == OffloadTarget::none || z.stage >= 1, "offload", "optimizer",
+            fmt::format("= \"{}\" needs ZeRO (it moves the sharded optimizer state); set "
+                        "zero.stage = 1, 2 or 3", choice_name(o.optimizer)));
+  r.require(o.params == OffloadTarget::none || z.stage == 3, "offload", "params",
+            fmt::format("= \"{}\" needs zero.stage = 3 (only stage 3 shards the parameters)",
+                        choice_name(o.params)));
+  r.require(o.params == OffloadTarget::none || z.stage != 3, "offload", "params",
+            "is not implemented yet; use \"none\" (offload.optimizer moves the optimizer state)");
+  const bool nvme = o.optimizer == OffloadTarget::nvme || o.params == OffloadTarget::nvme;
+  r.require(!nvme || !o.nvme_path.empty(), "offload", "nvme_path",
+            "is required with \"nvme\" offload: a node-local directory for the swap files, "
+            "e.g. \"/local/scratch\"");
+  r.require(o.block_mb >= 1.0 / 256 && o.block_mb <= 1024, "offload", "block_mb",
+            "must be in [1/256, 1024] (4 KiB to 1 GiB)");
+  r.require(o.queue_depth >= 1 && o.queue_depth <= 256, "offload", "queue_depth",
+            "must be in [1, 256]");
+}
+
 void read_rest(DeckReader& r, Deck& d) {
   r.get_paths("data", "train", d.data.train);
   r.get_paths("data", "val", d.data.val);
@@ -189,6 +217,7 @@ void read_rest(DeckReader& r, Deck& d) {
               fmt::format("= \"{}\" is not supported {}use \"fp32\"",
                           choice_name(d.precision.reduce_dtype), why));
   }
+  read_offload(r, d.zero, d.offload);
   r.get("output", "metrics", d.output.metrics);
   r.get("output", "log_every", d.output.log_every);
   r.require(d.output.log_every >= 1, "output", "log_every", "must be at least 1");

@@ -66,6 +66,17 @@ struct ZeroSection {
   int table_units = 0;  // stage 3: units the token embedding is cut into; 0: none larger than a block
 };
 
+// ZeRO-Offload and ZeRO-Infinity (docs/offload.md): where the optimizer's
+// state (and at stage 3 the parameter shards) live, and the swap file's I/O.
+struct OffloadSection {
+  OffloadTarget optimizer = OffloadTarget::none;  // fp32 masters, Adam moments
+  OffloadTarget params = OffloadTarget::none;     // stage 3 parameter shards
+  std::string nvme_path;  // node-local directory for the per-rank swap files
+  double block_mb = 4.0;  // MiB per swap transfer (rounded down to 4 KiB pages)
+  int queue_depth = 8;    // swap transfers in flight
+  bool pin_memory = true;  // cuda: page-locked host buffers
+};
+
 struct OutputSection {
   std::string metrics;  // JSONL path; empty: none
   int log_every = 1;
@@ -96,6 +107,7 @@ struct Deck {
   TrainSection train;
   ParallelSection parallel;
   ZeroSection zero;
+  OffloadSection offload;
   PrecisionSection precision;
   OutputSection output;
   CheckpointSection checkpoint;

@@ -26,6 +26,8 @@ enum class PartitionMethod { uniform, parameters, profile };
 enum class Device { cpu, cuda };
 // system.comm; `automatic` is the deck's "auto" (resolved in app/backends).
 enum class CommBackend { automatic, mpi, nccl, staged };
+// offload.optimizer and offload.params: where ZeRO's shards of that state live.
+enum class OffloadTarget { none, cpu, nvme };
 
 template <class E>
 struct ChoiceName {
@@ -54,6 +56,8 @@ inline constexpr ChoiceName<CommBackend> kCommNames[] = {{CommBackend::automatic
                                                          {CommBackend::mpi, "mpi"},
                                                          {CommBackend::nccl, "nccl"},
                                                          {CommBackend::staged, "staged"}};
+inline constexpr ChoiceName<OffloadTarget> kOffloadNames[] = {
+    {OffloadTarget::none, "none"}, {OffloadTarget::cpu, "cpu"}, {OffloadTarget::nvme, "nvme"}};
 
 // The table of an enum, found by overload on a value of it.
 constexpr std::span<const ChoiceName<ScheduleKind>> choices(ScheduleKind) { return kScheduleNames; }
@@ -65,6 +69,9 @@ constexpr std::span<const ChoiceName<PartitionMethod>> choices(PartitionMethod) 
 }
 constexpr std::span<const ChoiceName<Device>> choices(Device) { return kDeviceNames; }
 constexpr std::span<const ChoiceName<CommBackend>> choices(CommBackend) { return kCommNames; }
+constexpr std::span<const ChoiceName<OffloadTarget>> choices(OffloadTarget) {
+  return kOffloadNames;
+}
 
 // The deck spelling of `value`.
 template <class E>

@@ -57,14 +57,20 @@ FullStorage& GptModel::full() {
   return *own_storage_;
 }
 
-std::vector<float> GptModel::initial_parameters(std::uint64_t seed) const {
-  std::vector<float> host(table_.size(), 0.0f);
-  init_gpt_params(table_, host.data(), cfg_, seed);
-  return host;
+void GptModel::for_initial_parameters(std::uint64_t seed, const ValuesFn& f) const {
+  constexpr std::size_t kPiece = std::size_t(1) << 24;  // 64 MiB of f32 at a time
+  std::vector<float> host(std::min(kPiece, table_.size()));
+  for (std::size_t first = 0; first < table_.size(); first += kPiece) {
+    const std::size_t n = std::min(kPiece, table_.size() - first);
+    init_gpt_params_range(table_, host.data(), cfg_, seed, first, n);
+    f(first, host.data(), n);
+  }
 }
 
 void GptModel::init_parameters(std::uint64_t seed) {
-  storage_->set_params_from_host(initial_parameters(seed));
+  for_initial_parameters(seed, [&](std::size_t first, const float* v, std::size_t n) {
+    storage_->set_params_from_host(first, v, n);
+  });
 }
 
 const float* GptModel::reduce_row_parallel(float* full) {

@@ -81,8 +81,10 @@ class GptModel {
 
   void init_parameters(std::uint64_t seed);
   // The f32 values init_parameters stores (16-bit storage keeps their
-  // rounding; the optimizer's masters take them as they are), table layout.
-  std::vector<float> initial_parameters(std::uint64_t seed) const;
+  // rounding; the optimizer's masters take them as they are), table layout,
+  // handed to f(first element, values, count) a bounded piece at a time.
+  using ValuesFn = std::function<void(std::size_t, const float*, std::size_t)>;
+  void for_initial_parameters(std::uint64_t seed, const ValuesFn& f) const;
   // The layouts of the saved activations of one micro-batch (f32, and those
   // stored in 16 bits), of the one-block working buffer and of the shared
   // scratch (the estimator sizes them too).

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -49,23 +50,30 @@ double counter_normal(std::uint64_t key, std::uint64_t i) {
 
 void init_gpt_params(const TensorTable& table, float* params, const GptConfig& c,
                      std::uint64_t seed) {
+  init_gpt_params_range(table, params, c, seed, 0, table.size());
+}
+
+void init_gpt_params_range(const TensorTable& table, float* out, const GptConfig& c,
+                           std::uint64_t seed, std::size_t first, std::size_t count) {
   const double std_matrix = 0.02;
   const double std_residual = 0.02 / std::sqrt(2.0 * c.layers);
+  std::fill(out, out + count, 0.0f);  // padding between tensors
   for (const TensorInfo& t : table.tensors()) {
-    float* p = params + t.offset;
-    if (ends_with(t.name, ".b")) {
-      for (std::size_t i = 0; i < t.numel; ++i) p[i] = 0.0f;
-      continue;
-    }
+    const std::size_t lo = std::max(first, t.offset);
+    const std::size_t hi = std::min(first + count, t.offset + t.numel);
+    if (lo >= hi) continue;
+    float* p = out + (lo - first);
+    const std::size_t i0 = lo - t.offset, n = hi - lo;  // elements [i0, i0 + n) of the tensor
+    if (ends_with(t.name, ".b")) continue;
     if (ends_with(t.name, "ln1.w") || ends_with(t.name, "ln2.w") || t.name == "lnf.w") {
-      for (std::size_t i = 0; i < t.numel; ++i) p[i] = t.global_index(i) < 0 ? 0.0f : 1.0f;
+      for (std::size_t i = 0; i < n; ++i) p[i] = t.global_index(i0 + i) < 0 ? 0.0f : 1.0f;
       continue;
     }
     const bool residual = ends_with(t.name, "attn.proj.w") || ends_with(t.name, "mlp.proj.w");
     const double sd = residual ? std_residual : std_matrix;
     const std::uint64_t key = stream_key(seed, t.name.c_str());
-    for (std::size_t i = 0; i < t.numel; ++i) {
-      const std::int64_t g = t.global_index(i);
+    for (std::size_t i = 0; i < n; ++i) {
+      const std::int64_t g = t.global_index(i0 + i);
       p[i] = g < 0 ? 0.0f : static_cast<float>(sd * counter_normal(key, std::uint64_t(g)));
     }
   }

@@ -17,6 +17,10 @@ namespace trident {
 // any shard of any layout computes exactly its slice of the same global model.
 void init_gpt_params(const TensorTable& table, float* params, const GptConfig& c,
                      std::uint64_t seed);
+// Elements [first, first + count) of the same, into out[0, count): a large
+// model is initialised piece by piece, never whole in f32.
+void init_gpt_params_range(const TensorTable& table, float* out, const GptConfig& c,
+                           std::uint64_t seed, std::size_t first, std::size_t count);
 
 // The i-th standard normal of stream `key` (pure function of its arguments).
 double counter_normal(std::uint64_t key, std::uint64_t i);

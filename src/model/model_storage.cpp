@@ -60,9 +60,10 @@ void FullStorage::gather_params_to_host(std::vector<float>& out) {
                       params_.numel());
 }
 
-void FullStorage::set_params_from_host(const std::vector<float>& in) {
-  copy_from_host_as(backend_, params_.data(), params_.dtype(), in.data(),
-                    params_.numel());
+void FullStorage::set_params_from_host(std::size_t first, const float* in, std::size_t n) {
+  copy_from_host_as(backend_,
+                    static_cast<char*>(params_.data()) + first * dtype_size(params_.dtype()),
+                    params_.dtype(), in, n);
 }
 
 // Converted on the host: a checkpoint or initialisation should not need a

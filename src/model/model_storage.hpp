@@ -35,9 +35,10 @@ class ModelStorage {
   // micro-batch) instead of accumulating until the step's last one.
   virtual bool grads_leave_each_backward() const { return false; }
   // This rank's parameters in the table's layout (its tensor shards, whole),
-  // and the reverse (each storage keeps its part).
+  // and the reverse for table elements [first, first + n) (each storage
+  // keeps its part).
   virtual void gather_params_to_host(std::vector<float>& out) = 0;
-  virtual void set_params_from_host(const std::vector<float>& in) = 0;
+  virtual void set_params_from_host(std::size_t first, const float* in, std::size_t n) = 0;
 };
 
 // Every parameter and gradient resident in one arena each (no ZeRO). With
@@ -56,7 +57,7 @@ class FullStorage : public ModelStorage {
   void need_grads(int unit) override;
   void done_grads(int unit, bool last) override;
   void gather_params_to_host(std::vector<float>& out) override;
-  void set_params_from_host(const std::vector<float>& in) override;
+  void set_params_from_host(std::size_t first, const float* in, std::size_t n) override;
   Arena& params() { return params_; }  // resident, in the weights' type
   Arena& grads() { return grads_; }
 

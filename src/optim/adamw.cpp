@@ -13,8 +13,8 @@ AdamW::AdamW(const TensorTable& table, ComputeBackend& backend, MemoryLedger& le
   view_ = GradView(backend, ledger, cfg.grads, table.size());
 }
 
-void AdamW::init_masters(const std::vector<float>& host) {
-  if (master_.numel()) backend_.copy_from_host(master_.data(), host.data(), master_.bytes());
+void AdamW::init_masters(std::size_t first, const float* host, std::size_t n) {
+  if (master_.numel()) backend_.copy_from_host(master_.f32() + first, host, n * sizeof(float));
 }
 
 void AdamW::refresh_weights(Arena& params) {

@@ -23,9 +23,10 @@ struct AdamWConfig {
 class AdamW {
  public:
   AdamW(const TensorTable& table, ComputeBackend& backend, MemoryLedger& ledger, AdamWConfig cfg);
-  // With 16-bit weights: the masters from f32 values in the table layout
-  // (e.g. the initial parameters), and the weights as the masters' rounding.
-  void init_masters(const std::vector<float>& host);
+  // With 16-bit weights: masters [first, first + n) from f32 values in the
+  // table layout (e.g. the initial parameters), and the weights as the
+  // masters' rounding.
+  void init_masters(std::size_t first, const float* host, std::size_t n);
   void refresh_weights(Arena& params);
   // One update of every tensor in the table but `frozen` (a copy another rank
   // owns: pipedream's last-stage tied embedding) with the gradients times

@@ -4,6 +4,7 @@
 #include "parallel/pipeline/schedule_costs.hpp"
 #include "memory/working_copies.hpp"
 #include "model/gpt.hpp"
+#include "offload/optimizer_home.hpp"
 #include "optim/grad_view.hpp"
 #include "model/gpt_params.hpp"
 #include "parallel/pipeline/partition.hpp"
@@ -102,7 +103,12 @@ MemoryEstimate estimate_memory(const Deck& deck, const GridShape& shape, int sta
       // the owned sums in place; stages 2-3's owned sums), the moments.
       at(MemCategory::parameters) += (stage <= 2 ? n : shard) * w;
       at(MemCategory::gradients) += (stage == 1 ? n : shard) * g;
-      at(MemCategory::optimizer) += (2 + masters) * shard * f;
+      // The optimizer's home (offload/): resident state, or the swap's staging.
+      const auto home = OptimizerHome::arena_bytes(deck.offload, plan.shard_size(),
+                                                   2 + int(masters),
+                                                   deck.system.device == Device::cpu);
+      at(MemCategory::optimizer) += double(home.optimizer);
+      at(MemCategory::buffers) += double(home.buffers);
       // 16-bit gradients: the optimizer's and the accumulation's f32 chunks.
       at(MemCategory::buffers) +=
           double(GradView::buffer_elements(grads, plan.shard_size()) +

@@ -32,38 +32,34 @@ struct LoadItem {
 // shared slices are cut into dp equal byte ranges in file order, so replica
 // r reads one long run of the file while the others read theirs. Replica r's
 // elements of a slice are those whose bytes start in the r-th range.
-std::vector<std::vector<LoadItem>> plan_load(Grid& grid, const TensorTable& global,
-                                             const std::vector<TensorSet>& sets,
-                                             std::vector<StagedSlice>& staged) {
+std::vector<LoadItem> plan_set(Grid& grid, const TensorTable& global, const TensorSet& set,
+                               std::vector<StagedSlice>& staged) {
   const std::uint64_t dp = std::uint64_t(grid.shape().dp);
-  std::vector<std::vector<LoadItem>> items(sets.size());
-  for (std::size_t k = 0; k < sets.size(); ++k) {
-    const TensorSet& set = sets[k];
-    const std::size_t esz = dtype_size(set.dtype);
-    std::vector<std::uint64_t> shared_at;  // per item: byte offset among the set's shared bytes
-    std::uint64_t total = 0;
-    for (const TensorInfo& g : global.tensors()) {
-      LoadItem it{{dataset_path(set.group, g.name), g.global_shape, set.dtype}, set.slice_of(g), {}};
-      const std::uint64_t bytes = (it.whole.hi - it.whole.lo) * esz;
-      if (set.staged_through && !it.whole.empty()) {
-        staged.push_back({set.staged_through, it.whole.data, std::vector<char>(bytes)});
-        it.whole.data = staged.back().host.data();  // stays put when `staged` grows
-      }
-      const bool shared = set.replicated_over_data && dp > 1 && !it.whole.empty();
-      shared_at.push_back(total);
-      if (shared) {
-        it.cuts.resize(dp + 1);
-        total += bytes;
-      }
-      items[k].push_back(std::move(it));
+  std::vector<LoadItem> items;
+  const std::size_t esz = dtype_size(set.dtype);
+  std::vector<std::uint64_t> shared_at;  // per item: byte offset among the set's shared bytes
+  std::uint64_t total = 0;
+  for (const TensorInfo& g : global.tensors()) {
+    LoadItem it{{dataset_path(set.group, g.name), g.global_shape, set.dtype}, set.slice_of(g), {}};
+    const std::uint64_t bytes = (it.whole.hi - it.whole.lo) * esz;
+    if (set.staged_through && !it.whole.empty()) {
+      staged.push_back({set.staged_through, it.whole.data, std::vector<char>(bytes)});
+      it.whole.data = staged.back().host.data();  // stays put when `staged` grows
     }
-    for (std::size_t i = 0; i < items[k].size(); ++i) {
-      LoadItem& it = items[k][i];
-      const std::uint64_t n = it.whole.hi - it.whole.lo;
-      for (std::uint64_t r = 0; r < it.cuts.size(); ++r) {
-        const std::uint64_t at = r == dp ? total : total / dp * r;
-        it.cuts[r] = at <= shared_at[i] ? 0 : std::min(n, (at - shared_at[i] + esz - 1) / esz);
-      }
+    const bool shared = set.replicated_over_data && dp > 1 && !it.whole.empty();
+    shared_at.push_back(total);
+    if (shared) {
+      it.cuts.resize(dp + 1);
+      total += bytes;
+    }
+    items.push_back(std::move(it));
+  }
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    LoadItem& it = items[i];
+    const std::uint64_t n = it.whole.hi - it.whole.lo;
+    for (std::uint64_t r = 0; r < it.cuts.size(); ++r) {
+      const std::uint64_t at = r == dp ? total : total / dp * r;
+      it.cuts[r] = at <= shared_at[i] ? 0 : std::min(n, (at - shared_at[i] + esz - 1) / esz);
     }
   }
   return items;
@@ -91,11 +87,15 @@ CheckpointIo load_checkpoint(Grid& grid, const std::string& path, const GptConfi
                                      "change)", path, key, v.first, v.second));
   });
   std::vector<StagedSlice> staged;
-  const std::vector<std::vector<LoadItem>> items = plan_load(grid, global, sets, staged);
+  std::vector<std::vector<LoadItem>> items(sets.size());
+  std::vector<const TensorSet*> to_close;  // offloaded state stored once the values are final
   ReplicaExchange exchange(grid);
   const int me = grid.coord().dp;
   try {
     for (std::size_t k = 0; k < sets.size(); ++k) {
+      // Planned set by set, so offloaded state is in memory one set at a time.
+      if (sets[k].open) sets[k].open();
+      items[k] = plan_set(grid, global, sets[k], staged);
       const std::size_t esz = dtype_size(sets[k].dtype);
       std::vector<CheckpointReader::SliceRead> reads;
       for (const LoadItem& it : items[k]) {
@@ -112,6 +112,9 @@ CheckpointIo load_checkpoint(Grid& grid, const std::string& path, const GptConfi
       for (const LoadItem& it : items[k])
         if (!it.cuts.empty()) exchange.add(it.whole, esz, it.cuts);
       exchange.progress();
+      if (!sets[k].close) continue;
+      if (sets[k].staged_through || sets[k].replicated_over_data) to_close.push_back(&sets[k]);
+      else sets[k].close(true);  // complete now
     }
   } catch (...) {
     exchange.finish();  // the peers' parts are in flight to and from this rank
@@ -125,6 +128,7 @@ CheckpointIo load_checkpoint(Grid& grid, const std::string& path, const GptConfi
   if (sharing) io.phases.add("share replicas (after the reads)", now_seconds() - shared_from);
   for (const StagedSlice& st : staged)
     st.backend->copy_from_host(st.device, st.host.data(), st.host.size());
+  for (const TensorSet* set : to_close) set->close(true);
   io.seconds = now_seconds() - t0;
   return io;
 }

@@ -52,6 +52,12 @@ TensorSet chunked_set(std::string group, Trainer& trainer, const GridCoord& coor
         return ch.engine->state_slice(kind, *t, coord);
     return {};
   };
+  set.open = [&trainer, kind] {
+    for (ModelChunk& ch : trainer.chunks()) ch.engine->open_state(kind);
+  };
+  set.close = [&trainer, kind](bool changed) {
+    for (ModelChunk& ch : trainer.chunks()) ch.engine->close_state(kind, changed);
+  };
   return set;
 }
 
@@ -149,7 +155,8 @@ CheckpointIo save_checkpoint(Grid& grid, const std::string& dir, int keep,
     const std::size_t total = specs.size();
     std::size_t done = 0;
     std::vector<char> staging;  // a device slice's host copy
-    for (const TensorSet& set : sets)
+    for (const TensorSet& set : sets) {
+      if (set.open) set.open();
       for (const TensorInfo& g : global.tensors()) {
         const std::size_t esz = dtype_size(set.dtype);
         TensorSlice slice = set.replicated_over_data
@@ -163,6 +170,8 @@ CheckpointIo save_checkpoint(Grid& grid, const std::string& dir, int keep,
         w.write(done, slice);
         if (++done == total / 2) fault_point("ckpt", "mid_datasets", step);
       }
+      if (set.close) set.close(false);
+    }
     w.finish();
     io.bytes = w.bytes();
     io.phases = w.phases();

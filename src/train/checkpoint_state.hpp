@@ -37,6 +37,10 @@ struct TensorSet {
   // through host buffers, one tensor at a time on save, all of them on load
   // (the set's share of the state in host memory for the load's duration).
   ComputeBackend* staged_through = nullptr;
+  // Around a set's reads or writes when set: the engines bring offloaded
+  // state into memory (open) and store what a load wrote (close(true)).
+  std::function<void()> open;
+  std::function<void(bool changed)> close;
 };
 
 // Data rank `c.dp`'s part of a slice every one of the `dp` data ranks holds

@@ -22,13 +22,18 @@ AXES = [
     ("precision", ["fp32", "bf16", "bf16-reduce", "fp16", "fp16-reduce"]),  # -reduce: 16-bit grads
     ("persistence", ["low", "high"]),  # zero.persistence_threshold: every unit / no unit sharded
     ("bucket", ["large", "small"]),    # parallel.bucket_mb: one bucket / one per few tensors
+    # Last and outside the pairwise cover: offload_pairs() runs each setting
+    # beside the same layout without offload, to be equal bit for bit.
+    ("offload", ["none", "cpu", "nvme"]),  # offload.optimizer
 ]
 NAMES = [a for a, _ in AXES]
+COVERED = len(AXES) - 1  # the axes whose value pairs the CI subset covers
 INDEX = {a: i for i, a in enumerate(NAMES)}
 DEFAULT = dict(dp=1, tp=1, pp=1, schedule="1f1b", sp=False, zero=0, dp_mode="allreduce",
                micro_batches=1, recompute="none", precision="fp32", persistence="low",
-               bucket="large")
+               bucket="large", offload="none")
 MAX_RANKS = 8
+SWAP_DIR = "/tmp"  # offload.nvme_path of nvme layouts (run_matrix sets a scratch directory)
 
 PRECISION_KEYS = {
     "fp32": ["precision.dtype=fp32"],
@@ -76,6 +81,9 @@ def overrides(layout, batch):
            f"zero.persistence_threshold={1000000000 if v['persistence'] == 'high' else 0}",
            # 1 KB buckets hold a few small tensors each; 64 MB holds the whole model.
            f"parallel.bucket_mb={0.001 if v['bucket'] == 'small' else 64}"]
+    if v["offload"] != "none":  # 8 KiB blocks: the swap streams many, the queue stays full
+        out += [f"offload.optimizer={v['offload']}", f"offload.nvme_path={SWAP_DIR}",
+                "offload.block_mb=0.0078125"]
     return out + PRECISION_KEYS[v["precision"]]
 
 
@@ -89,7 +97,8 @@ def describe(layout):
              "recompute": f"rc:{v['recompute']}" if v["recompute"] != "none" else None,
              "precision": v["precision"] if v["precision"] != "fp32" else None,
              "persistence": "persist:high" if v["persistence"] == "high" else None,
-             "bucket": "bucket:small" if v["bucket"] == "small" else None}
+             "bucket": "bucket:small" if v["bucket"] == "small" else None,
+             "offload": f"offload:{v['offload']}" if v["offload"] != "none" else None}
     return " ".join([s] + [x for x in extra.values() if x])
 
 
@@ -98,7 +107,7 @@ def describe(layout):
 def _pair_table():
     """Ids for every (axis i value a, axis j value b) with i < j."""
     ids, k = {}, 0
-    for i, j in itertools.combinations(range(len(AXES)), 2):
+    for i, j in itertools.combinations(range(COVERED), 2):
         for a in range(len(AXES[i][1])):
             for b in range(len(AXES[j][1])):
                 ids[(i, a, j, b)] = k
@@ -117,7 +126,7 @@ def _value_indices(layout):
 
 def pairs_of(layout):
     ix = _value_indices(layout)
-    return [PAIRS[(i, ix[i], j, ix[j])] for i, j in itertools.combinations(range(len(AXES)), 2)]
+    return [PAIRS[(i, ix[i], j, ix[j])] for i, j in itertools.combinations(range(COVERED), 2)]
 
 
 def candidates(seed, random_count=1500, per_pair=10):
@@ -129,7 +138,8 @@ def candidates(seed, random_count=1500, per_pair=10):
 
     def draw(fixed):
         for _ in range(50):
-            layout = tuple(fixed.get(i, rng.choice(vals)) for i, (_, vals) in enumerate(AXES))
+            layout = tuple(fixed.get(i, rng.choice(vals) if i < COVERED else vals[0])
+                           for i, (_, vals) in enumerate(AXES))
             if ranks(layout) <= MAX_RANKS:
                 return layout
         return None
@@ -178,6 +188,20 @@ def uncoverable_pairs(valid):
     for x in valid:
         held.update(pairs_of(x))
     return [k for k in PAIRS.values() if k not in held]
+
+
+def offload_pairs():
+    """(layout, the same with offload) for every offload setting x ZeRO stage x
+    dp in {1, 2}: same arithmetic in another home, so equal bit for bit. Two
+    micro-batches (gradients accumulate), low persistence (every unit sharded)
+    and bf16 at stage 2 (f32 masters in the home too)."""
+    out = []
+    for zero in (1, 2, 3):
+        for dp in (1, 2):
+            base = make(dp=dp, zero=zero, micro_batches=2,
+                        precision="bf16" if zero == 2 else "fp32")
+            out += [(base, with_values(base, {INDEX["offload"]: o})) for o in ("cpu", "nvme")]
+    return out
 
 
 # --- the bounded whole matrix -------------------------------------------------

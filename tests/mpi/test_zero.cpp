@@ -141,6 +141,21 @@ TEST(Zero, MeasuredBytesEqualTheEstimatorExactly) {
         EXPECT_EQ(double(z.ledger.peak_total()), z.estimate.peak());
       }
     }
+  // The optimizer state offloaded: in host memory (the same memory on the
+  // CPU backend, outside the arenas) or in a swap file streamed through
+  // staging buffers.
+  for (const std::string home : {"cpu", "nvme"}) {
+    ZeroRun z;
+    run(MPI_COMM_WORLD, {"zero.stage=2", "precision.dtype=\"bf16\"",
+                         "offload.optimizer=\"" + home + "\"",
+                         "offload.nvme_path=\"" + shard_dir() + "\"", "offload.block_mb=0.0625"},
+        z, 1);
+    for (MemCategory c : {MemCategory::optimizer, MemCategory::buffers})
+      EXPECT_EQ(double(z.ledger.peak(c)), z.estimate.bytes[int(c)])
+          << home << " " << mem_category_name(c);
+    EXPECT_EQ(z.estimate.bytes[int(MemCategory::optimizer)], 0.0) << home;
+    EXPECT_EQ(double(z.ledger.peak_total()), z.estimate.peak()) << home;
+  }
 }
 
 TEST(Zero, SixteenBitWeightsAndGradientsTrainAlikeAndHalveTheTraffic) {

@@ -6,7 +6,7 @@ Layers, top to bottom (folders on one line may include each other):
     train
     engine
     parallel optim model
-    memory compute comm grid checkpoint io
+    memory compute comm grid checkpoint io offload
     core
 plan/ may include any folder; only app/ may include plan/.
 Usage: include_layers.py SRC_DIR
@@ -20,7 +20,7 @@ LAYERS = [
     ["train"],
     ["engine"],
     ["parallel", "optim", "model"],
-    ["memory", "compute", "comm", "grid", "checkpoint", "io"],
+    ["memory", "compute", "comm", "grid", "checkpoint", "io", "offload"],
     ["core"],
 ]
 RANK = {folder: depth for depth, row in enumerate(LAYERS) for folder in row}

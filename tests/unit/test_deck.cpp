@@ -265,3 +265,36 @@ TEST(Deck, PipeDreamRefusesWhatItDoesNotSupport) {
   EXPECT_NE(error({"parallel.schedule=\"pipedrem\""}, 1).find("\"interleaved\" or \"pipedream\""),
             std::string::npos);
 }
+
+TEST(Deck, OffloadKeysAndImpossibleCombinations) {
+  expect_choices<OffloadTarget>("offload.optimizer",
+                                "is not a home; use \"none\", \"cpu\" or \"nvme\"");
+  Deck d = parse_deck(kBase, "t.toml", {});
+  EXPECT_EQ(d.offload.optimizer, OffloadTarget::none);
+  EXPECT_EQ(d.offload.params, OffloadTarget::none);
+  d = parse_deck(kBase, "t.toml",
+                 {"zero.stage=2", "offload.optimizer=nvme", "offload.nvme_path=\"/scratch\"",
+                  "offload.block_mb=0.5", "offload.queue_depth=4", "offload.pin_memory=false"});
+  EXPECT_EQ(d.offload.optimizer, OffloadTarget::nvme);
+  EXPECT_EQ(d.offload.nvme_path, "/scratch");
+  EXPECT_DOUBLE_EQ(d.offload.block_mb, 0.5);
+  EXPECT_EQ(d.offload.queue_depth, 4);
+  EXPECT_FALSE(d.offload.pin_memory);
+  auto refused = [](std::vector<std::string> sets, const std::string& message) {
+    const std::string e = error_of(kBase, std::move(sets));
+    EXPECT_NE(e.find(message), std::string::npos) << e;
+  };
+  refused({"offload.optimizer=cpu"},
+          "[offload] optimizer = \"cpu\" needs ZeRO (it moves the sharded optimizer state); set "
+          "zero.stage = 1, 2 or 3");
+  refused({"zero.stage=2", "offload.params=cpu"},
+          "[offload] params = \"cpu\" needs zero.stage = 3");
+  refused({"zero.stage=3", "offload.params=nvme", "offload.nvme_path=\"/s\""},
+          "[offload] params = \"nvme\" is not implemented yet");
+  refused({"zero.stage=1", "offload.optimizer=nvme"},
+          "[offload] nvme_path is required with \"nvme\" offload");
+  refused({"zero.stage=1", "offload.optimizer=cpu", "offload.block_mb=0"},
+          "[offload] block_mb = 0 must be in [1/256, 1024]");
+  refused({"zero.stage=1", "offload.optimizer=cpu", "offload.queue_depth=0"},
+          "[offload] queue_depth = 0 must be in [1, 256]");
+}

@@ -21,6 +21,12 @@ TEST(Init, Gpt2StatisticsAndDeterminism) {
   init_gpt_params(t, a.data(), c, 42);
   init_gpt_params(t, b.data(), c, 42);
   EXPECT_EQ(a, b);
+  // Piece by piece (a large model is never whole in f32), cuts anywhere: the same values.
+  std::vector<float> pieces(t.size(), -1.0f);
+  for (std::size_t first = 0; first < t.size(); first += 1000)
+    init_gpt_params_range(t, pieces.data() + first, c, 42, first,
+                          std::min<std::size_t>(1000, t.size() - first));
+  EXPECT_EQ(a, pieces);
   auto stats = [&](const std::string& name) {
     const TensorInfo& ti = t.at(name);
     double s = 0, s2 = 0;

@@ -116,6 +116,14 @@ void CudaBackend::release(void* p, std::size_t) {
   cudaFree(p);                     // not checked: release runs in destructors
 }
 
+void CudaBackend::pin_host(void* host, std::size_t bytes) {
+  cuda_check(cudaHostRegister(host, bytes, cudaHostRegisterDefault), site_, "cudaHostRegister");
+}
+
+void CudaBackend::unpin_host(void* host, std::size_t) {
+  cudaHostUnregister(host);  // not checked: runs in destructors
+}
+
 void CudaBackend::zero(void* p, std::size_t bytes) {
   run("zero", [&] { cuda_check(cudaMemsetAsync(p, 0, bytes, stream_), site_, "zero"); });
 }

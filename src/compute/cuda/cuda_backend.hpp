@@ -42,6 +42,8 @@ class CudaBackend final : public ComputeBackend {
 
   void* allocate(std::size_t bytes) override;
   void release(void* p, std::size_t bytes) override;
+  void pin_host(void* host, std::size_t bytes) override;
+  void unpin_host(void* host, std::size_t bytes) override;
   void zero(void* p, std::size_t bytes) override;
   void copy_to_host(void* host, const void* dev, std::size_t bytes) override;
   void copy_from_host(void* dev, const void* host, std::size_t bytes) override;

@@ -1,55 +1,80 @@
 #include "parallel/zero/zero_optimizer.hpp"
 
+#include <algorithm>
 #include <cmath>
 
 namespace trident {
 
 ZeroOptimizer::ZeroOptimizer(ZeroStorage& storage, const TensorTable& table,
-                             ComputeBackend& backend, MemoryLedger& ledger, AdamWConfig cfg)
-    : storage_(storage), table_(table), backend_(backend), cfg_(cfg) {
-  const std::size_t n = storage.plan().shard_size();
-  m_ = Arena(backend, ledger, MemCategory::optimizer, n);
-  v_ = Arena(backend, ledger, MemCategory::optimizer, n);
-  if (cfg.weights != DType::f32) master_ = Arena(backend, ledger, MemCategory::optimizer, n);
-  view_ = GradView(backend, ledger, storage.grads_dtype(), n);
+                             ComputeBackend& backend, MemoryLedger& ledger, AdamWConfig cfg,
+                             const OffloadSection& offload, int rank)
+    : storage_(storage),
+      table_(table),
+      backend_(backend),
+      cfg_(cfg),
+      home_(offload, backend, ledger, storage.plan().shard_size(),
+            cfg.weights != DType::f32 ? 3 : 2, rank) {
+  view_ = GradView(backend, ledger, storage.grads_dtype(), storage.plan().shard_size());
 }
 
-void ZeroOptimizer::init_masters(const std::vector<float>& host) {
-  if (!master_.numel()) return;
+void ZeroOptimizer::init_masters(std::size_t first, const float* host, std::size_t n) {
+  if (!has_masters()) return;
   const ZeroPlan& plan = storage_.plan();
-  for (const ZeroUnit& U : plan.units())
-    backend_.copy_from_host(master_.f32() + U.shard_offset, host.data() + plan.slice_begin(U),
-                            plan.slice(U) * sizeof(float));
-}
-
-void ZeroOptimizer::refresh_weights() {
-  if (!master_.numel()) return;
-  const ZeroPlan& plan = storage_.plan();
-  for (std::size_t u = 0; u < plan.units().size(); ++u) {
-    const ZeroUnit& U = plan.units()[u];
-    backend_.convert(storage_.owned_params(int(u)), storage_.param_dtype(),
-                     master_.f32() + U.shard_offset, DType::f32, plan.slice(U));
+  for (const ZeroUnit& U : plan.units()) {  // each unit's slice is one range of the table
+    const std::size_t lo = std::max(first, plan.slice_begin(U));
+    const std::size_t hi = std::min(first + n, plan.slice_begin(U) + plan.slice(U));
+    if (lo < hi)
+      home_.write(OptimizerHome::masters, U.shard_offset + (lo - plan.slice_begin(U)), hi - lo,
+                  host + (lo - first));
   }
-  storage_.publish_params();
 }
 
 template <class F>
-void ZeroOptimizer::for_owned(F&& f) {
+void ZeroOptimizer::for_owned(std::size_t first, std::size_t count, F&& f) {
   const ZeroPlan& plan = storage_.plan();
+  const std::size_t last = first + count;
   for (std::size_t u = 0; u < plan.units().size(); ++u) {
     const ZeroUnit& U = plan.units()[u];
-    const std::size_t lo = plan.slice_begin(U), hi = lo + plan.slice(U);
+    const std::size_t so = U.shard_offset, slice = plan.slice(U);
+    if (so >= last || so + slice <= first) continue;
+    const std::size_t lo = plan.slice_begin(U), hi = lo + slice;
     for (const TensorInfo& t : table_.tensors()) {
+      // The tensor's part of the slice, in slice offsets, then cut to the block.
       const std::size_t a = std::max(lo, t.offset), b = std::min(hi, t.offset + t.numel);
-      if (a < b) f(t, int(u), a - lo, b - a);  // offset within the slice, length
+      if (a >= b) continue;
+      const std::size_t s0 = std::max(so + (a - lo), first), s1 = std::min(so + (b - lo), last);
+      if (s0 < s1) f(t, int(u), s0 - so, s1 - s0);  // offset within the slice, length
     }
   }
+}
+
+// The owned 16-bit weights of shard elements [first, first + count) become
+// the rounding of `master` (element `first` of the masters).
+void ZeroOptimizer::round_weights(std::size_t first, std::size_t count, const float* master) {
+  const ZeroPlan& plan = storage_.plan();
+  const std::size_t psz = dtype_size(storage_.param_dtype());
+  for (std::size_t u = 0; u < plan.units().size(); ++u) {
+    const ZeroUnit& U = plan.units()[u];
+    const std::size_t a = std::max(U.shard_offset, first);
+    const std::size_t b = std::min(U.shard_offset + plan.slice(U), first + count);
+    if (a >= b) continue;
+    backend_.convert(static_cast<char*>(storage_.owned_params(int(u))) + (a - U.shard_offset) * psz,
+                     storage_.param_dtype(), master + (a - first), DType::f32, b - a);
+  }
+}
+
+void ZeroOptimizer::refresh_weights() {
+  if (!has_masters()) return;
+  home_.for_blocks([&](std::size_t first, std::size_t count, float* const* state) {
+    round_weights(first, count, state[OptimizerHome::masters]);
+  }, /*write_back=*/false);
+  storage_.publish_params();
 }
 
 double ZeroOptimizer::grad_sum_squares(bool count_tp_replicated) {
   const ZeroPlan& plan = storage_.plan();
   double s = 0;
-  for_owned([&](const TensorInfo& t, int u, std::size_t off, std::size_t n) {
+  for_owned(0, plan.shard_size(), [&](const TensorInfo& t, int u, std::size_t off, std::size_t n) {
     if (!t.primary || (t.split_dim < 0 && !count_tp_replicated)) return;
     if (plan.units()[u].persistent && plan.rank() != 0) return;
     s += view_.sum_squares(storage_.owned_grads_arena(), storage_.owned_grads_first(u) + off, n);
@@ -69,20 +94,27 @@ void ZeroOptimizer::step(float lr, float grad_scale) {
   ++t_;
   const float bc1 = 1.0f - static_cast<float>(std::pow(double(cfg_.beta1), double(t_)));
   const float bc2 = 1.0f - static_cast<float>(std::pow(double(cfg_.beta2), double(t_)));
-  const ZeroPlan& plan = storage_.plan();
-  const bool masters = master_.numel() > 0;
-  for_owned([&](const TensorInfo& t, int u, std::size_t off, std::size_t n) {
-    const std::size_t so = plan.units()[u].shard_offset + off;
-    float* p = masters ? master_.f32() + so : static_cast<float*>(storage_.owned_params(u)) + off;
-    const std::size_t first = storage_.owned_grads_first(u) + off;
-    view_.for_chunks(storage_.owned_grads_arena(), first, n, [&](float* g, std::size_t o, std::size_t k) {
-      if (grad_scale != 1.0f) backend_.scale(g, grad_scale, k);
-      backend_.adamw(p + o, g, m_.f32() + so + o, v_.f32() + so + o, k, lr, cfg_.beta1, cfg_.beta2,
-                     cfg_.eps, t.weight_decay ? cfg_.weight_decay : 0.0f, bc1, bc2);
+  const bool masters = has_masters();
+  // Block by block of the home (the whole shard when it is resident): the
+  // update of each element, then, with 16-bit weights, their rounding.
+  home_.for_blocks([&](std::size_t first, std::size_t count, float* const* state) {
+    float* m = state[OptimizerHome::exp_avg];
+    float* v = state[OptimizerHome::exp_avg_sq];
+    float* master = masters ? state[OptimizerHome::masters] : nullptr;
+    for_owned(first, count, [&](const TensorInfo& t, int u, std::size_t off, std::size_t n) {
+      const std::size_t at = storage_.plan().units()[u].shard_offset + off - first;
+      float* p = masters ? master + at : static_cast<float*>(storage_.owned_params(u)) + off;
+      const std::size_t g0 = storage_.owned_grads_first(u) + off;
+      const Arena& grads = storage_.owned_grads_arena();
+      view_.for_chunks(grads, g0, n, [&](float* g, std::size_t o, std::size_t k) {
+        if (grad_scale != 1.0f) backend_.scale(g, grad_scale, k);
+        backend_.adamw(p + o, g, m + at + o, v + at + o, k, lr, cfg_.beta1, cfg_.beta2, cfg_.eps,
+                       t.weight_decay ? cfg_.weight_decay : 0.0f, bc1, bc2);
+      });
     });
+    if (masters) round_weights(first, count, master);
   });
-  if (masters) refresh_weights();  // the owned 16-bit weights, then publish
-  else storage_.publish_params();
+  storage_.publish_params();
 }
 
 }  // namespace trident

@@ -1,8 +1,11 @@
 // AdamW over this rank's ZeRO shard: the Adam moments exist only for the
 // owned slices (1/dp of each unit; persistent units whole), the update runs
-// on the owned master parameters, and stages 1-2 then all-gather them.
+// on the owned master parameters, and stages 1-2 then all-gather them. The
+// moments and masters live in an OptimizerHome (offload.optimizer): beside
+// the model, in host memory or in a swap file, streamed block by block.
 #pragma once
 #include "optim/adamw.hpp"
+#include "offload/optimizer_home.hpp"
 #include "optim/grad_view.hpp"
 #include "parallel/zero/zero_storage.hpp"
 
@@ -11,7 +14,8 @@ namespace trident {
 class ZeroOptimizer {
  public:
   ZeroOptimizer(ZeroStorage& storage, const TensorTable& table, ComputeBackend& backend,
-                MemoryLedger& ledger, AdamWConfig cfg);
+                MemoryLedger& ledger, AdamWConfig cfg, const OffloadSection& offload = {},
+                int rank = 0);
   // Sum of squares of the owned gradients. Replicated copies count once: a
   // persistent unit only on data rank 0, a tensor-replicated tensor only where
   // count_tp_replicated (tensor rank 0).
@@ -21,27 +25,30 @@ class ZeroOptimizer {
   // values: 16-bit gradients are unpacked chunk by chunk), then publish
   // (stages 1-2).
   void step(float lr, float grad_scale);
-  // With 16-bit weights: f32 masters of the owned slices, taken from `host`
-  // (f32 values in the table layout, e.g. the initial parameters); step()
-  // then writes their rounding to the owned 16-bit slices.
-  void init_masters(const std::vector<float>& host);
+  // With 16-bit weights: f32 masters of the owned slices, taken from table
+  // elements [first, first + n) at `host` (e.g. the initial parameters);
+  // step() then writes their rounding to the owned 16-bit slices.
+  void init_masters(std::size_t first, const float* host, std::size_t n);
   // The owned weights become the masters' rounding, and stages 1-2 publish them.
   void refresh_weights();
-  Arena* masters() { return master_.numel() ? &master_ : nullptr; }
+  // The masters' arena when they are resident (null when offloaded or fp32).
+  Arena* masters() { return has_masters() ? home_.resident(OptimizerHome::masters) : nullptr; }
+  bool has_masters() const { return home_.kinds() == 3; }
   std::int64_t steps_taken() const { return t_; }
   void set_steps_taken(std::int64_t t) { t_ = t; }  // on resume
-  Arena& first_moment() { return m_; }
-  Arena& second_moment() { return v_; }
+  OptimizerHome& home() { return home_; }
 
  private:
-  // Calls f(tensor, unit, [a, b) arena range) for each tensor's part of an owned slice.
-  template <class F> void for_owned(F&& f);
+  // Calls f(tensor, unit, offset in the unit's slice, length) for each
+  // tensor's part of an owned slice within shard elements [first, first + count).
+  template <class F> void for_owned(std::size_t first, std::size_t count, F&& f);
+  void round_weights(std::size_t first, std::size_t count, const float* master);
 
   ZeroStorage& storage_;
   const TensorTable& table_;
   ComputeBackend& backend_;
   AdamWConfig cfg_;
-  Arena m_, v_, master_;
+  OptimizerHome home_;
   GradView view_;  // the owned gradients as f32
   std::int64_t t_ = 0;
 };

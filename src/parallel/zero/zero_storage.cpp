@@ -342,14 +342,18 @@ void ZeroStorage::publish_params() {
   for (auto& r : reqs) comm_.wait(r);
 }
 
-void ZeroStorage::set_params_from_host(const std::vector<float>& in) {
+void ZeroStorage::set_params_from_host(std::size_t first, const float* in, std::size_t n) {
   if (stage_ <= 2) {
-    copy_from_host_as(backend_, p_full_.data(), weights_, in.data(), p_full_.numel());
+    copy_from_host_as(backend_, param_bytes(p_full_, first), weights_, in, n);
     return;
   }
-  for (const auto& U : plan_.units())
-    copy_from_host_as(backend_, param_bytes(p_shard_, U.shard_offset), weights_,
-                      in.data() + plan_.slice_begin(U), plan_.slice(U));
+  for (const auto& U : plan_.units()) {  // each unit's slice is one range of the table
+    const std::size_t lo = std::max(first, plan_.slice_begin(U));
+    const std::size_t hi = std::min(first + n, plan_.slice_begin(U) + plan_.slice(U));
+    if (lo < hi)
+      copy_from_host_as(backend_, param_bytes(p_shard_, U.shard_offset + lo - plan_.slice_begin(U)),
+                        weights_, in + (lo - first), hi - lo);
+  }
 }
 
 void ZeroStorage::gather_params_to_host(std::vector<float>& out) {

@@ -65,7 +65,7 @@ class ZeroStorage final : public ModelStorage {
   void done_grads(int unit, bool last) override;
   bool grads_leave_each_backward() const override { return stage_ >= 2; }
   void gather_params_to_host(std::vector<float>& out) override;
-  void set_params_from_host(const std::vector<float>& in) override;
+  void set_params_from_host(std::size_t first, const float* in, std::size_t n) override;
 
   void begin_step();       // zero the owned gradients (and stage 1's full ones)
   void finish_backward();  // complete every outstanding reduction

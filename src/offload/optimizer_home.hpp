@@ -1,0 +1,106 @@
+// Where the optimizer state of one ZeRO shard lives (offload.optimizer): the
+// Adam moments and, with 16-bit weights, the f32 masters, each n floats in the
+// shard's layout.
+//   none: arenas in the backend's memory, counted as optimizer state;
+//   cpu:  host memory (ZeRO-Offload, Ren et al. 2021), outside the arenas;
+//         on the CPU backend that is the memory the arenas use;
+//   nvme: a swap file (ZeRO-Infinity), streamed through the step in blocks
+//         of offload.block_mb: block k+1 is read while block k is updated and
+//         block k-1 written back (the staging buffers count as buffers).
+// The update itself is the backend's AdamW on the same values in every home
+// (on a device backend a block passes through device staging), so a run
+// offloads bit-identically to one that does not.
+#pragma once
+#include <cstddef>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "compute/backend.hpp"
+#include "io/deck.hpp"
+#include "memory/arena.hpp"
+#include "memory/ledger.hpp"
+
+namespace trident {
+
+class SwapFile;
+class AlignedBuffers;
+
+class OptimizerHome {
+ public:
+  enum Kind : int { exp_avg = 0, exp_avg_sq = 1, masters = 2 };
+
+  // `kinds`: 2 (moments) or 3 (and masters). Throws InputError for a swap
+  // file that cannot be made (offload/swap_file.hpp).
+  OptimizerHome(const OffloadSection& o, ComputeBackend& backend, MemoryLedger& ledger,
+                std::size_t n, int kinds, int rank);
+  ~OptimizerHome();
+
+  std::size_t size() const { return n_; }
+  int kinds() const { return kinds_; }
+  OffloadTarget target() const { return target_; }
+  std::string warning() const;  // a swap file's I/O fallback, or ""
+  // Elements per block of the nvme stream (the staging buffers' size).
+  static std::size_t block_elements(const OffloadSection& o);
+  // What a home of n elements of `kinds` kinds adds to the arenas, exactly
+  // (the estimator's figures): resident state as optimizer state; the
+  // swap's staging and, on a device backend, one block per kind in device
+  // memory as buffers. Offloaded state itself is in none of them.
+  struct ArenaBytes {
+    std::size_t optimizer = 0, buffers = 0;
+  };
+  static ArenaBytes arena_bytes(const OffloadSection& o, std::size_t n, int kinds,
+                                bool memory_is_host);
+
+  // f(first, count, state) for consecutive blocks covering [0, n): state[k]
+  // points at element `first` of kind k in backend memory; what f writes
+  // there is kept.
+  // With !write_back f only reads (the swap is not written).
+  using BlockFn = std::function<void(std::size_t, std::size_t, float* const*)>;
+  void for_blocks(const BlockFn& f, bool write_back = true);
+  // A resident home's arena of a kind (null when offloaded).
+  Arena* resident(int kind) {
+    return std::size_t(kind) < resident_.size() ? &resident_[std::size_t(kind)] : nullptr;
+  }
+  // Elements [first, first + count) of a kind to or from host memory.
+  void read(int kind, std::size_t first, std::size_t count, float* host);
+  void write(int kind, std::size_t first, std::size_t count, const float* host);
+  // A whole kind in backend memory while a checkpoint reads or writes it
+  // (for an offloaded home a window the size of the kind, held until close);
+  // close(changed) stores what a load wrote.
+  float* open(int kind);
+  void close(int kind, bool changed);
+
+ private:
+  float* host(int kind) { return host_[std::size_t(kind)].get(); }
+  std::uint64_t region(int kind) const { return std::uint64_t(kind) * region_bytes_; }
+  void swap_transfer(bool write, int kind, std::size_t first, std::size_t count, char* host);
+  void stream_swap(const BlockFn& f, bool write_back);
+  void on_device(std::size_t first, std::size_t count, float* const* host, const BlockFn& f,
+                 bool write_back);
+
+  struct FreeHost {
+    ComputeBackend* backend = nullptr;
+    std::size_t bytes = 0;
+    void operator()(float* p) const;
+  };
+  OffloadTarget target_;
+  ComputeBackend& backend_;
+  MemoryLedger& ledger_;
+  std::size_t n_;
+  int kinds_;
+  std::size_t block_;  // elements per block
+  std::vector<Arena> resident_;                         // none
+  std::vector<std::unique_ptr<float, FreeHost>> host_;  // cpu
+  std::unique_ptr<SwapFile> swap_;                      // nvme
+  std::uint64_t region_bytes_ = 0;                      // per kind in the swap file
+  std::unique_ptr<AlignedBuffers> staging_;             // nvme: 3 blocks of every kind
+  std::size_t staging_counted_ = 0;                     // bytes in the ledger's buffers
+  bool pinned_ = false;                                 // staging_ is page-locked
+  Arena device_block_;                                  // device backends: one block per kind
+  MemoryLedger window_ledger_;                          // checkpoint windows: transient
+  std::vector<Arena> windows_;
+};
+
+}  // namespace trident
