@@ -10,18 +10,13 @@
 
 #include "compute/backend.hpp"
 #include "support/attention_reference.hpp"
+#include "support/random_values.hpp"
 
 namespace {
 
-constexpr int kB = 2, kC = 256, kNH = 4;  // hs = 64
+using trident::testing::random_normals;
 
-std::vector<float> random_vec(std::size_t n, unsigned seed) {
-  std::mt19937 g(seed);
-  std::normal_distribution<float> d(0, 1);
-  std::vector<float> v(n);
-  for (auto& x : v) x = d(g);
-  return v;
-}
+constexpr int kB = 2, kC = 256, kNH = 4;  // hs = 64
 
 trident::ComputeBackend& backend() {  // sets the thread counts the training run uses
   static auto be = trident::make_cpu_backend(0);
@@ -31,8 +26,8 @@ trident::ComputeBackend& backend() {  // sets the thread counts the training run
 void BM_FlashAttention(benchmark::State& st) {
   const int T = int(st.range(0));
   trident::ComputeBackend& be = backend();
-  const auto qkv = random_vec(std::size_t(kB) * T * 3 * kC, 1);
-  const auto dout = random_vec(std::size_t(kB) * T * kC, 2);
+  const auto qkv = random_normals(std::size_t(kB) * T * 3 * kC, 1);
+  const auto dout = random_normals(std::size_t(kB) * T * kC, 2);
   std::vector<float> out(dout.size()), lse(std::size_t(kB) * kNH * T), dqkv(qkv.size());
   for (auto _ : st) {
     be.attention_forward(out.data(), lse.data(), qkv.data(), kB, T, kC, kNH);
@@ -46,8 +41,8 @@ void BM_FlashAttention(benchmark::State& st) {
 void BM_ProbabilityMatrixAttention(benchmark::State& st) {
   const int T = int(st.range(0));
   backend();
-  const auto qkv = random_vec(std::size_t(kB) * T * 3 * kC, 1);
-  const auto dout = random_vec(std::size_t(kB) * T * kC, 2);
+  const auto qkv = random_normals(std::size_t(kB) * T * 3 * kC, 1);
+  const auto dout = random_normals(std::size_t(kB) * T * kC, 2);
   std::vector<float> out(dout.size()), att(std::size_t(kB) * kNH * T * T), datt(att.size()),
       dqkv(qkv.size());
   for (auto _ : st) {

@@ -10,20 +10,15 @@
 #include <vector>
 
 #include "compute/backend.hpp"
+#include "support/random_values.hpp"
 
 namespace {
+
+using trident::testing::random_normals;
 
 struct Shape {
   int N, IC, OC;
 };
-
-std::vector<float> random_vec(std::size_t n) {
-  std::mt19937 g(1);
-  std::normal_distribution<float> d(0, 1);
-  std::vector<float> v(n);
-  for (auto& x : v) x = d(g);
-  return v;
-}
 
 trident::ComputeBackend& backend() {
   static auto be = trident::make_cpu_backend(0);
@@ -42,8 +37,9 @@ Shape shape_of(const benchmark::State& st) {
 
 void BM_BackendMatmulForward(benchmark::State& st) {
   const Shape s = shape_of(st);
-  auto x = random_vec(std::size_t(s.N) * s.IC), w = random_vec(std::size_t(s.OC) * s.IC);
-  auto b = random_vec(s.OC);
+  const auto x = random_normals(std::size_t(s.N) * s.IC, 1);
+  const auto w = random_normals(std::size_t(s.OC) * s.IC, 1);
+  auto b = random_normals(s.OC, 1);
   std::vector<float> y(std::size_t(s.N) * s.OC);
   for (auto _ : st) backend().matmul_forward(y.data(), x.data(), w.data(), b.data(), s.N, s.IC, s.OC);
   set_counters(st, s, 1);
@@ -51,7 +47,8 @@ void BM_BackendMatmulForward(benchmark::State& st) {
 
 void BM_RawSgemmForward(benchmark::State& st) {
   const Shape s = shape_of(st);
-  auto x = random_vec(std::size_t(s.N) * s.IC), w = random_vec(std::size_t(s.OC) * s.IC);
+  const auto x = random_normals(std::size_t(s.N) * s.IC, 1);
+  const auto w = random_normals(std::size_t(s.OC) * s.IC, 1);
   std::vector<float> y(std::size_t(s.N) * s.OC);
   backend();  // same thread settings as the backend run
   for (auto _ : st)
@@ -62,8 +59,9 @@ void BM_RawSgemmForward(benchmark::State& st) {
 
 void BM_BackendMatmulBackward(benchmark::State& st) {
   const Shape s = shape_of(st);
-  auto x = random_vec(std::size_t(s.N) * s.IC), w = random_vec(std::size_t(s.OC) * s.IC);
-  auto dy = random_vec(std::size_t(s.N) * s.OC);
+  const auto x = random_normals(std::size_t(s.N) * s.IC, 1);
+  const auto w = random_normals(std::size_t(s.OC) * s.IC, 1);
+  auto dy = random_normals(std::size_t(s.N) * s.OC, 1);
   std::vector<float> dx(x.size()), dw(w.size()), db(s.OC);
   for (auto _ : st)
     backend().matmul_backward(dx.data(), dw.data(), db.data(), dy.data(), x.data(), w.data(), s.N,
@@ -73,8 +71,9 @@ void BM_BackendMatmulBackward(benchmark::State& st) {
 
 void BM_RawSgemmBackward(benchmark::State& st) {
   const Shape s = shape_of(st);
-  auto x = random_vec(std::size_t(s.N) * s.IC), w = random_vec(std::size_t(s.OC) * s.IC);
-  auto dy = random_vec(std::size_t(s.N) * s.OC);
+  const auto x = random_normals(std::size_t(s.N) * s.IC, 1);
+  const auto w = random_normals(std::size_t(s.OC) * s.IC, 1);
+  auto dy = random_normals(std::size_t(s.N) * s.OC, 1);
   std::vector<float> dx(x.size()), dw(w.size());
   backend();
   for (auto _ : st) {

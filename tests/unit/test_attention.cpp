@@ -15,22 +15,16 @@
 
 #include "compute/cpu/kernels.hpp"
 #include "support/attention_reference.hpp"
+#include "support/random_values.hpp"
 
 namespace {
 
 using Vec = std::vector<float>;
+using trident::testing::random_normals;
 
 struct Shape {
   int B, T, C, NH;
 };
-
-Vec random_vec(std::size_t n, unsigned seed, float scale) {
-  std::mt19937 g(seed);
-  std::normal_distribution<float> d(0.0f, scale);
-  Vec v(n);
-  for (auto& x : v) x = d(g);
-  return v;
-}
 
 // max |a - b| over max(1, max |b|): float rounding of sums of O(T) terms.
 double relative_gap(const Vec& a, const Vec& b) {
@@ -87,9 +81,9 @@ TEST(FlashAttention, MatchesTheProbabilityMatrixKernel) {
   for (const Shape& s : kShapes) {
     SCOPED_TRACE(::testing::Message() << "B " << s.B << " T " << s.T << " C " << s.C << " NH "
                                       << s.NH);
-    const Vec qkv = random_vec(std::size_t(s.B) * s.T * 3 * s.C, 1, 1.5f);
-    const Vec dout = random_vec(std::size_t(s.B) * s.T * s.C, 2, 1.0f);
-    const Vec dqkv0 = random_vec(qkv.size(), 3, 1.0f);  // backward adds into it
+    const Vec qkv = random_normals(std::size_t(s.B) * s.T * 3 * s.C, 1, 1.5f);
+    const Vec dout = random_normals(std::size_t(s.B) * s.T * s.C, 2, 1.0f);
+    const Vec dqkv0 = random_normals(qkv.size(), 3, 1.0f);  // backward adds into it
     const Result f = flash(qkv, dout, dqkv0, s);
 
     Vec out(dout.size()), att(std::size_t(s.B) * s.NH * s.T * s.T), datt(att.size());
@@ -111,8 +105,8 @@ TEST(FlashAttention, MatchesTheProbabilityMatrixKernel) {
 TEST(FlashAttention, LargeScoresStayFinite) {
   // Scores in the hundreds: the online softmax must rescale, never overflow.
   const Shape s{1, kTile + 22, 32, 2};
-  const Vec qkv = random_vec(std::size_t(s.B) * s.T * 3 * s.C, 4, 6.0f);
-  const Vec dout = random_vec(std::size_t(s.B) * s.T * s.C, 5, 1.0f);
+  const Vec qkv = random_normals(std::size_t(s.B) * s.T * 3 * s.C, 4, 6.0f);
+  const Vec dout = random_normals(std::size_t(s.B) * s.T * s.C, 5, 1.0f);
   const Result f = flash(qkv, dout, Vec(qkv.size(), 0.0f), s);
   Vec out(dout.size()), att(std::size_t(s.NH) * s.T * s.T), datt(att.size()), dqkv(qkv.size());
   trident::reference::attention_forward(out.data(), att.data(), qkv.data(), s.B, s.T, s.C, s.NH);
@@ -125,8 +119,8 @@ TEST(FlashAttention, LargeScoresStayFinite) {
 
 TEST(FlashAttention, SameBitsAtAnyThreadCount) {
   const Shape s{2, 2 * kTile + 2, 32, 2};
-  const Vec qkv = random_vec(std::size_t(s.B) * s.T * 3 * s.C, 6, 1.0f);
-  const Vec dout = random_vec(std::size_t(s.B) * s.T * s.C, 7, 1.0f);
+  const Vec qkv = random_normals(std::size_t(s.B) * s.T * 3 * s.C, 6, 1.0f);
+  const Vec dout = random_normals(std::size_t(s.B) * s.T * s.C, 7, 1.0f);
   const int threads = omp_get_max_threads();
   omp_set_num_threads(1);
   const Result one = flash(qkv, dout, Vec(qkv.size(), 0.0f), s);

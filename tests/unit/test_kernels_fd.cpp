@@ -9,18 +9,15 @@
 #include <vector>
 
 #include "compute/cpu/kernels.hpp"
+#include "support/random_values.hpp"
 
 namespace cpu = trident::cpu;
 using Vec = std::vector<double>;
 
 namespace {
 
-Vec random_vec(std::size_t n, unsigned seed, double scale = 1.0) {
-  std::mt19937_64 g(seed);
-  std::normal_distribution<double> d(0.0, scale);
-  Vec v(n);
-  for (auto& x : v) x = d(g);
-  return v;
+Vec random_normals(std::size_t n, unsigned seed, double scale = 1.0) {
+  return trident::testing::random_normals<double, std::mt19937_64>(n, seed, scale);
 }
 
 double dot(const Vec& a, const Vec& b) {
@@ -54,7 +51,9 @@ TEST(KernelsFiniteDifference, EmbeddingShardAndPositions) {
   // A vocabulary shard [3, 9) of an 11-token vocabulary, plus positions of
   // 10 tokens starting at position 2 of sequences of T.
   const int lo = 3, count = 6, N = B * T;
-  Vec wte = random_vec(count * C, 1), wpe = random_vec(T * C, 2), R = random_vec(N * C, 3);
+  Vec wte = random_normals(count * C, 1);
+  Vec wpe = random_normals(T * C, 2);
+  Vec R = random_normals(N * C, 3);
   std::vector<std::int32_t> tok = {1, 4, 4, 0, 10, 3, 3, 8, 7, 1};  // repeats, some outside
   Vec out(N * C);
   auto loss = [&] {
@@ -73,7 +72,10 @@ TEST(KernelsFiniteDifference, EmbeddingShardAndPositions) {
 
 TEST(KernelsFiniteDifference, LayerNorm) {
   const int N = B * T;
-  Vec x = random_vec(N * C, 4), w = random_vec(C, 5), b = random_vec(C, 6), R = random_vec(N * C, 7);
+  Vec x = random_normals(N * C, 4);
+  Vec w = random_normals(C, 5);
+  Vec b = random_normals(C, 6);
+  Vec R = random_normals(N * C, 7);
   Vec out(N * C), mean(N), rstd(N);
   auto loss = [&] {
     cpu::layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), N, C);
@@ -90,8 +92,8 @@ TEST(KernelsFiniteDifference, LayerNorm) {
 
 TEST(KernelsFiniteDifference, Matmul) {
   const int N = B * T, IC = 6, OC = 7;
-  Vec x = random_vec(N * IC, 8), w = random_vec(OC * IC, 9), b = random_vec(OC, 10);
-  Vec R = random_vec(N * OC, 11), out(N * OC);
+  Vec x = random_normals(N * IC, 8), w = random_normals(OC * IC, 9), b = random_normals(OC, 10);
+  Vec R = random_normals(N * OC, 11), out(N * OC);
   auto loss = [&] {
     cpu::matmul_forward(out.data(), x.data(), w.data(), b.data(), N, IC, OC);
     return dot(out, R);
@@ -112,7 +114,7 @@ TEST(KernelsFiniteDifference, CausalAttention) {
   for (const Case s : {Case{B, 1, C, NH}, Case{B, T, C, NH}, Case{1, cpu::kAttentionTile + 3, 4, 2}}) {
     const int B = s.B, T_ = s.T, C = s.C, NH = s.NH;
     SCOPED_TRACE(T_);
-    Vec qkv = random_vec(B * T_ * 3 * C, 12), R = random_vec(B * T_ * C, 13);
+    Vec qkv = random_normals(B * T_ * 3 * C, 12), R = random_normals(B * T_ * C, 13);
     Vec out(B * T_ * C), lse(B * NH * T_);
     auto loss = [&] {
       cpu::attention_forward(out.data(), lse.data(), qkv.data(), B, T_, C, NH);
@@ -136,7 +138,7 @@ TEST(KernelsFiniteDifference, CausalAttention) {
 
 TEST(KernelsFiniteDifference, Gelu) {
   const std::size_t n = 40;
-  Vec x = random_vec(n, 14, 2.0), R = random_vec(n, 15), out(n);
+  Vec x = random_normals(n, 14, 2.0), R = random_normals(n, 15), out(n);
   auto loss = [&] {
     cpu::gelu_forward(out.data(), x.data(), n);
     return dot(out, R);
@@ -160,7 +162,7 @@ void xent(Vec& losses, double* dlogits, const Vec& logits, const std::vector<std
 
 TEST(KernelsFiniteDifference, CrossEntropyIgnoresPadding) {
   const int N = B * T, Vp = V + 5;  // 5 padding columns
-  Vec logits = random_vec(N * Vp, 16, 3.0), losses(N);
+  Vec logits = random_normals(N * Vp, 16, 3.0), losses(N);
   std::vector<std::int32_t> targets(N);
   for (int i = 0; i < N; ++i) targets[i] = (i * 7) % V;
   const double dloss = 1.0 / N;
@@ -185,7 +187,7 @@ TEST(KernelsFiniteDifference, CrossEntropyOverTwoShardsEqualsOneShard) {
   // Split V columns into [0, 6) and [6, V): combine the phases as the tensor
   // group does (max, then sums) and compare with the unsplit result.
   const int N = 4, S = 6;
-  Vec logits = random_vec(N * V, 21, 2.0), whole_loss(N), whole_grad(N * V);
+  Vec logits = random_normals(N * V, 21, 2.0), whole_loss(N), whole_grad(N * V);
   std::vector<std::int32_t> targets = {0, 5, 6, 10};
   xent(whole_loss, whole_grad.data(), logits, targets, N, V, V, 0.25);
   Vec a(N * S), b(N * (V - S));
@@ -211,7 +213,9 @@ TEST(KernelsFiniteDifference, CrossEntropyOverTwoShardsEqualsOneShard) {
 TEST(KernelsFiniteDifference, BackwardAccumulates) {
   // Backward adds into its outputs: running it twice doubles the gradient.
   const int N = 4, IC = 3, OC = 5;
-  Vec x = random_vec(N * IC, 17), w = random_vec(OC * IC, 18), R = random_vec(N * OC, 19);
+  Vec x = random_normals(N * IC, 17);
+  Vec w = random_normals(OC * IC, 18);
+  Vec R = random_normals(N * OC, 19);
   Vec dx(N * IC, 0.0), dw(OC * IC, 0.0), db(OC, 0.0);
   cpu::matmul_backward(dx.data(), dw.data(), db.data(), R.data(), x.data(), w.data(), N, IC, OC);
   Vec dw1 = dw;

@@ -9,18 +9,13 @@
 #include <vector>
 
 #include "compute/backend.hpp"
+#include "support/random_values.hpp"
 
 using namespace trident;
 
 namespace {
 
-std::vector<float> random_vec(std::size_t n, unsigned seed) {
-  std::mt19937 g(seed);
-  std::normal_distribution<float> d(0, 1);
-  std::vector<float> v(n);
-  for (auto& x : v) x = d(g);
-  return v;
-}
+using trident::testing::random_normals;
 
 // Runs op on a backend of each thread count and returns what it wrote.
 std::vector<std::vector<float>> on_threads(
@@ -46,9 +41,9 @@ TEST(ThreadCount, LinearLayerForwardAndBackward) {
   };
   for (const Shape s : {Shape{512, 128, 384}, Shape{512, 512, 128}, Shape{1024, 512, 2048},
                         Shape{1024, 2048, 512}, Shape{512, 128, 257}}) {
-    const auto x = random_vec(std::size_t(s.N) * s.IC, 1);
-    const auto w = random_vec(std::size_t(s.OC) * s.IC, 2);
-    const auto b = random_vec(s.OC, 3), dy = random_vec(std::size_t(s.N) * s.OC, 4);
+    const auto x = random_normals(std::size_t(s.N) * s.IC, 1);
+    const auto w = random_normals(std::size_t(s.OC) * s.IC, 2);
+    const auto b = random_normals(s.OC, 3), dy = random_normals(std::size_t(s.N) * s.OC, 4);
     expect_same_bits(on_threads([&](ComputeBackend& be) {
       std::vector<float> y(std::size_t(s.N) * s.OC), dx(x.size()), dw(w.size()), db(s.OC);
       be.matmul_forward(y.data(), x.data(), w.data(), b.data(), s.N, s.IC, s.OC);
@@ -64,8 +59,10 @@ TEST(ThreadCount, LinearLayerForwardAndBackward) {
 
 TEST(ThreadCount, LayerNormSumOfSquaresAndAdamW) {
   const int N = 512, C = 384;
-  const auto x = random_vec(std::size_t(N) * C, 5), w = random_vec(C, 6), b = random_vec(C, 7);
-  const auto dy = random_vec(x.size(), 8);
+  const auto x = random_normals(std::size_t(N) * C, 5);
+  const auto w = random_normals(C, 6);
+  const auto b = random_normals(C, 7);
+  const auto dy = random_normals(x.size(), 8);
   expect_same_bits(on_threads([&](ComputeBackend& be) {
     std::vector<float> y(x.size()), mean(N), rstd(N), dx(x.size()), dw(C), db(C);
     be.layernorm_forward(y.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), N, C);
