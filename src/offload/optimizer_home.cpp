@@ -97,10 +97,14 @@ void OptimizerHome::for_blocks(const BlockFn& f, bool write_back) {
     return f(0, n_, state);
   }
   if (target_ == OffloadTarget::nvme) return stream_swap(f, write_back);
+  if (backend_.memory_is_host()) {  // one block: the host memory itself
+    float* state[3] = {};
+    for (int k = 0; k < kinds_; ++k) state[k] = host(k);
+    return f(0, n_, state);
+  }
   for (std::size_t first = 0; first < n_; first += block_) {
     float* state[3] = {};
     for (int k = 0; k < kinds_; ++k) state[k] = host(k) + first;
-    if (backend_.memory_is_host()) return f(0, n_, state);  // one block: the memory itself
     on_device(first, std::min(block_, n_ - first), state, f, write_back);
   }
 }
