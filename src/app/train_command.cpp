@@ -3,6 +3,7 @@
 #include <mpi.h>
 #include <sched.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <memory>
 #include <thread>
@@ -242,6 +243,9 @@ int train_command(const TrainOptions& o) {
     // peers wait in a collective until the time limit.
     fmt::print(stderr, "error on rank {}: {}\n", boot->rank(), e.what());
     std::fflush(stderr);
+    // Launchers forward output asynchronously; MPICH's tears it down with the
+    // job, and under load the line above was lost. Give it a moment.
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
     const int code = dynamic_cast<const InputError*>(&e) ? kExitBadInput : kExitRuntime;
     MPI_Abort(MPI_COMM_WORLD, code);
     return code;
