@@ -106,22 +106,23 @@ void print_pipeline(const Deck& deck, Grid& grid, const Trainer& t) {
              seconds ? "forward+backward" : "parameters", c);
 }
 
-// The pipeline bubble measured on every rank: 1 - (forward + backward) / the
-// schedule's wall time, against theory for the schedule.
+// The pipeline bubble: the share of the ranks' time within the schedules'
+// span that is not forward or backward work. The span is the slowest rank's
+// schedule time: a rank whose schedule ends early (1F1B's last stage) idles
+// until the others are done, in the reduction that follows, and that idle
+// is bubble too, as the theory counts it.
 void report_bubble(Grid& grid, const Trainer& t) {
   const PhaseTimes& p = t.times();
-  double bubble = p.pipeline > 0 ? 1.0 - (p.forward + p.backward) / p.pipeline : 0.0;
-  double v[2] = {bubble, bubble};
-  grid.world().all_reduce(&v[0], 1, DType::f64, ReduceOp::sum);
-  grid.world().all_reduce(&v[1], 1, DType::f64, ReduceOp::max);
+  double busy = p.forward + p.backward, span = p.pipeline;
+  grid.world().all_reduce(&busy, 1, DType::f64, ReduceOp::sum);
+  grid.world().all_reduce(&span, 1, DType::f64, ReduceOp::max);
   if (!grid.is_root() || grid.shape().pp == 1) return;
-  fmt::print("pipeline bubble: measured {:.1f}% (avg over ranks), {:.1f}% (max); theory {:.1f}% "
-             "for {} with p = {}, m = {}, v = {}\n",
-             100 * v[0] / grid.size(), 100 * v[1],
-             100 * theoretical_bubble(t.schedule(), grid.shape().pp, t.micro_batches(),
-                                      grid.shape().pp > 0 ? int(t.partition().size() - 1) / grid.shape().pp : 1),
-             choice_name(t.schedule()), grid.shape().pp, t.micro_batches(),
-             int(t.partition().size() - 1) / grid.shape().pp);
+  const int chunks = grid.shape().pp > 0 ? int(t.partition().size() - 1) / grid.shape().pp : 1;
+  fmt::print("pipeline bubble: measured {:.1f}% of {} ranks x the slowest schedule; theory "
+             "{:.1f}% for {} with p = {}, m = {}, v = {}\n",
+             span > 0 ? 100 * (1.0 - busy / (grid.size() * span)) : 0.0, grid.size(),
+             100 * theoretical_bubble(t.schedule(), grid.shape().pp, t.micro_batches(), chunks),
+             choice_name(t.schedule()), grid.shape().pp, t.micro_batches(), chunks);
 }
 
 int train(const TrainOptions& o, Communicator& boot) {

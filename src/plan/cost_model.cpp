@@ -240,7 +240,7 @@ Prediction predict_step(const Deck& deck, const GridShape& shape, const Cluster&
     const auto actions = build_schedule(kind, pp, stage, mbs, v);
     double bytes = 0;
     for (int chunk = 0; chunk < v; ++chunk)
-      bytes += layers_per_chunk * max_in_flight(actions, chunk) * per_layer;
+      bytes += layers_per_chunk * activation_slots(actions, chunk) * per_layer;
     if (p.recompute == Recompute::full) bytes += kept;  // one layer rebuilt for its backward
     return bytes;
   };

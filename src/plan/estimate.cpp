@@ -124,7 +124,7 @@ MemoryEstimate estimate_memory(const Deck& deck, const GridShape& shape, int sta
     const ActivationPolicy policy =
         make_activation_policy(deck.train.recompute, deck.train.partition_activations, shape.tp,
                                tp.sp(), deck.precision.dtype);
-    const int slots = max_in_flight(actions, c);
+    const int slots = activation_slots(actions, c);
     // A rank's chunks share one working buffer and scratch (one pass at a time).
     at(MemCategory::activations) += slots * slot_bytes(deck, shape, spec);
     if (c == 0)

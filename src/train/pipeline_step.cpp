@@ -15,20 +15,22 @@
 
 namespace trident {
 
-int Trainer::acquire_slot(ModelChunk& c, int mb) {
-  // A free slot whose sends are done, else the first free one: its sends may
-  // still read it, so wait for them (the neighbour's receive is scheduled).
-  int pick = -1;
-  for (std::size_t s = 0; s < c.busy.size(); ++s) {
+int Trainer::acquire_slot(ModelChunk& c, int mb, int assigned) {
+  // The slot the list assigned (its sends' receives come before this forward
+  // in every rank's list), else a free slot whose sends are done, else the
+  // first free one: its sends may still read it, so wait for them (the
+  // neighbour's receive is scheduled).
+  int pick = assigned;
+  if (pick >= 0 && c.busy[std::size_t(pick)])
+    throw std::logic_error("pipeline: the list assigns a slot still in use");
+  for (std::size_t s = 0; pick < 0 && s < c.busy.size(); ++s) {
     if (c.busy[s]) continue;
     bool sent = true;
     for (Request& r : c.sends[s]) sent = pcomm_.test(r) && sent;
-    if (sent) {
-      pick = int(s);
-      break;
-    }
-    if (pick < 0) pick = int(s);
+    if (sent) pick = int(s);
   }
+  for (std::size_t s = 0; pick < 0 && s < c.busy.size(); ++s)
+    if (!c.busy[s]) pick = int(s);
   if (pick < 0) throw std::logic_error("pipeline: more micro-batches in flight than activation slots");
   for (Request& r : c.sends[pick]) pcomm_.wait(r);
   c.sends[pick].clear();
@@ -68,7 +70,7 @@ double Trainer::run_schedule(int step, float dloss) {
     const std::size_t n = m.boundary_elements();
     const int mb = a.micro_batch;
     if (a.forward) {
-      const int slot = acquire_slot(c, mb);
+      const int slot = acquire_slot(c, mb, a.slot);
       load(train_data_, window_of(std::uint64_t(step), deck_.train.batch, mb * mb_size));
       if (!pcomm_.first_virtual(a.chunk)) {
         ScopedTimer timer(times_.comm);

@@ -42,7 +42,7 @@ Trainer::Trainer(const Deck& deck, Grid& grid, ComputeBackend& backend, MemoryLe
     ch.virtual_stage = virtual_stage_of(v_placement(schedule_), p, s, c);
     const int vs = ch.virtual_stage, V = p * v;
     ch.spec = StageSpec{partition_[vs], partition_[vs + 1] - partition_[vs], vs == 0, vs == V - 1};
-    build_chunk(ch, ledger, max_in_flight(actions_, c), max_pending_weights(actions_, c));
+    build_chunk(ch, ledger, activation_slots(actions_, c), max_pending_weights(actions_, c));
   }
   if (schedule_ == ScheduleKind::pipedream) pipedream_ = std::make_unique<PipedreamRunner>(*this, ledger);
   const std::size_t bt = std::size_t(deck.train.micro_batch) * deck.model.seq_len;

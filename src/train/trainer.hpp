@@ -25,7 +25,7 @@ namespace trident {
 // Seconds spent per phase on this rank (cumulative).
 struct PhaseTimes {  // backward: B and W, together or split
   double data = 0, forward = 0, backward = 0, comm = 0, optimizer = 0, eval = 0;
-  double pipeline = 0;  // wall time of the schedules (compute + waiting): bubble = 1 - (F+B)/this
+  double pipeline = 0;  // wall time of the schedules (compute + waiting)
 };
 
 struct StepStats {
@@ -100,7 +100,7 @@ class Trainer {
   void choose_partition(MemoryLedger& ledger);
   void load(const TokenDataset& data, std::uint64_t first_window);
   double run_schedule(int step, float dloss);  // returns this rank's loss sum
-  int acquire_slot(ModelChunk& c, int mb);
+  int acquire_slot(ModelChunk& c, int mb, int assigned);
   void release_slot(ModelChunk& c, int mb);
   int acquire_weight_buffer(ModelChunk& c, int mb);
   void sum_tied_embedding();

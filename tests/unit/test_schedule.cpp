@@ -92,3 +92,64 @@ TEST(Schedule, ZeroBubbleH1HalvesTheBubbleAtLeast) {
       EXPECT_LE(theoretical_bubble(ScheduleKind::zb_v, p, m, 2), 0.5 * f1b) << "p=" << p << " m=" << m;
     }
 }
+
+// A forward that names its slot waits until the input gradient sent from the
+// slot's last micro-batch has been received: reusing it earlier can close a
+// cycle that the same list with free slot choice does not have.
+TEST(Schedule, AssignedSlotsWaitForTheirGradientsReceive) {
+  using BP = BackwardPart;
+  std::vector<std::vector<PipelineAction>> ranks = {
+      {{true, 0, 0}, {true, 1, 0}, {false, 1, 0, BP::input}, {false, 1, 0, BP::weights},
+       {false, 0, 0, BP::input}, {false, 0, 0, BP::weights}},
+      {{true, 0, 0, BP::both, 0}, {false, 0, 0, BP::input}, {false, 0, 0, BP::weights},
+       {true, 1, 0, BP::both, 0}, {false, 1, 0, BP::input}, {false, 1, 0, BP::weights}}};
+  EXPECT_EQ(replay_schedule(ranks, 1).deadlock, "rank 0 waits forever at B1 (chunk 0)");
+  ranks[1][3].slot = 1;
+  EXPECT_EQ(replay_schedule(ranks, 1).deadlock, "");
+  EXPECT_EQ(activation_slots(ranks[1], 0), 2);
+  EXPECT_EQ(max_in_flight(ranks[1], 0), 1);
+}
+
+// The trainer builds its lists from FLOP costs and byte sizes, not unit
+// costs: those lists too are free of deadlock with their slots, keep every
+// rank's slots and W buffers within its budget, and zb-v cuts 1F1B's bubble.
+TEST(Schedule, ListsFromUnevenCostsAreSoundAndWithinBudget) {
+  for (ScheduleKind kind : {ScheduleKind::zb_h1, ScheduleKind::zb_h2, ScheduleKind::zb_v})
+    for (int p = 2; p <= 4; ++p)
+      for (int m = p; m <= 4 * p; ++m) {
+        const bool v = kind == ScheduleKind::zb_v;
+        const int chunks = v ? 2 : 1, V = p * chunks;
+        ZeroBubbleCosts c;
+        for (int vs = 0; vs < V; ++vs) {
+          const double head = vs == V - 1 ? 0.05 : 0.0;  // the classifier on the last stage
+          c.f.push_back(1.0 / chunks + head), c.b.push_back(1.1 / chunks + head);
+          c.w.push_back(0.9 / chunks + head);
+          c.slot_bytes.push_back(1.0 / chunks + (vs == V - 1 ? 0.3 : 0.0));
+          c.w_bytes.push_back(0.1 / chunks);
+        }
+        std::vector<double> one_f_one_b(p, 1.0);
+        one_f_one_b[p - 1] = 1.3;
+        for (int s = 0; s < p; ++s) c.budget.push_back(zero_bubble_budget(kind, s, one_f_one_b));
+        const auto lists = zero_bubble_schedule(kind, p, m, c);
+        const std::string at = fmt::format("{} p={} m={}", choice_name(kind), p, m);
+        ASSERT_EQ(replay_schedule(lists, chunks, v).deadlock, "") << at;
+        for (int s = 0; s < p; ++s) {
+          if (c.budget[s] <= 0) continue;
+          double bytes = 0;
+          for (int ch = 0; ch < chunks; ++ch) {
+            const int vs = virtual_stage_of(v, p, s, ch);
+            bytes += activation_slots(lists[s], ch) * c.slot_bytes[vs] +
+                     max_pending_weights(lists[s], ch) * c.w_bytes[vs];
+          }
+          EXPECT_LE(bytes, c.budget[s] * (1 + 1e-9)) << at << " rank " << s;
+        }
+        if (v && m % p == 0 && m >= 2 * p) {  // idle share of the ranks' time, with these costs
+          const double span = replay_schedule(lists, 2, true, &c).time;
+          double busy = 0;
+          for (int vs = 0; vs < V; ++vs) busy += m * (c.f[vs] + c.b[vs] + c.w[vs]);
+          EXPECT_LE(1.0 - busy / (p * span),
+                    0.5 * theoretical_bubble(ScheduleKind::one_f_one_b, p, m, 1))
+              << at;
+        }
+      }
+}

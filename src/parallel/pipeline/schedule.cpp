@@ -73,6 +73,13 @@ int max_in_flight(const std::vector<PipelineAction>& actions, int chunk) {
   return std::max(peak, 1);
 }
 
+int activation_slots(const std::vector<PipelineAction>& actions, int chunk) {
+  int slots = max_in_flight(actions, chunk);
+  for (const auto& x : actions)
+    if (x.chunk == chunk && x.forward) slots = std::max(slots, x.slot + 1);
+  return slots;
+}
+
 int max_pending_weights(const std::vector<PipelineAction>& actions, int chunk) {
   int pending = 0, peak = 0;
   for (const auto& x : actions) {

@@ -49,6 +49,10 @@ struct PipelineAction {
   int micro_batch = 0;
   int chunk = 0;  // model chunk on this rank (interleaved), else 0
   BackwardPart part = BackwardPart::both;  // backward actions only
+  // Forwards of the zero-bubble lists: the activation slot they take, fixed
+  // when the list is built (-1: any free one). A slot is free again once its
+  // W has run and the input gradient sent from it has been received.
+  int slot = -1;
   bool frees_slot() const { return !forward && part != BackwardPart::input; }
 };
 
@@ -71,6 +75,7 @@ constexpr double kUnitWeightBuffer = 0;
 // each 1F1B stage (one chunk per rank): zb-h1 and zb-v 1F1B's peak over the
 // ranks + 5%; zb-h2 none (0).
 double zero_bubble_budget(ScheduleKind kind, int stage, const std::vector<double>& one_f_one_b_slot);
+constexpr double kZeroBubbleSlack = 1.05;  // room for a W buffer where a slot's worth is traded
 
 // One step's actions; pipedream: its first step from a cold start. Zero
 // bubble: from `costs` (null: unit_costs).
@@ -92,6 +97,9 @@ std::vector<PipelineAction> pipedream_actions(int stages, int stage, int micro_b
 inline int pipedream_in_flight(int stages, int stage) { return stages - stage; }
 // The most micro-batches a chunk holds activations for at once under `actions`.
 int max_in_flight(const std::vector<PipelineAction>& actions, int chunk);
+// The activation slots a chunk allocates: max_in_flight, or more where the
+// list assigns slots (a slot waits for its sends after its W).
+int activation_slots(const std::vector<PipelineAction>& actions, int chunk);
 // The most micro-batches of a chunk whose B has run and W not: W buffers.
 int max_pending_weights(const std::vector<PipelineAction>& actions, int chunk);
 // The bound each schedule states for max_in_flight on stage s (chunk 0);

@@ -66,10 +66,8 @@ ZeroBubbleCosts zero_bubble_costs(const Deck& deck, const GridShape& shape,
   const Partition one = V == p ? part : partition_uniform(m.layers, p);
   std::vector<double> one_f_one_b;
   for (int s = 0; s < p; ++s) one_f_one_b.push_back(slot_bytes(deck, shape, spec_of(one, s)));
-  // The slots' budget leaves room for one working buffer and scratch per
-  // chunk, though a rank's chunks share one set: larger slot pools let the
-  // lists reuse a slot whose input gradient the previous stage has not yet
-  // received, which the lists do not model (see docs/parallelism.md).
+  // A rank's chunks share one working buffer and scratch, as 1F1B's one
+  // chunk has: the budget's slack covers that set too.
   const TensorParallelLayout tpl{shape.tp, 0, deck.parallel.sequence_parallel};
   const ActivationPolicy policy =
       make_activation_policy(deck.train.recompute, deck.train.partition_activations, shape.tp,
@@ -79,7 +77,7 @@ ZeroBubbleCosts zero_bubble_costs(const Deck& deck, const GridShape& shape,
                               GptModel::scratch_table(m, B, tpl).size()) * sizeof(float);
   for (int s = 0; s < p; ++s) {
     const double b = zero_bubble_budget(kind, s, one_f_one_b);
-    c.budget.push_back(b > 0 ? b - (V / p - 1.05) * fixed : 0);
+    c.budget.push_back(b > 0 ? b + (kZeroBubbleSlack - 1) * fixed : 0);
   }
   return c;
 }

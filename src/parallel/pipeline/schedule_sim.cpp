@@ -24,8 +24,12 @@ std::string describe(const PipelineAction& a) {
 ScheduleReplay replay_schedule(const std::vector<std::vector<PipelineAction>>& ranks, int v,
                                bool v_shape, const ZeroBubbleCosts* costs) {
   const int p = int(ranks.size()), V = p * v;
-  // Finish time of the F and of the input-gradient pass per (virtual stage, micro-batch).
-  std::map<std::pair<int, int>, double> f_end, b_end;
+  // Finish time of the F and of the input-gradient pass, and the start of the
+  // latter (its receive), per (virtual stage, micro-batch).
+  std::map<std::pair<int, int>, double> f_end, b_end, b_start;
+  // A forward with an assigned slot waits until the slot's last micro-batch
+  // has had its input gradient received: (virtual stage, slot) -> micro-batch.
+  std::map<std::pair<int, int>, int> occupant;
   std::vector<std::size_t> next(p, 0);
   std::vector<double> free_at(p, 0);
   auto duration = [&](const PipelineAction& a, int vs) -> double {
@@ -43,6 +47,14 @@ ScheduleReplay replay_schedule(const std::vector<std::vector<PipelineAction>>& r
         const int vs = virtual_stage_of(v_shape, p, s, a.chunk);
         double start = free_at[s];
         // What this action receives: the previous stage's F, the next one's B.
+        if (a.forward && a.slot >= 0 && vs > 0) {
+          auto held = occupant.find({vs, a.slot});
+          if (held != occupant.end()) {
+            auto it = b_start.find({vs - 1, held->second});
+            if (it == b_start.end()) break;
+            start = std::max(start, it->second);
+          }
+        }
         if (a.forward && vs > 0) {
           auto it = f_end.find({vs - 1, a.micro_batch});
           if (it == f_end.end()) break;
@@ -54,7 +66,11 @@ ScheduleReplay replay_schedule(const std::vector<std::vector<PipelineAction>>& r
         }
         free_at[s] = start + duration(a, vs);
         if (a.forward) f_end[{vs, a.micro_batch}] = free_at[s];
-        if (is_input_grad(a)) b_end[{vs, a.micro_batch}] = free_at[s];
+        if (a.forward && a.slot >= 0) occupant[{vs, a.slot}] = a.micro_batch;
+        if (is_input_grad(a)) {
+          b_start[{vs, a.micro_batch}] = start;
+          b_end[{vs, a.micro_batch}] = free_at[s];
+        }
         progress = true;
       }
     }
@@ -79,6 +95,7 @@ std::string validate_schedule(ScheduleKind kind, int p, int m, int v) {
     ranks.push_back(build_schedule(kind, p, s, m, v));
     // Per (chunk, micro-batch): position of its F, B and W in the list.
     std::map<std::pair<int, int>, std::vector<int>> seen;
+    std::map<std::pair<int, int>, int> in_slot;  // (chunk, slot) -> its micro-batch, -1 freed
     for (std::size_t k = 0; k < ranks[s].size(); ++k) {
       const PipelineAction& a = ranks[s][k];
       const int vs = virtual_stage_of(v_shape, p, s, a.chunk);
@@ -90,6 +107,16 @@ std::string validate_schedule(ScheduleKind kind, int p, int m, int v) {
       if (pos[idx] >= 0) return fmt::format("rank {}: {} runs twice", s, describe(a));
       pos[idx] = int(k);
       if (!a.forward && a.part == BackwardPart::both) pos[2] = int(k);
+      if (a.forward && a.slot >= 0) {
+        auto held = in_slot.find({a.chunk, a.slot});
+        if (held != in_slot.end() && held->second >= 0)
+          return fmt::format("rank {}: {} takes slot {} before micro-batch {} has left it", s,
+                             describe(a), a.slot, held->second);
+        in_slot[{a.chunk, a.slot}] = a.micro_batch;
+      }
+      if (a.frees_slot())
+        for (auto& [key, mb] : in_slot)
+          if (key.first == a.chunk && mb == a.micro_batch) mb = -1;
       if (a.forward) {
         if (vs > 0) messages[{true, vs, a.micro_batch}] -= 1;
         if (vs < V - 1) messages[{true, vs + 1, a.micro_batch}] += 1;
@@ -116,7 +143,7 @@ std::string validate_schedule(ScheduleKind kind, int p, int m, int v) {
       double bytes = 0;
       for (int ch = 0; ch < v; ++ch) {
         const int vs = virtual_stage_of(v_shape, p, s, ch);
-        bytes += max_in_flight(ranks[s], ch) * c.slot_bytes[vs] +
+        bytes += activation_slots(ranks[s], ch) * c.slot_bytes[vs] +
                  max_pending_weights(ranks[s], ch) * c.w_bytes[vs];
       }
       if (c.budget[s] > 0 && bytes > c.budget[s] * (1 + 1e-9))

@@ -19,7 +19,8 @@ struct ScheduleReplay {
 
 // Each rank's actions (rank s runs virtual stages c * p + s, or the V's s and
 // 2p - 1 - s), started as soon as their input has arrived: receives block,
-// sends do not. With `costs`, each pass also takes its virtual stage's time.
+// sends do not, and a forward that names its slot waits until the input
+// gradient sent from the slot's last micro-batch has been received. With `costs`, each pass also takes its virtual stage's time.
 ScheduleReplay replay_schedule(const std::vector<std::vector<PipelineAction>>& ranks, int chunks,
                                bool v_shape = false, const ZeroBubbleCosts* costs = nullptr);
 

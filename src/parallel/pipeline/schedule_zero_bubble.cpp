@@ -5,10 +5,14 @@
 // which thereby fills what would be a bubble. Candidates that alternate take
 // the F first after a B (the heuristic's steady state: F and B in turn).
 //
-// Memory is what the trainer allocates: per chunk, as many activation slots
-// as micro-batches are ever in flight (F to W) and as many W buffers as ever
-// wait between B and W. A rank may grow either pool only within its budget;
-// a B that finds no room for a W buffer runs fused with its W (nothing kept).
+// Memory is what the trainer allocates: per chunk, the activation slots the
+// list assigns and as many W buffers as ever wait between B and W. A slot is
+// taken at F and free again once its W has run and the previous virtual stage
+// has started the B that receives the input gradient sent from it (the send
+// reads the slot until then): each forward names its slot, so the trainer
+// waits for exactly the receive the list was built around and cannot
+// deadlock. A rank may grow either pool only within its budget; a B that
+// finds no room for a W buffer runs fused with its W (nothing kept).
 // The candidates differ in how much budget the slots leave to W buffers (a
 // slot fewer lets W wait: the paper's ZB-H1 delays W and keeps 1F1B's count)
 // and in how many forwards each virtual stage may start; the shortest wins.
@@ -30,8 +34,9 @@ struct Chunk {
   int vs = 0;
   int cap = 0;                     // forwards in flight at most (schedule's bound)
   int nf = 0, nb = 0;              // F and B done, in micro-batch order
-  int live = 0, pending = 0;       // slots held; W buffers held
-  int slots = 1, buffers = 0;      // pool sizes reached (one slot reserved up front)
+  int live = 0, pending = 0;       // micro-batches F to W; W buffers held
+  int buffers = 0;                 // W buffers allocated
+  std::vector<int> occupant{-1};   // per slot: its last micro-batch (one reserved up front)
 };
 
 struct Rank {
@@ -49,7 +54,8 @@ struct Outcome {
 
 double pool_bytes(const Rank& r, const ZeroBubbleCosts& c) {
   double bytes = 0;
-  for (const Chunk& k : r.chunks) bytes += k.slots * c.slot_bytes[k.vs] + k.buffers * c.w_bytes[k.vs];
+  for (const Chunk& k : r.chunks)
+    bytes += double(k.occupant.size()) * c.slot_bytes[k.vs] + k.buffers * c.w_bytes[k.vs];
   return bytes;
 }
 
@@ -59,7 +65,18 @@ Outcome simulate(ScheduleKind kind, int p, int m, const ZeroBubbleCosts& c, int 
                  double reserve_w, bool alternate) {
   const bool v_shape = v_placement(kind);
   const int chunks = v_shape ? 2 : 1, V = p * chunks;
-  std::vector<std::vector<double>> f_done(V, std::vector<double>(m, kNever)), b_done = f_done;
+  std::vector<std::vector<double>> f_done(V, std::vector<double>(m, kNever)), b_done = f_done,
+                                   b_start = f_done, w_done = f_done;
+  // The first slot of chunk k that is free at t: its W done and, but on the
+  // first virtual stage, its input gradient's receive started. -1: none.
+  auto free_slot = [&](const Chunk& k, double t) {
+    for (std::size_t i = 0; i < k.occupant.size(); ++i) {
+      const int mb = k.occupant[i];
+      if (mb < 0 || (w_done[k.vs][mb] <= t && (k.vs == 0 || b_start[k.vs - 1][mb] <= t)))
+        return int(i);
+    }
+    return -1;
+  };
   std::vector<Rank> ranks(p);
   for (int s = 0; s < p; ++s) {
     Rank& r = ranks[s];
@@ -91,7 +108,7 @@ Outcome simulate(ScheduleKind kind, int p, int m, const ZeroBubbleCosts& c, int 
       // F: the lowest micro-batch whose input is here and whose slot fits.
       for (Chunk& k : r.chunks) {
         if (k.nf >= m || k.live >= k.cap || (k.vs > 0 && f_done[k.vs - 1][k.nf] > t)) continue;
-        if (k.live >= k.slots && !fits(r, c.slot_bytes[k.vs], r.budget - r.reserve)) continue;
+        if (free_slot(k, t) < 0 && !fits(r, c.slot_bytes[k.vs], r.budget - r.reserve)) continue;
         if (!f || k.nf < f->nf || (k.nf == f->nf && k.vs > f->vs)) f = &k;
       }
       if (b && f && alternate && r.after_b) b = nullptr;
@@ -103,20 +120,28 @@ Outcome simulate(ScheduleKind kind, int p, int m, const ZeroBubbleCosts& c, int 
         const bool split = k.pending < k.buffers || fits(r, c.w_bytes[k.vs], r.budget);
         a = {false, k.nb, ch, split ? BackwardPart::input : BackwardPart::both};
         dur = c.b[k.vs] + (split ? 0 : c.w[k.vs]);
+        b_start[k.vs][k.nb] = t;
         b_done[k.vs][k.nb] = t + dur;
         if (split) {
           k.buffers = std::max(k.buffers, ++k.pending);
           r.waiting_w.push_back({ch, k.nb});
         } else {
+          w_done[k.vs][k.nb] = t + dur;
           --k.live, --left;
         }
         ++k.nb;
       } else if (f) {
         Chunk& k = *f;
-        a = {true, k.nf, int(&k - r.chunks.data())};
+        int slot = free_slot(k, t);
+        if (slot < 0) {
+          slot = int(k.occupant.size());
+          k.occupant.push_back(-1);
+        }
+        k.occupant[std::size_t(slot)] = k.nf;
+        a = {true, k.nf, int(&k - r.chunks.data()), BackwardPart::both, slot};
         dur = c.f[k.vs];
         f_done[k.vs][k.nf] = t + dur;
-        k.slots = std::max(k.slots, ++k.live);
+        ++k.live;
         ++k.nf;
       } else if (!r.waiting_w.empty()) {
         auto [ch, mb] = r.waiting_w.front();
@@ -124,6 +149,7 @@ Outcome simulate(ScheduleKind kind, int p, int m, const ZeroBubbleCosts& c, int 
         Chunk& k = r.chunks[ch];
         a = {false, mb, ch, BackwardPart::weights};
         dur = c.w[k.vs];
+        w_done[k.vs][mb] = t + dur;
         --k.pending, --k.live, --left;
       } else {
         continue;
@@ -161,12 +187,10 @@ ZeroBubbleCosts unit_costs(ScheduleKind kind, int p, int) {
 
 double zero_bubble_budget(ScheduleKind kind, int s, const std::vector<double>& slot) {
   const int p = int(slot.size());
-  // 5% above 1F1B: room for a W buffer where a slot's worth is traded.
-  constexpr double kSlack = 1.05;
   if (kind != ScheduleKind::zb_h1 && kind != ScheduleKind::zb_v) return 0;
   double peak = 0;
   for (int r = 0; r < p; ++r) peak = std::max(peak, (p - r) * slot[r]);
-  return kSlack * peak;
+  return kZeroBubbleSlack * peak;
 }
 
 std::vector<std::vector<PipelineAction>> zero_bubble_schedule(ScheduleKind kind, int p, int m,
