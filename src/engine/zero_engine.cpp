@@ -72,12 +72,14 @@ TensorSlice ZeroEngine::state_slice(StateKind kind, const TensorInfo& t, const G
   if (a >= b) return {};
   // The moments and masters sit in the optimizer's shard layout, as does an
   // offloaded parameter shard's window.
-  char* base = params_window_ ? params_window_ + u.shard_offset * psz
-                              : static_cast<char*>(storage_->owned_params(t.unit));
+  char* base = nullptr;
   if (kind != StateKind::params) {
     float* state = windows_[home_kind(kind)];
     if (!state) state = optimizer_->home().open(home_kind(kind));  // resident: the arena itself
     base = reinterpret_cast<char*>(state + u.shard_offset);
+  } else {
+    base = params_window_ ? params_window_ + u.shard_offset * psz
+                          : static_cast<char*>(storage_->owned_params(t.unit));
   }
   TensorSlice s;
   s.shard = &t;
