@@ -121,6 +121,7 @@ void ParamHome::wait_read(std::size_t slot) {
 }
 
 bool ParamHome::stage(int key, std::size_t first, std::size_t count, bool may_fail) {
+  if (direct()) throw std::logic_error("offload.params: a home in place has no staging");
   if (find(key)) return true;
   for (int attempt = 0;; ++attempt) {
     Staging* best = nullptr;  // the smallest free buffer that fits

@@ -50,7 +50,7 @@ class ParamHome {
   // Starts bringing shard elements [first, first + count) into a free
   // staging buffer under `key`. With may_fail, returns false when none is
   // free; without, drops read-aheads nobody took to make room, and throws
-  // if every fitting buffer is held by a gather.
+  // if every fitting buffer is held by a gather. Only without in_place().
   bool stage(int key, std::size_t first, std::size_t count, bool may_fail);
   bool holds(int key) const;
   // The staged elements in backend memory (waits for the read); held until
