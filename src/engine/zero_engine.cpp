@@ -22,8 +22,12 @@ ZeroEngine::ZeroEngine(const EngineSetup& s, const UnitLayout& units, AdamWConfi
           units, s.stage)),
       plan_(table_, s.grid.shape().dp, s.grid.coord().dp,
             std::size_t(s.deck.zero.persistence_threshold)) {
-  storage_ = std::make_unique<ZeroStorage>(s.deck.zero.stage, table_, plan_, s.backend, s.ledger,
-                                           s.grid.data(), s.weights, s.grads);
+  // An offloaded parameter shard's swap file may fail on some nodes only: agreed.
+  run_agreed(world_, [&] {
+    storage_ = std::make_unique<ZeroStorage>(s.deck.zero.stage, table_, plan_, s.backend, s.ledger,
+                                             s.grid.data(), s.weights, s.grads, offload_,
+                                             world_.rank());
+  });
 }
 
 void ZeroEngine::attach(GptModel& model, std::uint64_t seed) {
@@ -66,12 +70,16 @@ TensorSlice ZeroEngine::state_slice(StateKind kind, const TensorInfo& t, const G
   const std::size_t lo = plan_.slice_begin(u), hi = lo + plan_.slice(u) * t.units;
   const std::size_t a = std::max(lo, t.offset), b = std::min(hi, t.offset + t.numel);
   if (a >= b) return {};
-  // The moments and masters sit in the optimizer's shard layout.
-  char* base = static_cast<char*>(storage_->owned_params(t.unit));
+  // The moments and masters sit in the optimizer's shard layout, as does an
+  // offloaded parameter shard's window.
+  char* base = nullptr;
   if (kind != StateKind::params) {
     float* state = windows_[home_kind(kind)];
     if (!state) state = optimizer_->home().open(home_kind(kind));  // resident: the arena itself
     base = reinterpret_cast<char*>(state + u.shard_offset);
+  } else {
+    base = params_window_ ? params_window_ + u.shard_offset * psz
+                          : static_cast<char*>(storage_->owned_params(t.unit));
   }
   TensorSlice s;
   s.shard = &t;
@@ -89,13 +97,21 @@ int ZeroEngine::home_kind(StateKind kind) {
 }
 
 void ZeroEngine::open_state(StateKind kind) {
-  if (kind == StateKind::params || (kind == StateKind::masters && !optimizer_->has_masters()))
+  if (kind == StateKind::params) {
+    params_window_ = storage_->open_params_window();
     return;
+  }
+  if (kind == StateKind::masters && !optimizer_->has_masters()) return;
   windows_[home_kind(kind)] = optimizer_->home().open(home_kind(kind));
 }
 
 void ZeroEngine::close_state(StateKind kind, bool changed) {
-  if (kind == StateKind::params || !windows_[home_kind(kind)]) return;
+  if (kind == StateKind::params) {
+    storage_->close_params_window(changed);
+    params_window_ = nullptr;
+    return;
+  }
+  if (!windows_[home_kind(kind)]) return;
   optimizer_->home().close(home_kind(kind), changed);
   windows_[home_kind(kind)] = nullptr;
 }

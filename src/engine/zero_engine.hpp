@@ -33,7 +33,10 @@ class ZeroEngine final : public GradEngine {
   bool replicated_over_data(StateKind kind) const override;
   void open_state(StateKind kind) override;
   void close_state(StateKind kind, bool changed) override;
-  std::string warning() const override { return optimizer_->home().warning(); }
+  std::string warning() const override {
+    const std::string w = optimizer_->home().warning();
+    return w.empty() ? storage_->warning() : w;
+  }
   void poison_gradient() override;
 
   const ZeroPlan& plan() const { return plan_; }
@@ -54,6 +57,7 @@ class ZeroEngine final : public GradEngine {
   std::unique_ptr<ZeroOptimizer> optimizer_;
   const TensorTable* model_table_ = nullptr;
   float* windows_[3] = {};  // open_state's windows of offloaded state, by home kind
+  char* params_window_ = nullptr;  // an offloaded parameter shard while a checkpoint runs
 };
 
 }  // namespace trident

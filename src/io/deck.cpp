@@ -152,8 +152,6 @@ void read_offload(DeckReader& r, const ZeroSection& z, OffloadSection& o) {
   r.require(o.params == OffloadTarget::none || z.stage == 3, "offload", "params",
             fmt::format("= \"{}\" needs zero.stage = 3 (only stage 3 shards the parameters)",
                         choice_name(o.params)));
-  r.require(o.params == OffloadTarget::none || z.stage != 3, "offload", "params",
-            "is not implemented yet; use \"none\" (offload.optimizer moves the optimizer state)");
   const bool nvme = o.optimizer == OffloadTarget::nvme || o.params == OffloadTarget::nvme;
   r.require(!nvme || !o.nvme_path.empty(), "offload", "nvme_path",
             "is required with \"nvme\" offload: a node-local directory for the swap files, "

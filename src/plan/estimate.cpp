@@ -5,6 +5,7 @@
 #include "memory/working_copies.hpp"
 #include "model/gpt.hpp"
 #include "offload/optimizer_home.hpp"
+#include "offload/param_home.hpp"
 #include "optim/grad_view.hpp"
 #include "model/gpt_params.hpp"
 #include "parallel/pipeline/partition.hpp"
@@ -101,7 +102,16 @@ MemoryEstimate estimate_memory(const Deck& deck, const GridShape& shape, int sta
       // Model state: the resident parameters (whole at stages 1-2, this
       // rank's shard at 3), the gradients (stage 1's whole ones, which hold
       // the owned sums in place; stages 2-3's owned sums), the moments.
-      at(MemCategory::parameters) += (stage <= 2 ? n : shard) * w;
+      // With offload.params only the persistent units' slices stay, and the
+      // home's staging joins the buffers.
+      const bool params_off = stage == 3 && deck.offload.params != OffloadTarget::none;
+      at(MemCategory::parameters) +=
+          (stage <= 2 ? n : double(ZeroStorage::resident_param_elements(plan, params_off))) * w;
+      if (params_off) {
+        const auto [large_slice, small_slice] = ZeroStorage::staging_slices(plan);
+        at(MemCategory::buffers) += double(ParamHome::arena_bytes(
+            deck.offload, weights, large_slice, small_slice, deck.system.device == Device::cpu));
+      }
       at(MemCategory::gradients) += (stage == 1 ? n : shard) * g;
       // The optimizer's home (offload/): resident state, or the swap's staging.
       const auto home = OptimizerHome::arena_bytes(deck.offload, plan.shard_size(),

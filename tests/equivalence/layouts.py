@@ -24,7 +24,9 @@ AXES = [
     ("bucket", ["large", "small"]),    # parallel.bucket_mb: one bucket / one per few tensors
     # Last and outside the pairwise cover: offload_pairs() runs each setting
     # beside the same layout without offload, to be equal bit for bit.
-    ("offload", ["none", "cpu", "nvme"]),  # offload.optimizer
+    # cpu, nvme: offload.optimizer; params-H[+O]: offload.params = H (and optimizer = O)
+    ("offload", ["none", "cpu", "nvme", "params-cpu", "params-nvme", "params-nvme+nvme",
+                 "params-cpu+nvme"]),
 ]
 NAMES = [a for a, _ in AXES]
 COVERED = len(AXES) - 1  # the axes whose value pairs the CI subset covers
@@ -82,8 +84,11 @@ def overrides(layout, batch):
            # 1 KB buckets hold a few small tensors each; 64 MB holds the whole model.
            f"parallel.bucket_mb={0.001 if v['bucket'] == 'small' else 64}"]
     if v["offload"] != "none":  # 8 KiB blocks: the swap streams many, the queue stays full
-        out += [f"offload.optimizer={v['offload']}", f"offload.nvme_path={SWAP_DIR}",
-                "offload.block_mb=0.0078125"]
+        o = v["offload"]
+        params, _, optimizer = o[len("params-"):].partition("+") if o.startswith("params-") \
+            else ("none", "", o)
+        out += [f"offload.params={params}", f"offload.optimizer={optimizer or 'none'}",
+                f"offload.nvme_path={SWAP_DIR}", "offload.block_mb=0.0078125"]
     return out + PRECISION_KEYS[v["precision"]]
 
 
@@ -190,17 +195,26 @@ def uncoverable_pairs(valid):
     return [k for k in PAIRS.values() if k not in held]
 
 
-def offload_pairs():
-    """(layout, the same with offload) for every offload setting x ZeRO stage x
-    dp in {1, 2}: same arithmetic in another home, so equal bit for bit. Two
-    micro-batches (gradients accumulate), low persistence (every unit sharded)
-    and bf16 at stage 2 (f32 masters in the home too)."""
+def offload_pairs(every=False):
+    """(layout, the same with offload) for every optimizer offload setting x
+    ZeRO stage x dp in {1, 2}, and the parameter offload settings at ZeRO-3:
+    same arithmetic in another home, so equal bit for bit. Two micro-batches
+    (gradients accumulate), low persistence (every unit sharded) and bf16 at
+    stage 2 (f32 masters in the home too). Parameter offload runs beside
+    fp32 and bf16 layouts: with `every`, each setting x dp x precision; else
+    one run per setting, the four covering every (dp, precision) pair."""
     out = []
     for zero in (1, 2, 3):
         for dp in (1, 2):
             base = make(dp=dp, zero=zero, micro_batches=2,
                         precision="bf16" if zero == 2 else "fp32")
             out += [(base, with_values(base, {INDEX["offload"]: o})) for o in ("cpu", "nvme")]
+    params = [o for o in dict(AXES)["offload"] if o.startswith("params-")]
+    grid = list(itertools.product(params, (1, 2), ("fp32", "bf16"))) if every else \
+        list(zip(params, (2, 1, 2, 1), ("fp32", "bf16", "bf16", "fp32")))
+    for o, dp, precision in grid:
+        base = make(dp=dp, zero=3, micro_batches=2, precision=precision)
+        out.append((base, with_values(base, {INDEX["offload"]: o})))
     return out
 
 

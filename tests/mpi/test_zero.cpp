@@ -156,6 +156,33 @@ TEST(Zero, MeasuredBytesEqualTheEstimatorExactly) {
     EXPECT_EQ(z.estimate.bytes[int(MemCategory::optimizer)], 0.0) << home;
     EXPECT_EQ(double(z.ledger.peak_total()), z.estimate.peak()) << home;
   }
+  // The stage 3 parameter shard offloaded: only the persistent units' slices
+  // stay as parameters; staging (and a swap file's stream blocks) joins the
+  // buffers. The losses stay those of the resident shard, bit for bit.
+  for (const std::string dtype : {"fp32", "bf16"}) {
+    const std::vector<std::string> base = {"zero.stage=3", "precision.dtype=\"" + dtype + "\"",
+                                           "offload.nvme_path=\"" + shard_dir() + "\"",
+                                           "offload.block_mb=0.0625"};
+    ZeroRun resident;
+    run(MPI_COMM_WORLD, base, resident, 3);
+    for (const std::string home : {"cpu", "nvme"}) {
+      ZeroRun z;
+      auto sets = base;
+      sets.push_back("offload.params=\"" + home + "\"");
+      sets.push_back("offload.optimizer=\"" + home + "\"");
+      run(MPI_COMM_WORLD, sets, z, 3);
+      for (MemCategory c : {MemCategory::parameters, MemCategory::gradients,
+                            MemCategory::optimizer, MemCategory::activations,
+                            MemCategory::buffers})
+        EXPECT_EQ(double(z.ledger.peak(c)), z.estimate.bytes[int(c)])
+            << dtype << " params " << home << " " << mem_category_name(c);
+      EXPECT_EQ(double(z.ledger.peak_total()), z.estimate.peak()) << dtype << " params " << home;
+      const double kept = z.estimate.bytes[int(MemCategory::parameters)];
+      EXPECT_GT(kept, 0.0) << "the persistent units stay";
+      EXPECT_LT(kept, resident.estimate.bytes[int(MemCategory::parameters)] / 4);
+      EXPECT_EQ(z.losses, resident.losses) << dtype << " params " << home;
+    }
+  }
 }
 
 TEST(Zero, SixteenBitWeightsAndGradientsTrainAlikeAndHalveTheTraffic) {

@@ -289,8 +289,11 @@ TEST(Deck, OffloadKeysAndImpossibleCombinations) {
           "zero.stage = 1, 2 or 3");
   refused({"zero.stage=2", "offload.params=cpu"},
           "[offload] params = \"cpu\" needs zero.stage = 3");
-  refused({"zero.stage=3", "offload.params=nvme", "offload.nvme_path=\"/s\""},
-          "[offload] params = \"nvme\" is not implemented yet");
+  refused({"zero.stage=3", "offload.params=nvme"},
+          "[offload] nvme_path is required with \"nvme\" offload");
+  const Deck params = parse_deck(kBase, "t.toml", {"zero.stage=3", "offload.params=nvme",
+                                                   "offload.nvme_path=\"/s\""});
+  EXPECT_EQ(params.offload.params, OffloadTarget::nvme);
   refused({"zero.stage=1", "offload.optimizer=nvme"},
           "[offload] nvme_path is required with \"nvme\" offload");
   refused({"zero.stage=1", "offload.optimizer=cpu", "offload.block_mb=0"},

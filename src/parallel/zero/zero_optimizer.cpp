@@ -49,16 +49,17 @@ void ZeroOptimizer::for_owned(std::size_t first, std::size_t count, F&& f) {
 }
 
 // The owned 16-bit weights of shard elements [first, first + count) become
-// the rounding of `master` (element `first` of the masters).
-void ZeroOptimizer::round_weights(std::size_t first, std::size_t count, const float* master) {
+// the rounding of `master` (element `first` of the masters); `block` is the
+// piece of the parameters update_owned_params gave.
+void ZeroOptimizer::round_weights(std::size_t first, std::size_t count, const float* master,
+                                  void* block) {
   const ZeroPlan& plan = storage_.plan();
-  const std::size_t psz = dtype_size(storage_.param_dtype());
   for (std::size_t u = 0; u < plan.units().size(); ++u) {
     const ZeroUnit& U = plan.units()[u];
     const std::size_t a = std::max(U.shard_offset, first);
     const std::size_t b = std::min(U.shard_offset + plan.slice(U), first + count);
     if (a >= b) continue;
-    backend_.convert(static_cast<char*>(storage_.owned_params(int(u))) + (a - U.shard_offset) * psz,
+    backend_.convert(storage_.owned_param_at(int(u), a - U.shard_offset, first, block),
                      storage_.param_dtype(), master + (a - first), DType::f32, b - a);
   }
 }
@@ -66,7 +67,9 @@ void ZeroOptimizer::round_weights(std::size_t first, std::size_t count, const fl
 void ZeroOptimizer::refresh_weights() {
   if (!has_masters()) return;
   home_.for_blocks([&](std::size_t first, std::size_t count, float* const* state) {
-    round_weights(first, count, state[OptimizerHome::masters]);
+    storage_.update_owned_params(first, count, [&](std::size_t a, std::size_t k, void* block) {
+      round_weights(a, k, state[OptimizerHome::masters] + (a - first), block);
+    });
   }, /*write_back=*/false);
   storage_.publish_params();
 }
@@ -101,18 +104,22 @@ void ZeroOptimizer::step(float lr, float grad_scale) {
     float* m = state[OptimizerHome::exp_avg];
     float* v = state[OptimizerHome::exp_avg_sq];
     float* master = masters ? state[OptimizerHome::masters] : nullptr;
-    for_owned(first, count, [&](const TensorInfo& t, int u, std::size_t off, std::size_t n) {
-      const std::size_t at = storage_.plan().units()[u].shard_offset + off - first;
-      float* p = masters ? master + at : static_cast<float*>(storage_.owned_params(u)) + off;
-      const std::size_t g0 = storage_.owned_grads_first(u) + off;
-      const Arena& grads = storage_.owned_grads_arena();
-      view_.for_chunks(grads, g0, n, [&](float* g, std::size_t o, std::size_t k) {
-        if (grad_scale != 1.0f) backend_.scale(g, grad_scale, k);
-        backend_.adamw(p + o, g, m + at + o, v + at + o, k, lr, cfg_.beta1, cfg_.beta2, cfg_.eps,
-                       t.weight_decay ? cfg_.weight_decay : 0.0f, bc1, bc2);
+    // Offloaded parameters come through the storage in pieces of the block.
+    storage_.update_owned_params(first, count, [&](std::size_t a, std::size_t k, void* block) {
+      for_owned(a, k, [&](const TensorInfo& t, int u, std::size_t off, std::size_t n) {
+        const std::size_t at = storage_.plan().units()[u].shard_offset + off - first;
+        float* p = masters ? master + at
+                           : static_cast<float*>(storage_.owned_param_at(u, off, a, block));
+        const std::size_t g0 = storage_.owned_grads_first(u) + off;
+        const Arena& grads = storage_.owned_grads_arena();
+        view_.for_chunks(grads, g0, n, [&](float* g, std::size_t o, std::size_t c) {
+          if (grad_scale != 1.0f) backend_.scale(g, grad_scale, c);
+          backend_.adamw(p + o, g, m + at + o, v + at + o, c, lr, cfg_.beta1, cfg_.beta2, cfg_.eps,
+                         t.weight_decay ? cfg_.weight_decay : 0.0f, bc1, bc2);
+        });
       });
+      if (masters) round_weights(a, k, master + (a - first), block);
     });
-    if (masters) round_weights(first, count, master);
   });
   storage_.publish_params();
 }

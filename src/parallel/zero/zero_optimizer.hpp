@@ -42,7 +42,7 @@ class ZeroOptimizer {
   // Calls f(tensor, unit, offset in the unit's slice, length) for each
   // tensor's part of an owned slice within shard elements [first, first + count).
   template <class F> void for_owned(std::size_t first, std::size_t count, F&& f);
-  void round_weights(std::size_t first, std::size_t count, const float* master);
+  void round_weights(std::size_t first, std::size_t count, const float* master, void* block);
 
   ZeroStorage& storage_;
   const TensorTable& table_;

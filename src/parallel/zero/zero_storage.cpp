@@ -9,13 +9,25 @@ namespace trident {
 
 ZeroStorage::ZeroStorage(int stage, const TensorTable& table, const ZeroPlan& plan,
                          ComputeBackend& backend, MemoryLedger& ledger, Communicator& data,
-                         DType weights, DType grads)
+                         DType weights, DType grads, const OffloadSection& offload, int rank)
     : stage_(stage), weights_(weights), grads_(grads), table_(table), plan_(plan), backend_(backend),
       ledger_(ledger), comm_(data, plan) {
   large_slot_ = large_slot_elements(plan);
   small_slot_ = small_slot_elements(plan);
   if (stage <= 2) p_full_ = Arena(backend, ledger, MemCategory::parameters, table.size(), weights);
-  else p_shard_ = Arena(backend, ledger, MemCategory::parameters, plan.shard_size(), weights);
+  const bool offloaded = stage == 3 && offload.params != OffloadTarget::none;
+  if (stage == 3)
+    p_shard_ = Arena(backend, ledger, MemCategory::parameters,
+                     resident_param_elements(plan, offloaded), weights);
+  if (offloaded) {
+    for (std::size_t u = 0, at = 0; u < plan.units().size(); ++u) {
+      resident_at_.push_back(at);
+      if (plan.units()[u].persistent) at += plan.slice(plan.units()[u]);
+    }
+    const auto [large, small] = staging_slices(plan);
+    home_ = std::make_unique<ParamHome>(offload, backend, ledger, plan.shard_size(), weights, large,
+                                        small, rank);
+  }
   if (stage == 1) g_full_ = Arena(backend, ledger, MemCategory::gradients, table.size(), grads);
   if (stage == 1 && grads != DType::f32)
     grad_working_ = WorkingCopies(backend, ledger, table);
@@ -51,6 +63,23 @@ std::size_t ZeroStorage::large_slot_elements(const ZeroPlan& plan) {
   std::size_t n = 0;
   for (const auto& u : plan.units()) n = std::max(n, u.size());
   return n;
+}
+
+std::size_t ZeroStorage::resident_param_elements(const ZeroPlan& plan, bool offloaded) {
+  if (!offloaded) return plan.shard_size();
+  std::size_t n = 0;
+  for (const auto& u : plan.units()) n += u.persistent ? plan.slice(u) : 0;
+  return n;
+}
+
+std::pair<std::size_t, std::size_t> ZeroStorage::staging_slices(const ZeroPlan& plan) {
+  std::size_t large = 0, small = 0;
+  for (const auto& u : plan.units()) {
+    if (u.persistent) continue;
+    large = std::max(large, plan.slice(u));
+    if (!u.embedding_table) small = std::max(small, plan.slice(u));
+  }
+  return {large, small};
 }
 
 std::size_t ZeroStorage::accumulate_chunk_elements(const ZeroPlan& plan, int stage, DType grads) {
@@ -118,7 +147,7 @@ float* ZeroStorage::param_at(const TensorInfo& t, std::size_t element) {
     return w + i;
   }
   if (stage_ <= 2) return p_full_.f32() + off;
-  if (U.persistent) return p_shard_.f32() + U.shard_offset + i;
+  if (U.persistent) return reinterpret_cast<float*>(resident_slice(u)) + i;
   Slot* s = find(p_slots_, u);
   if (!s || s->users == 0) throw std::logic_error("ZeRO-3: parameters of " + t.name + " not gathered");
   return s->mem.f32() + i;
@@ -143,7 +172,33 @@ void ZeroStorage::start_gather(int u, bool prefetch) {
   const ZeroUnit& U = plan_.units()[u];
   Slot* s = acquire(p_slots_, u, prefetch);
   if (!s) return;  // no free slot: this prefetch is skipped, the use will gather
-  s->pending = comm_.gather_unit(U, param_bytes(p_shard_, U.shard_offset), s->mem.data(), weights_);
+  const void* slice = home_ ? offloaded_slice(u, prefetch) : param_bytes(p_shard_, U.shard_offset);
+  if (!slice) {  // no free staging buffer: as without a slot
+    s->unit = -1;
+    return;
+  }
+  s->staged = home_ && !home_->in_place();
+  s->pending = comm_.gather_unit(U, slice, s->mem.data(), weights_);
+}
+
+void ZeroStorage::finish_gather(Slot& s) {
+  comm_.wait(s.pending);
+  if (!s.staged) return;
+  home_->release(s.unit);
+  s.staged = false;
+}
+
+// Unit u's slice, staged from the home (null: no free staging buffer, with may_fail).
+const void* ZeroStorage::offloaded_slice(int u, bool may_fail) {
+  const ZeroUnit& U = plan_.units()[u];
+  if (char* p = home_->in_place()) return p + U.shard_offset * dtype_size(weights_);
+  if (!home_->stage(u, U.shard_offset, plan_.slice(U), true)) {
+    if (may_fail) return nullptr;
+    for (auto& s : p_slots_)  // staging held by gathers in flight comes back as they finish
+      if (s->staged) finish_gather(*s);
+    home_->stage(u, U.shard_offset, plan_.slice(U), false);
+  }
+  return home_->staged(u);
 }
 
 void ZeroStorage::need_params(int u, Pass pass) {
@@ -156,7 +211,7 @@ void ZeroStorage::need_params(int u, Pass pass) {
       start_gather(u, false);
       s = find(p_slots_, u);
     }
-    comm_.wait(s->pending);
+    finish_gather(*s);
     s->users++;
   }
   prefetch_after(u, pass);
@@ -177,9 +232,8 @@ void ZeroStorage::need_working_copy(int u) {
     return;
   }
   if (stage_ <= 2 || U.persistent) {
-    working_.acquire(u, param_bytes(stage_ <= 2 ? p_full_ : p_shard_,
-                                    stage_ <= 2 ? U.begin() : U.shard_offset),
-                     weights_, U.size());
+    working_.acquire(u, stage_ <= 2 ? param_bytes(p_full_, U.begin()) : resident_slice(u), weights_,
+                     U.size());
     return;
   }
   Slot* s = find(p_slots_, u);
@@ -187,27 +241,42 @@ void ZeroStorage::need_working_copy(int u) {
     start_gather(u, false);
     s = find(p_slots_, u);
   }
-  comm_.wait(s->pending);
+  finish_gather(*s);
   working_.acquire(u, s->mem.data(), weights_, U.size());
   s->unit = -1;  // unpacked: the gather slot is free for the next unit
   s->users = 0;
 }
 
-void ZeroStorage::prefetch_after(int u, Pass pass) {
-  if (stage_ <= 2) return;
-  // While a block computes, prefetch the next block of this pass (only from
-  // blocks: the embeddings are also gathered for the tied head, where a
-  // prefetch of block 0 would sit unused until the next step).
-  // A cut table's units are used in order in every pass.
+int ZeroStorage::next_in_pass(int u, Pass pass) const {
+  // The next block of this pass (only from blocks: the embeddings are also
+  // gathered for the tied head, where a prefetch of block 0 would sit unused
+  // until the next step). A cut table's units are used in order in every pass.
   const auto& units = plan_.units();
   const bool table = units[u].embedding_table;
   const int next = pass == Pass::forward || table ? u + 1 : u - 1;
   const bool follows = table ? next < int(units.size()) && units[next].embedding_table
                              : units[u].block && next >= 0 && next < int(units.size()) &&
                                    units[next].block;
-  if (follows && !units[next].persistent && !find(p_slots_, next) &&
-      !(sixteen() && working_.find(next)))
+  return follows && !units[next].persistent ? next : -1;
+}
+
+void ZeroStorage::prefetch_after(int u, Pass pass) {
+  if (stage_ <= 2) return;
+  // While a unit computes, the next one is gathered.
+  const int next = next_in_pass(u, pass);
+  if (next < 0) return;
+  bool gathering = find(p_slots_, next) || (sixteen() && working_.find(next));
+  if (!gathering) {
     start_gather(next, true);
+    gathering = find(p_slots_, next);
+  }
+  // Offloaded: the read of the one after starts now, so the disk overlaps
+  // this unit's compute and the next one's.
+  const int ahead = gathering ? next_in_pass(next, pass) : next;
+  if (home_ && !home_->in_place() && ahead >= 0 && !find(p_slots_, ahead)) {
+    const ZeroUnit& A = plan_.units()[ahead];
+    home_->stage(ahead, A.shard_offset, plan_.slice(A), true);
+  }
 }
 
 void ZeroStorage::done_params(int u) {
@@ -215,7 +284,7 @@ void ZeroStorage::done_params(int u) {
   if (stage_ <= 2 || plan_.units()[u].persistent) return;
   Slot* s = find(p_slots_, u);
   if (!s || --s->users > 0) return;
-  comm_.wait(s->pending);
+  finish_gather(*s);
   s->unit = -1;
   s->users = 0;
 }
@@ -309,72 +378,6 @@ void ZeroStorage::begin_step() {
 
 void ZeroStorage::finish_backward() {
   while (!reductions_.empty()) complete_oldest_reduction();
-}
-
-void* ZeroStorage::owned_params(int u) {
-  const ZeroUnit& U = plan_.units()[u];
-  return stage_ <= 2 ? param_bytes(p_full_, plan_.slice_begin(U))
-                     : param_bytes(p_shard_, U.shard_offset);
-}
-
-void ZeroStorage::publish_params() {
-  if (stage_ > 2) return;  // stage 3 gathers on use
-  std::vector<Request> reqs;
-  const auto& units = plan_.units();
-  for (std::size_t i = 0; i < units.size(); ++i) {
-    const ZeroUnit& U = units[i];
-    if (U.persistent) continue;
-    if (!U.cut()) {
-      reqs.push_back(comm_.gather_unit(U, param_bytes(p_full_, plan_.slice_begin(U)),
-                                       param_bytes(p_full_, U.begin()), weights_));
-      continue;
-    }
-    // A cut table: each rank's pieces of all its units lie side by side (one
-    // stride), so the whole table is one all-gather of strides in rank order.
-    const std::size_t table_units = U.range.stride / U.range.piece;
-    std::size_t k = i + 1;
-    while (k < units.size() && k - i < table_units && units[k].cut()) ++k;
-    reqs.push_back(comm_.group().iall_gather(param_bytes(p_full_, plan_.slice_begin(U)),
-                                             param_bytes(p_full_, U.begin()), U.range.stride,
-                                             weights_));
-    i = k - 1;
-  }
-  for (auto& r : reqs) comm_.wait(r);
-}
-
-void ZeroStorage::set_params_from_host(std::size_t first, const float* in, std::size_t n) {
-  if (stage_ <= 2) {
-    copy_from_host_as(backend_, param_bytes(p_full_, first), weights_, in, n);
-    return;
-  }
-  for (const auto& U : plan_.units()) {  // each unit's slice is one range of the table
-    const std::size_t lo = std::max(first, plan_.slice_begin(U));
-    const std::size_t hi = std::min(first + n, plan_.slice_begin(U) + plan_.slice(U));
-    if (lo < hi)
-      copy_from_host_as(backend_, param_bytes(p_shard_, U.shard_offset + lo - plan_.slice_begin(U)),
-                        weights_, in + (lo - first), hi - lo);
-  }
-}
-
-void ZeroStorage::gather_params_to_host(std::vector<float>& out) {
-  out.assign(table_.size(), 0.0f);
-  if (stage_ <= 2) {
-    copy_to_host_as_f32(backend_, out.data(), p_full_.data(), weights_, p_full_.numel());
-    return;
-  }
-  Arena tmp(backend_, ledger_, MemCategory::buffers, large_slot_, weights_);
-  for (const auto& U : plan_.units()) {
-    const void* src = param_bytes(p_shard_, U.shard_offset);
-    if (!U.persistent) {
-      Request r = comm_.gather_unit(U, src, tmp.data(), weights_);
-      comm_.wait(r);
-      src = tmp.data();
-    }
-    plan_.for_each_piece(U, [&](std::size_t arena, std::size_t packed, std::size_t n) {
-      copy_to_host_as_f32(backend_, out.data() + arena,
-                          static_cast<const char*>(src) + packed * dtype_size(weights_), weights_, n);
-    });
-  }
 }
 
 }  // namespace trident

@@ -17,13 +17,23 @@
 // paper counts them): stage 1 keeps them in place, in its full gradients;
 // stages 2-3 widen each micro-batch's sum and the slice chunk by chunk to add
 // them. Gather slots, gradient slots and receive buffers are working buffers.
+// With offload.params (stage 3) the partitioned units' slices live in a
+// ParamHome (host memory or a swap file): a slice is staged from there before
+// its gather, the next one's read starting one unit ahead, and the optimizer
+// updates the slices through the home (update_owned_params). Persistent units
+// stay in the arenas.
 #pragma once
 #include <deque>
+#include <functional>
+#include <string>
+#include <utility>
 #include <memory>
 #include <vector>
 
+#include "io/deck.hpp"
 #include "memory/working_copies.hpp"
 #include "model/model_storage.hpp"
+#include "offload/param_home.hpp"
 #include "parallel/zero/zero_comm.hpp"
 #include "parallel/zero/zero_plan.hpp"
 
@@ -50,7 +60,15 @@ class ZeroStorage final : public ModelStorage {
 
   ZeroStorage(int stage, const TensorTable& table, const ZeroPlan& plan, ComputeBackend& backend,
               MemoryLedger& ledger, Communicator& data, DType weights = DType::f32,
-              DType grads = DType::f32);
+              DType grads = DType::f32, const OffloadSection& offload = {}, int rank = 0);
+  // Elements of the parameter shard that stay in the arenas: all of it, or
+  // with offload.params only the persistent units' slices.
+  static std::size_t resident_param_elements(const ZeroPlan& plan, bool offloaded);
+  // The sizes of offloaded staging: the largest partitioned slice, and the
+  // largest that is not the token embedding's (elements).
+  static std::pair<std::size_t, std::size_t> staging_slices(const ZeroPlan& plan);
+  bool params_offloaded() const { return home_ != nullptr; }
+  std::string warning() const { return home_ ? home_->warning() : std::string(); }
   DType param_dtype() const { return weights_; }
   int stage() const { return stage_; }
   const ZeroPlan& plan() const { return plan_; }
@@ -70,8 +88,20 @@ class ZeroStorage final : public ModelStorage {
   void begin_step();       // zero the owned gradients (and stage 1's full ones)
   void finish_backward();  // complete every outstanding reduction
   // This rank's slice of unit u: its parameters (of param_dtype()) and its
-  // summed gradients (of grads_dtype()).
+  // summed gradients (of grads_dtype()). Offloaded slices have no address:
+  // update_owned_params and the params window reach them.
   void* owned_params(int u);
+  // f(first', count', block) for pieces covering shard elements [first,
+  // first + count) of the parameters; what f writes is kept. owned_param_at
+  // finds unit u's element `offset` of its slice within a piece.
+  using OwnedParamsFn = std::function<void(std::size_t, std::size_t, void*)>;
+  void update_owned_params(std::size_t first, std::size_t count, const OwnedParamsFn& f);
+  void* owned_param_at(int u, std::size_t offset, std::size_t block_first, void* block);
+  // The whole parameter shard in backend memory, in the shard's layout, while
+  // a checkpoint reads or writes it (null: owned_params reaches every slice);
+  // close(changed) stores what a load wrote.
+  char* open_params_window();
+  void close_params_window(bool changed);
   DType grads_dtype() const { return grads_; }
   // Stage 1 sums each slice in place, in the full gradients (no second
   // copy); stages 2-3 keep the slices as a shard of their own. Unit u's slice
@@ -102,6 +132,7 @@ class ZeroStorage final : public ModelStorage {
     int unit = -1;
     int users = 0;
     Request pending;  // a gather in flight into this slot
+    bool staged = false;  // the gather reads the home's staging
   };
   struct Reduction {
     int unit;
@@ -112,7 +143,14 @@ class ZeroStorage final : public ModelStorage {
   Slot* find(std::vector<std::unique_ptr<Slot>>& pool, int unit);
   Slot* acquire(std::vector<std::unique_ptr<Slot>>& pool, int unit, bool may_fail = false);
   void start_gather(int unit, bool prefetch);
+  void finish_gather(Slot& s);  // waits; frees its staging
+  const void* offloaded_slice(int unit, bool may_fail);
+  int next_in_pass(int unit, Pass pass) const;  // -1: none prefetched
   void prefetch_after(int unit, Pass pass);
+  char* resident_slice(int unit) {  // a slice kept in the arenas
+    return param_bytes(p_shard_, home_ ? resident_at_[std::size_t(unit)]
+                                       : plan_.units()[std::size_t(unit)].shard_offset);
+  }
   void need_working_copy(int unit);  // 16-bit weights
   bool sixteen() const { return weights_ != DType::f32; }
   // Where unit u's resident parameters (or this rank's slice of them) start.
@@ -143,6 +181,10 @@ class ZeroStorage final : public ModelStorage {
   WorkingCopies working_;       // 16-bit weights only
   WorkingCopies grad_working_;  // stage 1 with 16-bit gradients only
   std::deque<Reduction> reductions_;
+  std::unique_ptr<ParamHome> home_;       // offload.params
+  std::vector<std::size_t> resident_at_;  // offloaded: persistent slices' place in p_shard_
+  MemoryLedger window_ledger_;            // transient: host transfers and checkpoint windows
+  Arena window_;
 };
 
 }  // namespace trident
