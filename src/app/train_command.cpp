@@ -111,18 +111,23 @@ void print_pipeline(const Deck& deck, Grid& grid, const Trainer& t) {
 // schedule time: a rank whose schedule ends early (1F1B's last stage) idles
 // until the others are done, in the reduction that follows, and that idle
 // is bubble too, as the theory counts it.
-void report_bubble(Grid& grid, const Trainer& t) {
+// Steps after the first only (`before`: the times after it), as for the FOM:
+// the first step's one-time costs (first touch, kernel JIT) differ by rank.
+void report_bubble(Grid& grid, const Trainer& t, const PhaseTimes& before) {
   const PhaseTimes& p = t.times();
-  double busy = p.forward + p.backward, span = p.pipeline;
+  double busy = p.forward + p.backward - before.forward - before.backward;
+  double span = p.pipeline - before.pipeline;
   grid.world().all_reduce(&busy, 1, DType::f64, ReduceOp::sum);
   grid.world().all_reduce(&span, 1, DType::f64, ReduceOp::max);
   if (!grid.is_root() || grid.shape().pp == 1) return;
   const int chunks = grid.shape().pp > 0 ? int(t.partition().size() - 1) / grid.shape().pp : 1;
+  const std::string list =
+      t.list_bubble() >= 0 ? fmt::format(" (these lists with their FLOP costs: {:.1f}%)", 100 * t.list_bubble()) : "";
   fmt::print("pipeline bubble: measured {:.1f}% of {} ranks x the slowest schedule; theory "
-             "{:.1f}% for {} with p = {}, m = {}, v = {}\n",
+             "{:.1f}% for {} with p = {}, m = {}, v = {}{}\n",
              span > 0 ? 100 * (1.0 - busy / (grid.size() * span)) : 0.0, grid.size(),
              100 * theoretical_bubble(t.schedule(), grid.shape().pp, t.micro_batches(), chunks),
-             choice_name(t.schedule()), grid.shape().pp, t.micro_batches(), chunks);
+             choice_name(t.schedule()), grid.shape().pp, t.micro_batches(), chunks, list);
 }
 
 int train(const TrainOptions& o, Communicator& boot) {
@@ -173,11 +178,13 @@ int train(const TrainOptions& o, Communicator& boot) {
   double train_seconds = 0, steady_seconds = 0;
   const double wall0 = now_seconds();
   double val_loss = -1;
+  PhaseTimes after_first;  // the timers once the first step is done
   // Count communication from the first step on (set-up checks are not per step).
   for (Communicator* c : {&grid.world(), &grid.data(), &grid.tensor(), &grid.pipeline(), &grid.model()})
     c->reset_stats();
   for (int step = first; step < steps; ++step) {
     StepStats s = trainer.step(step);
+    if (step == first && steps - first > 1) after_first = trainer.times();
     train_seconds += s.seconds;
     if (step > first) steady_seconds += s.seconds;  // the first step pays one-time warm-up costs
     const bool last = step + 1 == steps;
@@ -211,7 +218,7 @@ int train(const TrainOptions& o, Communicator& boot) {
   report_phase_timers(grid, trainer.times(), wall);
   report_memory(grid, ledger);
   report_communication(grid, std::max(1, steps - first));
-  report_bubble(grid, trainer);
+  report_bubble(grid, trainer, after_first);
   if (!o.trace.empty()) {
     trace.write(grid.world(), o.trace);
     if (grid.is_root()) fmt::print("trace: {} (open in Perfetto or chrome://tracing)\n", o.trace);

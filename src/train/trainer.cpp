@@ -8,6 +8,7 @@
 #include "optim/clip.hpp"
 #include "optim/schedule.hpp"
 #include "parallel/pipeline/schedule_costs.hpp"
+#include "parallel/pipeline/schedule_sim.hpp"
 #include "train/pipedream_runner.hpp"
 #include "train/profile.hpp"
 
@@ -35,7 +36,17 @@ Trainer::Trainer(const Deck& deck, Grid& grid, ComputeBackend& backend, MemoryLe
   choose_partition(ledger);
   const bool split = splits_backward(schedule_) && p > 1;
   const ZeroBubbleCosts costs = split ? zero_bubble_costs(deck, grid.shape(), partition_) : ZeroBubbleCosts{};
-  actions_ = build_schedule(schedule_, p, s, micro_batches_, v, split ? &costs : nullptr);
+  if (split) {
+    const auto lists = zero_bubble_schedule(schedule_, p, micro_batches_, costs);
+    actions_ = lists[std::size_t(s)];
+    double busy = 0;
+    for (std::size_t vs = 0; vs < costs.f.size(); ++vs)
+      busy += micro_batches_ * (costs.f[vs] + costs.b[vs] + costs.w[vs]);
+    const int chunks = int(costs.f.size()) / p;
+    list_bubble_ = 1.0 - busy / (p * replay_schedule(lists, chunks, v_placement(schedule_), &costs).time);
+  } else {
+    actions_ = build_schedule(schedule_, p, s, micro_batches_, v);
+  }
   chunks_.resize(v);
   for (int c = 0; c < v; ++c) {
     ModelChunk& ch = chunks_[c];

@@ -75,6 +75,9 @@ class Trainer {
   const Partition& partition() const { return partition_; }
   const std::vector<double>& predicted_stage_costs() const { return predicted_costs_; }
   ScheduleKind schedule() const { return schedule_; }
+  // Zero bubble: the idle share of this step's lists replayed with the costs
+  // they were built from (FLOPs), where the theory uses unit costs; else -1.
+  double list_bubble() const { return list_bubble_; }
   ComputeBackend& backend() { return backend_; }
   int micro_batches() const { return micro_batches_; }
   // Optimizer steps taken (the same on every rank that updates; 0 where none
@@ -116,6 +119,7 @@ class Trainer {
   int micro_batches_;
   Partition partition_;  // over virtual stages
   std::vector<double> predicted_costs_;
+  double list_bubble_ = -1;
   std::vector<PipelineAction> actions_;
   PipelineComm pcomm_;
   std::vector<ModelChunk> chunks_;
