@@ -13,7 +13,11 @@ FullStorage::FullStorage(const TensorTable& table, ComputeBackend& backend, Memo
       params_(backend, ledger, MemCategory::parameters, table.size(), weights),
       grads_(backend, ledger, MemCategory::gradients, table.size(), grads),
       backend_(backend) {
-  if (weights != DType::f32) working_ = WorkingCopies(backend, ledger, table);
+  if (weights != DType::f32) {
+    const bool window = WorkingCopies::can_window_table(table);
+    working_ = WorkingCopies(backend, ledger, table, window);
+    if (window) table_unit_ = table.at("wte").unit;
+  }
   if (grads != DType::f32)
     grad_working_ = WorkingCopies(backend, ledger, table);
 }
@@ -40,18 +44,27 @@ void FullStorage::done_grads(int unit, bool) {
 
 float* FullStorage::param(const TensorInfo& t) {
   if (params_.dtype() == DType::f32) return params_.f32(t);
+  if (t.unit == table_unit_)
+    throw std::logic_error("parameters of " + t.name + " are read through param_rows");
   float* w = working_.find(t.unit);
   if (!w) throw std::logic_error("parameters of " + t.name + " used before need_params");
   return w + (t.offset - units_[t.unit].begin);
 }
 
+const float* FullStorage::param_rows(const TensorInfo& t, std::size_t element, std::size_t n) {
+  if (t.unit != table_unit_) return param(t) + element;
+  return working_.window(static_cast<char*>(params_.data()) +
+                             (t.offset + element) * dtype_size(params_.dtype()),
+                         params_.dtype(), n);
+}
+
 void FullStorage::need_params(int unit, Pass) {
-  if (params_.dtype() == DType::f32) return;
+  if (params_.dtype() == DType::f32 || unit == table_unit_) return;
   working_.acquire(unit, unit_bytes(params_, unit), params_.dtype(), units_[unit].size());
 }
 
 void FullStorage::done_params(int unit) {
-  if (params_.dtype() != DType::f32) working_.release(unit);
+  if (params_.dtype() != DType::f32 && unit != table_unit_) working_.release(unit);
 }
 
 void FullStorage::gather_params_to_host(std::vector<float>& out) {

@@ -46,7 +46,9 @@ ZeroStorage::ZeroStorage(int stage, const TensorTable& table, const ZeroPlan& pl
   // Stage 3 gathers units in the weights' type (with 16-bit weights a
   // gathered unit is then unpacked into a working copy).
   if (stage == 3) fill(p_slots_, param_slots(table, plan, weights), weights);
-  if (weights != DType::f32) working_ = WorkingCopies(backend, ledger, table);
+  if (weights != DType::f32)
+    working_ = WorkingCopies(backend, ledger, table, windows_table(table, stage, weights));
+  if (windows_table(table, stage, weights)) table_unit_ = table.at("wte").unit;
   if (stage >= 2) {
     fill(g_slots_, kGradSlots, DType::f32);
     if (grads != DType::f32)
@@ -142,6 +144,8 @@ float* ZeroStorage::param_at(const TensorInfo& t, std::size_t element) {
   const ZeroUnit& U = plan_.units()[u];
   const std::size_t i = U.range.packed_index(off);  // where the unit's copies hold it
   if (sixteen()) {
+    if (u == table_unit_)
+      throw std::logic_error("ZeRO: parameters of " + t.name + " are read through param_rows");
     float* w = working_.find(u);
     if (!w) throw std::logic_error("ZeRO: parameters of " + t.name + " used before need_params");
     return w + i;
@@ -151,6 +155,11 @@ float* ZeroStorage::param_at(const TensorInfo& t, std::size_t element) {
   Slot* s = find(p_slots_, u);
   if (!s || s->users == 0) throw std::logic_error("ZeRO-3: parameters of " + t.name + " not gathered");
   return s->mem.f32() + i;
+}
+
+const float* ZeroStorage::param_rows(const TensorInfo& t, std::size_t element, std::size_t n) {
+  if (t.unit != table_unit_) return param_at(t, element);
+  return working_.window(param_bytes(p_full_, t.offset + element), weights_, n);
 }
 
 float* ZeroStorage::grad_at(const TensorInfo& t, std::size_t element) {
@@ -219,6 +228,7 @@ void ZeroStorage::need_params(int u, Pass pass) {
 
 void ZeroStorage::need_working_copy(int u) {
   const ZeroUnit& U = plan_.units()[u];
+  if (u == table_unit_) return;  // read block by block (param_rows)
   if (working_.find(u)) {  // held already: one more user
     working_.acquire(u, nullptr, weights_, U.size());
     return;
@@ -280,7 +290,7 @@ void ZeroStorage::prefetch_after(int u, Pass pass) {
 }
 
 void ZeroStorage::done_params(int u) {
-  if (sixteen()) return working_.release(u);
+  if (sixteen()) return u == table_unit_ ? void() : working_.release(u);
   if (stage_ <= 2 || plan_.units()[u].persistent) return;
   Slot* s = find(p_slots_, u);
   if (!s || --s->users > 0) return;
