@@ -54,6 +54,10 @@ float* WorkingCopies::window(const void* bits, DType type, std::size_t n) {
   return window_.f32();
 }
 
+void WorkingCopies::window_back(void* bits, DType type, std::size_t n) {
+  backend_->convert(bits, type, window_.data(), DType::f32, n);
+}
+
 float* WorkingCopies::find(int unit) {
   for (Slot& s : slots_)
     if (s.unit == unit) return s.mem.f32();

@@ -41,8 +41,9 @@ class WorkingCopies {
   static std::size_t window_elements(const TensorTable& table);  // d_model rows at most
 
   // n elements of `bits` (of type `type`) converted into the window, which
-  // the next call overwrites.
+  // the next call overwrites; window_back rounds them back into `bits`.
   float* window(const void* bits, DType type, std::size_t n);
+  void window_back(void* bits, DType type, std::size_t n);
 
   // Counts a user of `unit` and returns its f32 copy; the first user's call
   // converts n elements of `bits` (of type `type`) into a free slot.

@@ -100,9 +100,11 @@ void GptModel::logits_backward(int slot, float* d_lnf, const float* lnf_all, boo
       const std::size_t at = std::size_t(row) * C;
       backend_.copy_2d(part, std::size_t(rows), dlogits + row, std::size_t(Vl), std::size_t(BT_),
                        std::size_t(rows));
-      backend_.matmul_backward(d_lnf, weight_grads ? st.grad_at(w, at) : nullptr, nullptr, part,
-                               lnf_all, d_lnf ? st.param_rows(w, at, std::size_t(rows) * C) : nullptr,
-                               BT_, C, rows);
+      const std::size_t n = std::size_t(rows) * C;
+      backend_.matmul_backward(d_lnf, weight_grads ? st.grad_rows(w, at, n) : nullptr, nullptr,
+                               part, lnf_all, d_lnf ? st.param_rows(w, at, n) : nullptr, BT_, C,
+                               rows);
+      if (weight_grads) st.done_grad_rows(w, at, n);
     });
     if (cut && d_lnf) st.done_params(u.unit);
     if (cut && weight_grads) st.done_grads(u.unit, finalize);
@@ -112,11 +114,15 @@ void GptModel::logits_backward(int slot, float* d_lnf, const float* lnf_all, boo
 void GptModel::table_grads_from_tokens(int slot, const float* d_emb, bool finalize) {
   const int C = cfg_.d_model, vlo = tp_.vocab_begin(cfg_);
   const TensorInfo& w = table_.at("wte");
+  const int most = storage_->table_in_windows() ? C : tp_.local_vocab(cfg_);
   for (const TableUnit& u : table_units_) {
     storage_->need_grads(u.unit);
-    for (const auto& [row, rows] : u.rows)
-      backend_.embedding_backward(storage_->grad_at(w, std::size_t(row) * C), d_emb,
-                                  tokens_of(slot), vlo + row, rows, BT_, C);
+    for_each_row_block(u.rows, most, [&](int row, int rows) {
+      const std::size_t at = std::size_t(row) * C, n = std::size_t(rows) * C;
+      backend_.embedding_backward(storage_->grad_rows(w, at, n), d_emb, tokens_of(slot), vlo + row,
+                                  rows, BT_, C);
+      storage_->done_grad_rows(w, at, n);
+    });
     storage_->done_grads(u.unit, finalize);
   }
 }

@@ -31,6 +31,12 @@ class ModelStorage {
   virtual const float* param_rows(const TensorInfo& t, std::size_t element, std::size_t n) {
     return param_at(t, element);
   }
+  // The gradients of those elements, to add to; done_grad_rows keeps what was
+  // added (16-bit table gradients are rounded back block by block).
+  virtual float* grad_rows(const TensorInfo& t, std::size_t element, std::size_t n) {
+    return grad_at(t, element);
+  }
+  virtual void done_grad_rows(const TensorInfo& t, std::size_t element, std::size_t n) {}
   // Parameters of `unit` are about to be read / no longer needed in this pass.
   virtual void need_params(int unit, Pass pass) {}
   virtual void done_params(int unit) {}
@@ -62,6 +68,8 @@ class FullStorage : public ModelStorage {
   float* grad(const TensorInfo& t) override;
   bool table_in_windows() const override { return table_unit_ >= 0; }
   const float* param_rows(const TensorInfo& t, std::size_t element, std::size_t n) override;
+  float* grad_rows(const TensorInfo& t, std::size_t element, std::size_t n) override;
+  void done_grad_rows(const TensorInfo& t, std::size_t element, std::size_t n) override;
   void need_params(int unit, Pass pass) override;
   void done_params(int unit) override;
   void need_grads(int unit) override;
@@ -75,7 +83,8 @@ class FullStorage : public ModelStorage {
   std::vector<UnitRange> units_;
   Arena params_, grads_;
   WorkingCopies working_, grad_working_;  // 16-bit weights, 16-bit gradients
-  int table_unit_ = -1;                   // the token embedding, read through a window
+  int table_unit_ = -1;       // the token embedding, read through a window
+  int grad_table_unit_ = -1;  // its 16-bit gradients, added to through a window
   void* unit_bytes(Arena& a, int unit) {
     return static_cast<char*>(a.data()) + units_[unit].begin * dtype_size(a.dtype());
   }

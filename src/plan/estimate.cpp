@@ -82,7 +82,8 @@ MemoryEstimate estimate_memory(const Deck& deck, const GridShape& shape, int sta
     const ZeroPlan plan(table, stage > 0 ? shape.dp : 1, 0,
                         stage > 0 ? std::size_t(deck.zero.persistence_threshold) : 0);
     // Working buffers (not model state): f32 copies of the 16-bit units in
-    // use; at stages 0-2 the weights' copies read a whole table through a window.
+    // use; at stages 0-2 a table that is one unit is read (and its 16-bit
+    // gradients at stages 0-1 added to) through a window instead.
     auto working = [&](bool table_window) {
       double bytes = 0;
       for (std::size_t slot : WorkingCopies::slot_sizes(table, table_window)) bytes += double(slot) * f;
@@ -90,7 +91,8 @@ MemoryEstimate estimate_memory(const Deck& deck, const GridShape& shape, int sta
     };
     if (weights != DType::f32)
       at(MemCategory::buffers) += working(ZeroStorage::windows_table(table, stage, weights));
-    if (grads != DType::f32 && stage <= 1) at(MemCategory::buffers) += working(false);
+    if (grads != DType::f32 && stage <= 1)
+      at(MemCategory::buffers) += working(ZeroStorage::windows_table_grads(table, stage, grads));
     if (stage == 0) {
       at(MemCategory::parameters) += n * w;
       // pipedream: stage 0 stashes the weights of its pp - 1 forwards ahead,

@@ -80,9 +80,15 @@ class ZeroStorage final : public ModelStorage {
   float* grad_at(const TensorInfo& t, std::size_t element) override;
   bool table_in_windows() const override { return table_unit_ >= 0; }
   const float* param_rows(const TensorInfo& t, std::size_t element, std::size_t n) override;
-  // Stages 1-2 with 16-bit weights read a table that is one unit through a window.
+  float* grad_rows(const TensorInfo& t, std::size_t element, std::size_t n) override;
+  void done_grad_rows(const TensorInfo& t, std::size_t element, std::size_t n) override;
+  // Stages 1-2 with 16-bit weights read a table that is one unit through a
+  // window; stage 1 adds to its 16-bit gradients the same way.
   static bool windows_table(const TensorTable& table, int stage, DType weights) {
     return stage <= 2 && weights != DType::f32 && WorkingCopies::can_window_table(table);
+  }
+  static bool windows_table_grads(const TensorTable& table, int stage, DType grads) {
+    return stage <= 1 && grads != DType::f32 && WorkingCopies::can_window_table(table);
   }
   void need_params(int unit, Pass pass) override;
   void done_params(int unit) override;
@@ -187,6 +193,7 @@ class ZeroStorage final : public ModelStorage {
   Arena accumulate_chunk_;      // stages 2-3 with 16-bit gradients
   WorkingCopies working_;       // 16-bit weights only
   int table_unit_ = -1;         // the token embedding, read through working_'s window
+  int grad_table_unit_ = -1;    // its gradients, through grad_working_'s
   WorkingCopies grad_working_;  // stage 1 with 16-bit gradients only
   std::deque<Reduction> reductions_;
   std::unique_ptr<ParamHome> home_;       // offload.params
