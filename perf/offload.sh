@@ -11,12 +11,17 @@
 # A shared or virtual disk drifts from minute to minute: every part runs
 # ROUNDS times, alternating, and prints each round (compare within a round).
 #  3. with --headline: large models for 4 steps, bf16 weights and gradients,
-#     ZeRO-1 on one rank, lr 2e-6 on one repeated 32-token window (at 32
-#     tokens a step, the windows' own spread hides a few steps' progress):
+#     on one rank, lr 2e-6 on one repeated 32-token window (at 32 tokens a
+#     step, the windows' own spread hides a few steps' progress): ZeRO-1 with
 #     1.0 B parameters without offload and with CPU offload (1.53 B needs
-#     23.6 GiB by trident estimate), 3.19 B with NVMe offload (fp32 model
-#     state 51 GB, 2.06x the 23 GiB of RAM). Tens of minutes; peak RSS 16 GiB.
+#     23.6 GiB by trident estimate), 3.19 B with NVMe offload of the optimizer
+#     (fp32 model state 51 GB, 2.06x the 23 GiB of RAM); ZeRO-3 with 3.98 B
+#     and the parameters on NVMe too (14 B/param of swap: 56 GB; the disk,
+#     not the RAM, bounds it). The swap column is the disk the run took at
+#     its fullest (df, sampled every 2 s). Tens of minutes; peak RSS 16 GiB.
+#     HEADLINE_RUNS picks rows by name (default: "none cpu nvme params").
 #   usage: perf/offload.sh [DIR] [GB] [BLOCK_MB] [QUEUE_DEPTH] [ROUNDS] [--headline]
+#   (ROUNDS = 0 skips parts 1 and 2)
 set -euo pipefail
 dir=${1:-/tmp/trident_offload_bench} gb=${2:-2} block_mb=${3:-4} depth=${4:-8} rounds=${5:-3}
 build=${TRIDENT_BUILD:-build}
@@ -81,24 +86,36 @@ echo "## headline: the largest models run, 4 steps at lr $lr, one repeated 32-to
 printf 'The quick brown fox jumps over the lazy dog.\n' > "$dir/window.txt"
 "$bin" tokenize "$dir/window.txt" "$dir/window.bin" > /dev/null
 ram=$(awk '/MemTotal/ {printf "%.0f", $2 * 1024}' /proc/meminfo)  # mawk's %d stops at 2^31
-printf '%-6s %10s %16s %10s %10s %12s  %s\n' offload params "fp32 state/RAM" arenas "peak RSS" "step (s)" losses
-for run in "none 20 2048 16" "cpu 20 2048 16" "nvme 32 2880 20"; do
-  read -r home layers width heads <<<"$run"
-  out=$(mpirun -np 1 "$bin" train input/default.toml --set data.train="$dir/window.bin" \
+printf '%-7s %10s %16s %10s %10s %12s %9s  %s\n' offload params "fp32 state/RAM" arenas "peak RSS" "step (s)" swap losses
+# name, zero stage, optimizer home, parameter home, layers, width, heads
+for run in "none 1 none none 20 2048 16" "cpu 1 cpu none 20 2048 16" "nvme 1 nvme none 32 2880 20" \
+           "params 3 nvme nvme 40 2880 20"; do
+  read -r name stage home params_home layers width heads <<<"$run"
+  [[ " ${HEADLINE_RUNS:-none cpu nvme params} " == *" $name "* ]] || continue
+  free0=$(df -B1 --output=avail "$dir" | tail -1)
+  mpirun -np 1 "$bin" train input/default.toml --set data.train="$dir/window.bin" \
         --set data.val='[]' --set model.layers="$layers" --set model.d_model="$width" \
         --set model.heads="$heads" --set model.seq_len=32 --set train.batch=1 \
         --set train.micro_batch=1 --set precision.dtype=bf16 --set precision.reduce_dtype=bf16 \
-        --set zero.stage=1 --set train.steps=4 --set train.lr="$lr" --set train.min_lr=0 \
+        --set zero.stage="$stage" --set train.steps=4 --set train.lr="$lr" --set train.min_lr=0 \
         --set train.warmup=0 --set train.eval_every=0 --set checkpoint.dir='' \
         --set checkpoint.every=0 --set checkpoint.minutes=0 --set output.log_every=1 \
-        --set offload.optimizer="$home" --set offload.nvme_path="$dir" \
-        --set offload.block_mb="$block_mb" --set offload.queue_depth="$depth" 2>&1) ||
-    { echo "$out" | tail -5; echo "error: the $home run failed"; continue; }
+        --set offload.optimizer="$home" --set offload.params="$params_home" \
+        --set offload.nvme_path="$dir" --set offload.block_mb="$block_mb" \
+        --set offload.queue_depth="$depth" > "$dir/headline.log" 2>&1 &
+  pid=$! least=$free0
+  while kill -0 "$pid" 2> /dev/null; do
+    now=$(df -B1 --output=avail "$dir" | tail -1)
+    if [ "$now" -lt "$least" ]; then least=$now; fi
+    sleep 2
+  done
+  out=$(cat "$dir/headline.log")
+  wait "$pid" || { echo "$out" | tail -5; echo "error: the $name run failed"; continue; }
   params=$(grep -o '| [0-9.]* M params' <<<"$out" | awk '{print $2}')
-  printf '%-6s %9.0fM %16.2f %10s %10s %12s  %s\n' "$home" "$params" \
+  printf '%-7s %9.0fM %16.2f %10s %10s %12s %8.1fG  %s\n' "$name" "$params" \
     "$(echo "$params * 1000000 * 16 / $ram" | bc -l)" \
     "$(grep -o 'arenas [0-9.]* [KMG]iB' <<<"$out" | cut -d' ' -f2-)" \
     "$(grep -o 'process RSS [0-9.]* [KMG]iB' <<<"$out" | cut -d' ' -f3-)" \
-    "$(median_step "$out")" \
+    "$(median_step "$out")" "$(echo "($free0 - $least) / 1000000000" | bc -l)" \
     "$(grep -E '^step ' <<<"$out" | sed -E 's/.*loss ([0-9.]+).*/\1/' | tr '\n' ' ')"
 done

@@ -75,6 +75,14 @@ int estimate_command(const EstimateOptions& o) {
                  b(MemCategory::buffers), format_bytes(e.peak()),
                  limit > 0 ? fmt::format("  {}", e.peak() <= limit ? "yes" : "NO") : "");
     }
+    // On the CPU backend the arenas are the process's memory; the rest is
+    // the runtime (measured: src/plan/estimate.hpp).
+    const MemoryEstimate at_deck = estimate_memory(deck, shape, deck.zero.stage);
+    fmt::print("\nprocess RSS (CPU backend, stage {}): arenas {} + runtime {} = {} (runtime: "
+               "binary, MPI, oneDNN, HDF5 {} measured; MPI reduce-scatter temporaries {})\n",
+               deck.zero.stage, format_bytes(at_deck.peak()), format_bytes(at_deck.runtime),
+               format_bytes(at_deck.process_rss()), format_bytes(kRuntimeBaseBytes),
+               format_bytes(at_deck.runtime - kRuntimeBaseBytes));
     // The same layout under each train.recompute mode (precision as in the deck).
     std::string modes;
     for (const auto& mode : kRecomputeNames) {

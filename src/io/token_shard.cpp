@@ -6,7 +6,6 @@
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <glob.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -88,13 +87,8 @@ TokenDataset::TokenDataset(const std::vector<std::string>& patterns, int seq_len
                                    "bytes; the shard is truncated or corrupt", f, header[2],
                                    header_bytes + count * 2, bytes));
     }
-    void* map = ::mmap(nullptr, bytes, PROT_READ, MAP_PRIVATE, fd, 0);
-    ::close(fd);
-    if (map == MAP_FAILED) throw RuntimeFailure(fmt::format("{}: mmap failed", f));
     Shard s;
-    s.map = map;
-    s.map_bytes = bytes;
-    s.tokens = reinterpret_cast<const std::uint16_t*>(static_cast<char*>(map) + header_bytes);
+    s.fd = fd;
     s.count = count;
     s.first = total_;
     total_ += count;
@@ -107,27 +101,37 @@ TokenDataset::TokenDataset(const std::vector<std::string>& patterns, int seq_len
 }
 
 TokenDataset::~TokenDataset() {
-  for (auto& s : shards_) ::munmap(s.map, s.map_bytes);
+  for (auto& s : shards_) ::close(s.fd);
+}
+
+void TokenDataset::read_tokens(std::uint64_t pos, std::uint64_t n, std::uint16_t* out) const {
+  std::size_t si = 0;
+  while (shards_[si].first + shards_[si].count <= pos) ++si;
+  while (n > 0) {
+    const Shard& s = shards_[si++];
+    const std::uint64_t k = std::min(n, s.first + s.count - pos);
+    const std::size_t bytes = k * sizeof(std::uint16_t);
+    const off_t at = off_t(kShardHeaderInts * sizeof(std::int32_t) + (pos - s.first) * 2);
+    if (::pread(s.fd, out, bytes, at) != ssize_t(bytes))
+      throw RuntimeFailure(fmt::format("{}: read failed at token {}: {}", files_[si - 1],
+                                       pos - s.first, std::strerror(errno)));
+    out += k, pos += k, n -= k;
+  }
 }
 
 std::uint16_t TokenDataset::token_at(std::uint64_t pos) const {
-  auto it = std::upper_bound(shards_.begin(), shards_.end(), pos,
-                             [](std::uint64_t p, const Shard& s) { return p < s.first; });
-  const Shard& s = *(it - 1);
-  return s.tokens[pos - s.first];
+  std::uint16_t t = 0;
+  read_tokens(pos, 1, &t);
+  return t;
 }
 
 void TokenDataset::read_window(std::uint64_t index, std::int32_t* tokens,
                                std::int32_t* targets) const {
-  const std::uint64_t start = (index % windows_) * seq_len_;
-  std::uint64_t pos = start;
-  std::size_t si = 0;
-  while (shards_[si].first + shards_[si].count <= pos) ++si;
-  for (int i = 0; i <= seq_len_; ++i, ++pos) {
-    while (shards_[si].first + shards_[si].count <= pos) ++si;
-    const std::int32_t t = shards_[si].tokens[pos - shards_[si].first];
-    if (i < seq_len_) tokens[i] = t;
-    if (i > 0) targets[i - 1] = t;
+  std::vector<std::uint16_t> w(std::size_t(seq_len_) + 1);
+  read_tokens((index % windows_) * seq_len_, w.size(), w.data());
+  for (int i = 0; i < seq_len_; ++i) {
+    tokens[i] = w[i];
+    targets[i] = w[i + 1];
   }
 }
 
@@ -136,10 +140,12 @@ void TokenDataset::check_tokens(int vocab, Communicator& comm) const {
   const std::uint64_t lo = total_ * r / P, hi = total_ * (r + 1) / P;
   constexpr std::int64_t kNone = std::numeric_limits<std::int64_t>::max();
   std::int64_t first_bad = kNone;
-  for (const Shard& s : shards_) {
-    const std::uint64_t a = std::max(lo, s.first), b = std::min(hi, s.first + s.count);
-    for (std::uint64_t p = a; p < b && first_bad == kNone; ++p)
-      if (s.tokens[p - s.first] >= vocab) first_bad = std::int64_t(p);
+  std::vector<std::uint16_t> chunk(std::size_t(1) << 20);
+  for (std::uint64_t p = lo; p < hi && first_bad == kNone; p += chunk.size()) {
+    const std::uint64_t n = std::min<std::uint64_t>(chunk.size(), hi - p);
+    read_tokens(p, n, chunk.data());
+    for (std::uint64_t i = 0; i < n && first_bad == kNone; ++i)
+      if (chunk[i] >= vocab) first_bad = std::int64_t(p + i);
   }
   comm.all_reduce(&first_bad, 1, DType::i64, ReduceOp::min);
   if (first_bad == kNone) return;

@@ -4,6 +4,9 @@
 // windows of seq_len + 1 tokens; window i starts at token i * seq_len. Window
 // indices are global, so which sequences a step sees does not depend on the
 // layout: rank r of a data group takes its own slice of the step's windows.
+// Tokens are read with pread, not mapped: a mapping keeps every page it has
+// touched in the process's RSS (the vocabulary scan alone touches the
+// rank's slice of the data; training, in time, all of it).
 #pragma once
 #include <cstdint>
 #include <string>
@@ -40,10 +43,9 @@ class TokenDataset {
 
  private:
   std::uint16_t token_at(std::uint64_t pos) const;
+  void read_tokens(std::uint64_t pos, std::uint64_t n, std::uint16_t* out) const;  // across shards
   struct Shard {
-    const std::uint16_t* tokens = nullptr;
-    void* map = nullptr;
-    std::size_t map_bytes = 0;
+    int fd = -1;
     std::uint64_t count = 0, first = 0;
   };
   std::vector<std::string> files_;

@@ -6,10 +6,23 @@
 
 namespace trident {
 
-std::vector<std::size_t> WorkingCopies::slot_sizes(const TensorTable& table) {
+bool WorkingCopies::can_window_table(const TensorTable& table) {
+  const TensorInfo* w = table.find("wte");
+  return w && w->units == 1;
+}
+
+std::size_t WorkingCopies::window_elements(const TensorTable& table) {
+  const TensorInfo& w = table.at("wte");
+  const std::size_t C = std::size_t(w.shape[1]);
+  return std::min(w.numel, C * C);
+}
+
+std::vector<std::size_t> WorkingCopies::slot_sizes(const TensorTable& table, bool table_window) {
   const std::vector<UnitRange> units = unit_ranges(table);
   std::size_t embedding = 0, block = 0, other = 0;
+  if (table_window) embedding = window_elements(table);
   for (const TensorInfo& t : table.tensors()) {
+    if (table_window && t.name == "wte") continue;
     const std::size_t n = units[t.unit].size();
     std::size_t& cls = t.name == "wte" ? embedding : t.layer >= 0 ? block : other;
     cls = std::max(cls, n);
@@ -21,12 +34,28 @@ std::vector<std::size_t> WorkingCopies::slot_sizes(const TensorTable& table) {
 }
 
 WorkingCopies::WorkingCopies(ComputeBackend& backend, MemoryLedger& ledger,
-                             const TensorTable& table)
+                             const TensorTable& table, bool table_window)
     : backend_(&backend) {
-  for (std::size_t n : slot_sizes(table)) {
+  const std::vector<std::size_t> sizes = slot_sizes(table, table_window);
+  for (std::size_t i = 0; i < sizes.size(); ++i) {
+    if (table_window && i == 0) {
+      window_ = Arena(backend, ledger, MemCategory::buffers, sizes[i]);
+      continue;
+    }
     slots_.emplace_back();
-    slots_.back().mem = Arena(backend, ledger, MemCategory::buffers, n);
+    slots_.back().mem = Arena(backend, ledger, MemCategory::buffers, sizes[i]);
   }
+}
+
+float* WorkingCopies::window(const void* bits, DType type, std::size_t n) {
+  if (n > window_.numel())
+    throw std::logic_error("working copies: " + std::to_string(n) + " elements exceed the table's window");
+  backend_->convert(window_.data(), DType::f32, bits, type, n);
+  return window_.f32();
+}
+
+void WorkingCopies::window_back(void* bits, DType type, std::size_t n) {
+  backend_->convert(bits, type, window_.data(), DType::f32, n);
 }
 
 float* WorkingCopies::find(int unit) {

@@ -10,6 +10,11 @@
 // micro-batch's positions and then blocks run (gpipe).
 // The slots are working buffers, not model state: the ledger charges them to
 // `buffers`, beside the 16-bit parameters or gradients they unpack.
+// A resident token embedding that is one unit (stages 0-2, 16-bit weights)
+// takes no slot: the model reads it d_model rows at a time, each block
+// converted into a window of d_model x d_model, so no f32 copy grows with the
+// vocabulary (the table is converted per use: forward's lookup and head, and
+// the head's backward).
 #pragma once
 #include <functional>
 #include <vector>
@@ -24,10 +29,21 @@ namespace trident {
 class WorkingCopies {
  public:
   WorkingCopies() = default;
-  // For the units of `table` (TensorInfo::unit, as unit_ranges gives them).
-  WorkingCopies(ComputeBackend& backend, MemoryLedger& ledger, const TensorTable& table);
-  // The slots' sizes in elements (the estimator counts them too).
-  static std::vector<std::size_t> slot_sizes(const TensorTable& table);
+  // For the units of `table` (TensorInfo::unit, as unit_ranges gives them);
+  // `table_window`: the token embedding is read through window().
+  WorkingCopies(ComputeBackend& backend, MemoryLedger& ledger, const TensorTable& table,
+                bool table_window = false);
+  // The slots' sizes in elements, the table's window first where there is one
+  // (the estimator counts them too).
+  static std::vector<std::size_t> slot_sizes(const TensorTable& table, bool table_window = false);
+  // The token embedding can be read through a window: it is one unit.
+  static bool can_window_table(const TensorTable& table);
+  static std::size_t window_elements(const TensorTable& table);  // d_model rows at most
+
+  // n elements of `bits` (of type `type`) converted into the window, which
+  // the next call overwrites; window_back rounds them back into `bits`.
+  float* window(const void* bits, DType type, std::size_t n);
+  void window_back(void* bits, DType type, std::size_t n);
 
   // Counts a user of `unit` and returns its f32 copy; the first user's call
   // converts n elements of `bits` (of type `type`) into a free slot.
@@ -49,6 +65,7 @@ class WorkingCopies {
   };
   ComputeBackend* backend_ = nullptr;
   std::vector<Slot> slots_;
+  Arena window_;
 };
 
 }  // namespace trident

@@ -2,7 +2,10 @@
 // pieces spread over several units (ZeRO-3: no slot holds the whole table).
 // A piece's logits are a column block of the logits: they go through a
 // contiguous scratch of at most d_model columns (full_c, idle while the head
-// runs), so no buffer grows with the vocabulary.
+// runs), so no buffer grows with the vocabulary. A 16-bit table that is one
+// unit (stages 0-2) is read the same way, d_model rows at a time through the
+// storage's window (ModelStorage::table_in_windows), but held as one unit
+// from the head's forward to its backward.
 #include "model/gpt.hpp"
 
 namespace trident {
@@ -33,16 +36,19 @@ void GptModel::lookup_tokens(float* out, const std::int32_t* tok) {
   const int C = cfg_.d_model, vlo = tp_.vocab_begin(cfg_);
   const TensorInfo& w = table_.at("wte");
   float* part = scratch("d_c");  // free in forward
+  const int most = storage_->table_in_windows() ? C : tp_.local_vocab(cfg_);
   bool first = true;
   for (const TableUnit& u : table_units_) {
     storage_->need_params(u.unit, Pass::forward);
-    for (const auto& [row, rows] : u.rows) {
+    for_each_row_block(u.rows, most, [&](int row, int rows) {
       // Tokens outside a piece look up zeros: the pieces' lookups add up.
-      backend_.embedding_forward(first ? out : part, tok, storage_->param_at(w, std::size_t(row) * C),
-                                 vlo + row, rows, BT_, C);
+      const std::size_t at = std::size_t(row) * C;
+      backend_.embedding_forward(first ? out : part, tok,
+                                 storage_->param_rows(w, at, std::size_t(rows) * C), vlo + row,
+                                 rows, BT_, C);
       if (!first) backend_.add(out, out, part, std::size_t(BT_) * C);
       first = false;
-    }
+    });
     storage_->done_params(u.unit);
   }
 }
@@ -50,21 +56,24 @@ void GptModel::lookup_tokens(float* out, const std::int32_t* tok) {
 void GptModel::logits_forward(float* logits, const float* lnf) {
   const int C = cfg_.d_model, Vl = tp_.local_vocab(cfg_);
   ModelStorage& st = *storage_;
-  if (!table_cut()) {
-    st.need_params(unit("wte"), Pass::forward);
-    backend_.matmul_forward(logits, lnf, P("wte"), nullptr, BT_, C, Vl);
-    return;
+  const bool cut = table_cut();
+  if (!cut) {
+    st.need_params(unit("wte"), Pass::forward);  // held until the head's backward
+    if (!st.table_in_windows())
+      return backend_.matmul_forward(logits, lnf, P("wte"), nullptr, BT_, C, Vl);
   }
   const TensorInfo& w = table_.at("wte");
   float* part = scratch("full_c");
   for (const TableUnit& u : table_units_) {
-    st.need_params(u.unit, Pass::forward);
+    if (cut) st.need_params(u.unit, Pass::forward);
     for_each_row_block(u.rows, C, [&](int row, int rows) {
-      backend_.matmul_forward(part, lnf, st.param_at(w, std::size_t(row) * C), nullptr, BT_, C, rows);
+      const std::size_t at = std::size_t(row) * C;
+      backend_.matmul_forward(part, lnf, st.param_rows(w, at, std::size_t(rows) * C), nullptr, BT_,
+                              C, rows);
       backend_.copy_2d(logits + row, std::size_t(Vl), part, std::size_t(rows), std::size_t(BT_),
                        std::size_t(rows));
     });
-    st.done_params(u.unit);
+    if (cut) st.done_params(u.unit);
   }
 }
 
@@ -73,39 +82,47 @@ void GptModel::logits_backward(int slot, float* d_lnf, const float* lnf_all, boo
   const int C = cfg_.d_model, Vl = tp_.local_vocab(cfg_);
   ModelStorage& st = *storage_;
   const float* dlogits = act(slot, "logits");
-  if (!table_cut()) {  // the whole table is still held from forward
+  const bool cut = table_cut();
+  if (!cut) {  // the whole table is still held from forward
     if (weight_grads) st.need_grads(unit("wte"));
-    backend_.matmul_backward(d_lnf, weight_grads ? G("wte") : nullptr, nullptr, dlogits, lnf_all,
-                             d_lnf ? P("wte") : nullptr, BT_, C, Vl);
-    return;
+    if (!st.table_in_windows())
+      return backend_.matmul_backward(d_lnf, weight_grads ? G("wte") : nullptr, nullptr, dlogits,
+                                      lnf_all, d_lnf ? P("wte") : nullptr, BT_, C, Vl);
   }
-  // Each unit's gradients leave now and the embedding's backward starts its
-  // own: holding them until then would hold the whole table.
+  // A cut table's units each leave now and the embedding's backward starts
+  // its own gradients: holding them until then would hold the whole table.
   const TensorInfo& w = table_.at("wte");
   float* part = scratch("full_c");
   for (const TableUnit& u : table_units_) {
-    if (d_lnf) st.need_params(u.unit, Pass::backward);
-    if (weight_grads) st.need_grads(u.unit);
+    if (cut && d_lnf) st.need_params(u.unit, Pass::backward);
+    if (cut && weight_grads) st.need_grads(u.unit);
     for_each_row_block(u.rows, C, [&](int row, int rows) {
       const std::size_t at = std::size_t(row) * C;
       backend_.copy_2d(part, std::size_t(rows), dlogits + row, std::size_t(Vl), std::size_t(BT_),
                        std::size_t(rows));
-      backend_.matmul_backward(d_lnf, weight_grads ? st.grad_at(w, at) : nullptr, nullptr, part,
-                               lnf_all, d_lnf ? st.param_at(w, at) : nullptr, BT_, C, rows);
+      const std::size_t n = std::size_t(rows) * C;
+      backend_.matmul_backward(d_lnf, weight_grads ? st.grad_rows(w, at, n) : nullptr, nullptr,
+                               part, lnf_all, d_lnf ? st.param_rows(w, at, n) : nullptr, BT_, C,
+                               rows);
+      if (weight_grads) st.done_grad_rows(w, at, n);
     });
-    if (d_lnf) st.done_params(u.unit);
-    if (weight_grads) st.done_grads(u.unit, finalize);
+    if (cut && d_lnf) st.done_params(u.unit);
+    if (cut && weight_grads) st.done_grads(u.unit, finalize);
   }
 }
 
 void GptModel::table_grads_from_tokens(int slot, const float* d_emb, bool finalize) {
   const int C = cfg_.d_model, vlo = tp_.vocab_begin(cfg_);
   const TensorInfo& w = table_.at("wte");
+  const int most = storage_->table_in_windows() ? C : tp_.local_vocab(cfg_);
   for (const TableUnit& u : table_units_) {
     storage_->need_grads(u.unit);
-    for (const auto& [row, rows] : u.rows)
-      backend_.embedding_backward(storage_->grad_at(w, std::size_t(row) * C), d_emb,
-                                  tokens_of(slot), vlo + row, rows, BT_, C);
+    for_each_row_block(u.rows, most, [&](int row, int rows) {
+      const std::size_t at = std::size_t(row) * C, n = std::size_t(rows) * C;
+      backend_.embedding_backward(storage_->grad_rows(w, at, n), d_emb, tokens_of(slot), vlo + row,
+                                  rows, BT_, C);
+      storage_->done_grad_rows(w, at, n);
+    });
     storage_->done_grads(u.unit, finalize);
   }
 }

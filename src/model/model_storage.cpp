@@ -13,13 +13,22 @@ FullStorage::FullStorage(const TensorTable& table, ComputeBackend& backend, Memo
       params_(backend, ledger, MemCategory::parameters, table.size(), weights),
       grads_(backend, ledger, MemCategory::gradients, table.size(), grads),
       backend_(backend) {
-  if (weights != DType::f32) working_ = WorkingCopies(backend, ledger, table);
-  if (grads != DType::f32)
-    grad_working_ = WorkingCopies(backend, ledger, table);
+  if (weights != DType::f32) {
+    const bool window = WorkingCopies::can_window_table(table);
+    working_ = WorkingCopies(backend, ledger, table, window);
+    if (window) table_unit_ = table.at("wte").unit;
+  }
+  if (grads != DType::f32) {
+    const bool window = WorkingCopies::can_window_table(table);
+    grad_working_ = WorkingCopies(backend, ledger, table, window);
+    if (window) grad_table_unit_ = table.at("wte").unit;
+  }
 }
 
 float* FullStorage::grad(const TensorInfo& t) {
   if (grads_.dtype() == DType::f32) return grads_.f32(t);
+  if (t.unit == grad_table_unit_)
+    throw std::logic_error("gradients of " + t.name + " are reached through grad_rows");
   float* g = grad_working_.find(t.unit);
   if (!g) throw std::logic_error("gradients of " + t.name + " used before need_grads");
   return g + (t.offset - units_[t.unit].begin);
@@ -28,30 +37,53 @@ float* FullStorage::grad(const TensorInfo& t) {
 void FullStorage::need_grads(int unit) {
   // The first stage's embedding gradients are announced at both ends of
   // backward: the copy stays from the first announcement to done_grads.
-  if (grads_.dtype() == DType::f32 || grad_working_.find(unit)) return;
+  if (grads_.dtype() == DType::f32 || unit == grad_table_unit_ || grad_working_.find(unit)) return;
   grad_working_.acquire(unit, unit_bytes(grads_, unit), grads_.dtype(), units_[unit].size());
 }
 
 void FullStorage::done_grads(int unit, bool) {
-  if (grads_.dtype() == DType::f32) return;
+  if (grads_.dtype() == DType::f32 || unit == grad_table_unit_) return;
   grad_working_.write_back_and_release(unit, unit_bytes(grads_, unit), grads_.dtype(),
                                        units_[unit].size());
 }
 
 float* FullStorage::param(const TensorInfo& t) {
   if (params_.dtype() == DType::f32) return params_.f32(t);
+  if (t.unit == table_unit_)
+    throw std::logic_error("parameters of " + t.name + " are read through param_rows");
   float* w = working_.find(t.unit);
   if (!w) throw std::logic_error("parameters of " + t.name + " used before need_params");
   return w + (t.offset - units_[t.unit].begin);
 }
 
+const float* FullStorage::param_rows(const TensorInfo& t, std::size_t element, std::size_t n) {
+  if (t.unit != table_unit_) return param(t) + element;
+  return working_.window(static_cast<char*>(params_.data()) +
+                             (t.offset + element) * dtype_size(params_.dtype()),
+                         params_.dtype(), n);
+}
+
+float* FullStorage::grad_rows(const TensorInfo& t, std::size_t element, std::size_t n) {
+  if (t.unit != grad_table_unit_) return grad(t) + element;
+  return grad_working_.window(static_cast<char*>(grads_.data()) +
+                                  (t.offset + element) * dtype_size(grads_.dtype()),
+                              grads_.dtype(), n);
+}
+
+void FullStorage::done_grad_rows(const TensorInfo& t, std::size_t element, std::size_t n) {
+  if (t.unit != grad_table_unit_) return;
+  grad_working_.window_back(static_cast<char*>(grads_.data()) +
+                                (t.offset + element) * dtype_size(grads_.dtype()),
+                            grads_.dtype(), n);
+}
+
 void FullStorage::need_params(int unit, Pass) {
-  if (params_.dtype() == DType::f32) return;
+  if (params_.dtype() == DType::f32 || unit == table_unit_) return;
   working_.acquire(unit, unit_bytes(params_, unit), params_.dtype(), units_[unit].size());
 }
 
 void FullStorage::done_params(int unit) {
-  if (params_.dtype() != DType::f32) working_.release(unit);
+  if (params_.dtype() != DType::f32 && unit != table_unit_) working_.release(unit);
 }
 
 void FullStorage::gather_params_to_host(std::vector<float>& out) {

@@ -24,6 +24,19 @@ class ModelStorage {
   // several units, TensorInfo::units, is reached piece by piece this way).
   virtual float* param_at(const TensorInfo& t, std::size_t element) { return param(t) + element; }
   virtual float* grad_at(const TensorInfo& t, std::size_t element) { return grad(t) + element; }
+  // The token embedding is read d_model rows at a time, each block through
+  // param_rows (a 16-bit table, whole: converted block by block, never whole).
+  virtual bool table_in_windows() const { return false; }
+  // f32 values of t's elements [element, element + n), valid until the next call.
+  virtual const float* param_rows(const TensorInfo& t, std::size_t element, std::size_t n) {
+    return param_at(t, element);
+  }
+  // The gradients of those elements, to add to; done_grad_rows keeps what was
+  // added (16-bit table gradients are rounded back block by block).
+  virtual float* grad_rows(const TensorInfo& t, std::size_t element, std::size_t n) {
+    return grad_at(t, element);
+  }
+  virtual void done_grad_rows(const TensorInfo& t, std::size_t element, std::size_t n) {}
   // Parameters of `unit` are about to be read / no longer needed in this pass.
   virtual void need_params(int unit, Pass pass) {}
   virtual void done_params(int unit) {}
@@ -43,7 +56,8 @@ class ModelStorage {
 
 // Every parameter and gradient resident in one arena each (no ZeRO). With
 // 16-bit weights the parameter arena holds bf16/fp16 and a unit in use is
-// unpacked into an f32 working copy. Gradients are f32, or with a 16-bit
+// unpacked into an f32 working copy (the token embedding block by block).
+// Gradients are f32, or with a 16-bit
 // precision.reduce_dtype stored in 16 bits: backward accumulates a unit's
 // micro-batch into an f32 working copy, rounded back when it leaves the unit.
 class FullStorage : public ModelStorage {
@@ -52,6 +66,10 @@ class FullStorage : public ModelStorage {
               DType weights = DType::f32, DType grads = DType::f32);
   float* param(const TensorInfo& t) override;
   float* grad(const TensorInfo& t) override;
+  bool table_in_windows() const override { return table_unit_ >= 0; }
+  const float* param_rows(const TensorInfo& t, std::size_t element, std::size_t n) override;
+  float* grad_rows(const TensorInfo& t, std::size_t element, std::size_t n) override;
+  void done_grad_rows(const TensorInfo& t, std::size_t element, std::size_t n) override;
   void need_params(int unit, Pass pass) override;
   void done_params(int unit) override;
   void need_grads(int unit) override;
@@ -65,6 +83,8 @@ class FullStorage : public ModelStorage {
   std::vector<UnitRange> units_;
   Arena params_, grads_;
   WorkingCopies working_, grad_working_;  // 16-bit weights, 16-bit gradients
+  int table_unit_ = -1;       // the token embedding, read through a window
+  int grad_table_unit_ = -1;  // its 16-bit gradients, added to through a window
   void* unit_bytes(Arena& a, int unit) {
     return static_cast<char*>(a.data()) + units_[unit].begin * dtype_size(a.dtype());
   }

@@ -1,5 +1,7 @@
 #include "plan/estimate.hpp"
 
+#include <algorithm>
+
 #include "engine/grad_engine.hpp"
 #include "parallel/pipeline/schedule_costs.hpp"
 #include "memory/working_copies.hpp"
@@ -71,6 +73,7 @@ MemoryEstimate estimate_memory(const Deck& deck, const GridShape& shape, int sta
   const DType grads = precision_dtype(deck.precision.reduce_dtype);
   const double g = double(dtype_size(grads));
   auto at = [&](MemCategory c) -> double& { return e.bytes[int(c)]; };
+  double reduce_scatter = 0;  // the MPI library's, beyond the arenas
   for (int c = 0; c < v; ++c) {  // rank 0's chunks: virtual stages c * pp, or the V's 0 and 2pp - 1
     const int vs = virtual_stage_of(v_placement(kind), shape.pp, 0, c);
     const StageSpec spec{part[vs], part[vs + 1] - part[vs], vs == 0, vs == V - 1};
@@ -78,11 +81,18 @@ MemoryEstimate estimate_memory(const Deck& deck, const GridShape& shape, int sta
     const double n = double(table.size());
     const ZeroPlan plan(table, stage > 0 ? shape.dp : 1, 0,
                         stage > 0 ? std::size_t(deck.zero.persistence_threshold) : 0);
-    // Working buffers (not model state): f32 copies of the 16-bit units in use.
-    double working = 0;
-    for (std::size_t slot : WorkingCopies::slot_sizes(table)) working += double(slot) * f;
-    if (weights != DType::f32) at(MemCategory::buffers) += working;
-    if (grads != DType::f32 && stage <= 1) at(MemCategory::buffers) += working;
+    // Working buffers (not model state): f32 copies of the 16-bit units in
+    // use; at stages 0-2 a table that is one unit is read (and its 16-bit
+    // gradients at stages 0-1 added to) through a window instead.
+    auto working = [&](bool table_window) {
+      double bytes = 0;
+      for (std::size_t slot : WorkingCopies::slot_sizes(table, table_window)) bytes += double(slot) * f;
+      return bytes;
+    };
+    if (weights != DType::f32)
+      at(MemCategory::buffers) += working(ZeroStorage::windows_table(table, stage, weights));
+    if (grads != DType::f32 && stage <= 1)
+      at(MemCategory::buffers) += working(ZeroStorage::windows_table_grads(table, stage, grads));
     if (stage == 0) {
       at(MemCategory::parameters) += n * w;
       // pipedream: stage 0 stashes the weights of its pp - 1 forwards ahead,
@@ -130,6 +140,7 @@ MemoryEstimate estimate_memory(const Deck& deck, const GridShape& shape, int sta
       if (stage >= 2) at(MemCategory::buffers) += pool(ZeroStorage::kGradSlots) * slot_bytes;
       at(MemCategory::buffers) +=
             ZeroStorage::kRecvBuffers * double(std::size_t(large) / shape.dp) * g;
+      reduce_scatter = std::max(reduce_scatter, reduce_scatter_temporaries(shape.dp, large * g));
     }
     const ActivationPolicy policy =
         make_activation_policy(deck.train.recompute, deck.train.partition_activations, shape.tp,
@@ -145,7 +156,14 @@ MemoryEstimate estimate_memory(const Deck& deck, const GridShape& shape, int sta
         max_pending_weights(actions, c) * weight_buffer_bytes(deck, shape, spec);
   }
   e.parameters = double(gpt_num_parameters(m));
+  e.runtime = kRuntimeBaseBytes + reduce_scatter;
   return e;
+}
+
+double reduce_scatter_temporaries(int dp, double largest_unit_bytes) {
+  int rounds = 0;
+  while ((1 << rounds) < dp) ++rounds;
+  return ZeroStorage::kRecvBuffers * std::min(rounds, 2) * largest_unit_bytes;
 }
 
 double zero_paper_bytes(double psi, int dp, int stage, bool mixed) {

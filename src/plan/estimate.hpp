@@ -15,9 +15,25 @@ namespace trident {
 struct MemoryEstimate {
   std::array<double, kMemCategories> bytes{};  // per category, as the ledger counts them
   double parameters = 0;                       // elements of the global model
+  double runtime = 0;  // process RSS beyond the arenas, CPU backend (runtime_rss_bytes)
   double model_state() const;                  // params + grads + optimizer
   double peak() const;                         // every arena is live for the whole step
+  double process_rss() const { return peak() + runtime; }  // CPU backend: arenas are host memory
 };
+
+// Process RSS outside the arenas, measured rather than derived (CPU backend):
+//  - kRuntimeBaseBytes: the binary, Open MPI, oneDNN, HDF5 and their state:
+//    peak RSS less the arenas, 34-41 MiB for decks whose arenas are 0.5-18
+//    MiB at 1-4 ranks; heaptrack finds 7 MB of it on the heap, none of it
+//    Trident's beyond a 3 MB GEMM probe;
+//  - Open MPI 4.1's non-blocking reduce-scatter (libnbc) reduces on the root
+//    of a binomial tree, in one full-size temporary per round up to two
+//    (ceil(log2 dp) rounds); ZeRO keeps kRecvBuffers reductions in flight,
+//    so rank 0 of the data group holds up to 2 x 2 copies of the largest
+//    unit's gradients (heaptrack: 113 MB of 4 block-sized copies at GPT-2
+//    124M, ZeRO-3, dp 4).
+constexpr double kRuntimeBaseBytes = 40.0 * 1024 * 1024;
+double reduce_scatter_temporaries(int dp, double largest_unit_bytes);
 
 // Rank 0's view (the first pipeline stage, first vocabulary shard and, in
 // gather mode, the optimizer's holder) for the deck's layout and the given

@@ -68,6 +68,33 @@ TEST(Estimate, Stage3ModelStateIsThePapersFormulaAndBuffersStayBounded) {
   }
 }
 
+// 16-bit weights at stages 0-2 read a table that is one unit d_model rows at
+// a time (and 16-bit gradients at stages 0-1 are added to the same way): their
+// f32 working copies (what bf16 adds to fp32's buffers) do not grow with the
+// vocabulary, at any tensor width.
+TEST(Estimate, SixteenBitWorkingCopiesHoldNoWholeTable) {
+  const std::string deck = std::string(TRIDENT_INPUT_DIR) + "/gpt2-124m.toml";
+  struct Case { int stage; std::string reduce; };
+  for (const Case& c : {Case{0, "fp32"}, Case{1, "fp32"}, Case{2, "fp32"}, Case{0, "bf16"}})
+    for (const int tp : {1, 4}) {
+      auto buffers = [&](const std::string& dtype, int vocab) {
+        Deck d = load_deck(deck, {"parallel.tp=" + std::to_string(tp), "parallel.dp=2",
+                                  "zero.stage=" + std::to_string(c.stage), "zero.table_units=1",
+                                  "model.vocab=" + std::to_string(vocab),
+                                  "precision.dtype=\"" + dtype + "\"",
+                                  "precision.reduce_dtype=\"" +
+                                      (dtype == "fp32" ? "fp32" : c.reduce) + "\""});
+        return estimate_memory(d, resolve_layout(d, 2 * tp), c.stage)
+            .bytes[int(MemCategory::buffers)];
+      };
+      SCOPED_TRACE("stage " + std::to_string(c.stage) + " gradients " + c.reduce + " tp " +
+                   std::to_string(tp));
+      const double copies = buffers("bf16", 30000) - buffers("fp32", 30000);
+      EXPECT_EQ(buffers("bf16", 60000) - buffers("fp32", 60000), copies);
+      EXPECT_LT(copies, 60000.0 * 768 * 4 / tp);  // less than one f32 copy of the shard
+    }
+}
+
 // Flash attention keeps a log-sum-exp per query and head, not the (T, T)
 // probabilities: doubling the sequence at most doubles the activations (the
 // probabilities alone would grow them 4x: at T = 1024 they are already about twice

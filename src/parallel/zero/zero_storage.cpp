@@ -30,7 +30,8 @@ ZeroStorage::ZeroStorage(int stage, const TensorTable& table, const ZeroPlan& pl
   }
   if (stage == 1) g_full_ = Arena(backend, ledger, MemCategory::gradients, table.size(), grads);
   if (stage == 1 && grads != DType::f32)
-    grad_working_ = WorkingCopies(backend, ledger, table);
+    grad_working_ = WorkingCopies(backend, ledger, table, windows_table_grads(table, stage, grads));
+  if (windows_table_grads(table, stage, grads)) grad_table_unit_ = table.at("wte").unit;
   if (!grads_in_place())
     g_shard_ = Arena(backend, ledger, MemCategory::gradients, plan.shard_size(), grads);
   if (const std::size_t n = accumulate_chunk_elements(plan, stage, grads))
@@ -46,7 +47,9 @@ ZeroStorage::ZeroStorage(int stage, const TensorTable& table, const ZeroPlan& pl
   // Stage 3 gathers units in the weights' type (with 16-bit weights a
   // gathered unit is then unpacked into a working copy).
   if (stage == 3) fill(p_slots_, param_slots(table, plan, weights), weights);
-  if (weights != DType::f32) working_ = WorkingCopies(backend, ledger, table);
+  if (weights != DType::f32)
+    working_ = WorkingCopies(backend, ledger, table, windows_table(table, stage, weights));
+  if (windows_table(table, stage, weights)) table_unit_ = table.at("wte").unit;
   if (stage >= 2) {
     fill(g_slots_, kGradSlots, DType::f32);
     if (grads != DType::f32)
@@ -142,6 +145,8 @@ float* ZeroStorage::param_at(const TensorInfo& t, std::size_t element) {
   const ZeroUnit& U = plan_.units()[u];
   const std::size_t i = U.range.packed_index(off);  // where the unit's copies hold it
   if (sixteen()) {
+    if (u == table_unit_)
+      throw std::logic_error("ZeRO: parameters of " + t.name + " are read through param_rows");
     float* w = working_.find(u);
     if (!w) throw std::logic_error("ZeRO: parameters of " + t.name + " used before need_params");
     return w + i;
@@ -153,11 +158,18 @@ float* ZeroStorage::param_at(const TensorInfo& t, std::size_t element) {
   return s->mem.f32() + i;
 }
 
+const float* ZeroStorage::param_rows(const TensorInfo& t, std::size_t element, std::size_t n) {
+  if (t.unit != table_unit_) return param_at(t, element);
+  return working_.window(param_bytes(p_full_, t.offset + element), weights_, n);
+}
+
 float* ZeroStorage::grad_at(const TensorInfo& t, std::size_t element) {
   const std::size_t off = t.offset + element;
   const int u = plan_.unit_of_offset(off);
   const std::size_t i = plan_.units()[u].range.packed_index(off);
   if (stage_ == 1 && sixteen_grads()) {
+    if (u == grad_table_unit_)
+      throw std::logic_error("ZeRO: gradients of " + t.name + " are reached through grad_rows");
     float* g = grad_working_.find(u);
     if (!g) throw std::logic_error("ZeRO: gradients of " + t.name + " used before need_grads");
     return g + i;
@@ -166,6 +178,16 @@ float* ZeroStorage::grad_at(const TensorInfo& t, std::size_t element) {
   Slot* s = find(g_slots_, u);
   if (!s) throw std::logic_error("ZeRO: gradients of " + t.name + " have no slot");
   return s->mem.f32() + i;
+}
+
+float* ZeroStorage::grad_rows(const TensorInfo& t, std::size_t element, std::size_t n) {
+  if (t.unit != grad_table_unit_) return grad_at(t, element);
+  return grad_working_.window(grad_bytes(g_full_, t.offset + element), grads_, n);
+}
+
+void ZeroStorage::done_grad_rows(const TensorInfo& t, std::size_t element, std::size_t n) {
+  if (t.unit == grad_table_unit_)
+    grad_working_.window_back(grad_bytes(g_full_, t.offset + element), grads_, n);
 }
 
 void ZeroStorage::start_gather(int u, bool prefetch) {
@@ -219,6 +241,7 @@ void ZeroStorage::need_params(int u, Pass pass) {
 
 void ZeroStorage::need_working_copy(int u) {
   const ZeroUnit& U = plan_.units()[u];
+  if (u == table_unit_) return;  // read block by block (param_rows)
   if (working_.find(u)) {  // held already: one more user
     working_.acquire(u, nullptr, weights_, U.size());
     return;
@@ -280,7 +303,7 @@ void ZeroStorage::prefetch_after(int u, Pass pass) {
 }
 
 void ZeroStorage::done_params(int u) {
-  if (sixteen()) return working_.release(u);
+  if (sixteen()) return u == table_unit_ ? void() : working_.release(u);
   if (stage_ <= 2 || plan_.units()[u].persistent) return;
   Slot* s = find(p_slots_, u);
   if (!s || --s->users > 0) return;
@@ -291,7 +314,7 @@ void ZeroStorage::done_params(int u) {
 
 void ZeroStorage::need_grads(int u) {
   if (stage_ == 1) {  // 16-bit: the unit's accumulated gradients as f32, until done_grads
-    if (sixteen_grads() && !grad_working_.find(u))
+    if (sixteen_grads() && u != grad_table_unit_ && !grad_working_.find(u))
       grad_working_.acquire(u, grad_bytes(g_full_, plan_.units()[u].begin()), grads_,
                             plan_.units()[u].size());
     return;
@@ -304,7 +327,7 @@ void ZeroStorage::need_grads(int u) {
 void ZeroStorage::done_grads(int u, bool last) {
   const ZeroUnit& U = plan_.units()[u];
   if (stage_ == 1) {
-    if (sixteen_grads())
+    if (sixteen_grads() && u != grad_table_unit_)
       grad_working_.write_back_and_release(u, grad_bytes(g_full_, U.begin()), grads_, U.size());
     if (!last) return;  // stage 1 accumulates in full gradients: one reduction per step
     void* recv = U.persistent ? nullptr : free_recv_buffer();

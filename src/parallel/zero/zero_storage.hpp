@@ -10,7 +10,8 @@
 // Persistent (small) units are whole everywhere and all-reduced.
 // With 16-bit weights the resident parameters (full or slices) are bf16/fp16,
 // stage 3 gathers 16-bit units, and a unit in use is unpacked into an f32
-// working copy (WorkingCopies). A 16-bit precision.reduce_dtype reduces
+// working copy (WorkingCopies; at stages 1-2 a table that is one unit is read
+// block by block through a window instead). A 16-bit precision.reduce_dtype reduces
 // gradients in 16 bits (stage 1 also stores its full gradients so, with f32
 // working copies like the weights'). The owned, summed slices are model state
 // in the gradients' type (2 bytes with a 16-bit reduce_dtype, as the ZeRO
@@ -77,6 +78,18 @@ class ZeroStorage final : public ModelStorage {
   float* grad(const TensorInfo& t) override { return grad_at(t, 0); }
   float* param_at(const TensorInfo& t, std::size_t element) override;
   float* grad_at(const TensorInfo& t, std::size_t element) override;
+  bool table_in_windows() const override { return table_unit_ >= 0; }
+  const float* param_rows(const TensorInfo& t, std::size_t element, std::size_t n) override;
+  float* grad_rows(const TensorInfo& t, std::size_t element, std::size_t n) override;
+  void done_grad_rows(const TensorInfo& t, std::size_t element, std::size_t n) override;
+  // Stages 1-2 with 16-bit weights read a table that is one unit through a
+  // window; stage 1 adds to its 16-bit gradients the same way.
+  static bool windows_table(const TensorTable& table, int stage, DType weights) {
+    return stage <= 2 && weights != DType::f32 && WorkingCopies::can_window_table(table);
+  }
+  static bool windows_table_grads(const TensorTable& table, int stage, DType grads) {
+    return stage <= 1 && grads != DType::f32 && WorkingCopies::can_window_table(table);
+  }
   void need_params(int unit, Pass pass) override;
   void done_params(int unit) override;
   void need_grads(int unit) override;
@@ -179,6 +192,8 @@ class ZeroStorage final : public ModelStorage {
   std::vector<Arena> recv_buffers_;
   Arena accumulate_chunk_;      // stages 2-3 with 16-bit gradients
   WorkingCopies working_;       // 16-bit weights only
+  int table_unit_ = -1;         // the token embedding, read through working_'s window
+  int grad_table_unit_ = -1;    // its gradients, through grad_working_'s
   WorkingCopies grad_working_;  // stage 1 with 16-bit gradients only
   std::deque<Reduction> reductions_;
   std::unique_ptr<ParamHome> home_;       // offload.params
