@@ -86,18 +86,25 @@ const TileMatmul& tile_matmul(const TileShape& s) {
   return *slot;
 }
 
-// The rows x cols matrix x as bf16 bits, rows contiguous (bf16-valued: the
-// high half of each f32 is the value).
-TRIDENT_VECTOR_CLONES void pack_bf16(std::vector<std::uint16_t>& out, const float* x, int rows, int cols, int ld) {
+// The rows x cols matrix x as bf16 bits, rows contiguous: the high half of
+// each f32. False when a low half is not zero (a value bf16 cannot hold).
+TRIDENT_VECTOR_CLONES bool pack_bf16(std::vector<std::uint16_t>& out, const float* x, int rows,
+                                     int cols, int ld) {
   out.resize(std::size_t(rows) * cols);
   std::uint16_t* o = out.data();
-#pragma omp parallel for schedule(static) if (std::size_t(rows) * cols > 65536)
+  std::uint32_t low = 0;
+#pragma omp parallel for schedule(static) reduction(| : low) if (std::size_t(rows) * cols > 65536)
   for (int r = 0; r < rows; ++r) {
     const float* in = x + std::size_t(r) * ld;
     std::uint16_t* dst = o + std::size_t(r) * cols;
-#pragma omp simd
-    for (int c = 0; c < cols; ++c) dst[c] = std::uint16_t(bits_of(in[c]) >> 16);
+#pragma omp simd reduction(| : low)
+    for (int c = 0; c < cols; ++c) {
+      const std::uint32_t u = bits_of(in[c]);
+      low |= u & 0xffffu;
+      dst[c] = std::uint16_t(u >> 16);
+    }
   }
+  return low == 0;
 }
 
 }  // namespace
@@ -118,9 +125,10 @@ bool gemm_bf16_valued(bool ta, bool tb, int M, int N, int K, float alpha, const 
   static const bool supported = cpu_has_bf16();
   if (!supported || alpha != 1.0f || (beta != 0.0f && beta != 1.0f) || M <= 0 || N <= 0 || K <= 0)
     return false;
-  // Stored layouts: A is M x K (ta: K x M), B is K x N (tb: N x K).
+  // Stored layouts: A is M x K (ta: K x M), B is K x N (tb: N x K). An f32
+  // run's values fail on the first row, before any packing.
   const int a_rows = ta ? K : M, a_cols = ta ? M : K, b_rows = tb ? N : K, b_cols = tb ? K : N;
-  if (!holds_bf16_values(A, a_rows, a_cols, lda) || !holds_bf16_values(B, b_rows, b_cols, ldb))
+  if (!holds_bf16_values(A, 1, a_cols, lda) || !holds_bf16_values(B, 1, b_cols, ldb))
     return false;
   const GemmTiles g = gemm_tiles(M, N);
   const int last_m = M - (g.rows - 1) * g.tm, last_n = N - (g.cols - 1) * g.tn;
@@ -134,8 +142,8 @@ bool gemm_bf16_valued(bool ta, bool tb, int M, int N, int K, float alpha, const 
     return false;
   }
   thread_local std::vector<std::uint16_t> a16, b16;
-  pack_bf16(a16, A, a_rows, a_cols, lda);
-  pack_bf16(b16, B, b_rows, b_cols, ldb);
+  if (!pack_bf16(a16, A, a_rows, a_cols, lda) || !pack_bf16(b16, B, b_rows, b_cols, ldb))
+    return false;
   const std::uint16_t *a = a16.data(), *b = b16.data();
   const int tiles = g.rows * g.cols;
 #pragma omp parallel if (omp_get_level() == 0 && tiles > 1)

@@ -210,10 +210,7 @@ void xent_max(T* row_max, const T* logits, int N, int V, int valid) {
 #pragma omp parallel for schedule(static) if (N * V > 16384)
   for (int i = 0; i < N; ++i) {
     const T* z = logits + static_cast<std::size_t>(i) * V;
-    T mx = -std::numeric_limits<T>::infinity();
-#pragma omp simd reduction(max : mx)
-    for (int j = 0; j < valid; ++j) mx = std::max(mx, z[j]);
-    row_max[i] = mx;
+    row_max[i] = max_of(z, valid, -std::numeric_limits<T>::infinity());
   }
 }
 
