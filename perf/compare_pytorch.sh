@@ -1,19 +1,22 @@
 #!/usr/bin/env bash
 # Trident (1 rank) against current PyTorch from PyPI on the CPU: the same GPT,
 # batch, sequence length and thread count, PyTorch eager and torch.compile'd,
-# runs alternating, best of ROUNDS each. Prints one table with the ratio of
-# Trident to the better PyTorch.
+# runs alternating, best of ROUNDS each. Prints a table with the ratio of
+# Trident to the better PyTorch for each precision: fp32, and bf16 (Trident
+# with precision.dtype = bf16 against PyTorch under torch.autocast to
+# bfloat16; both keep fp32 master weights and optimizer state).
 #   usage: perf/compare_pytorch.sh [STEPS] [ROUNDS]
 # Run from the repository root after building (cmake --preset release) and
 # making the corpus (input/make_corpus.sh). The first run makes a virtual
 # environment with PyPI's torch (~5 GB with its CUDA wheels) outside the source
 # tree, in $TORCH_VENV (default ~/.cache/trident-bench/torch-venv).
 # Environment: THREADS (default "1 2"), SIZES (names below, default all),
-# TRIDENT_BIN (default build/src/trident).
+# PRECISIONS (default "fp32 bf16"), TRIDENT_BIN (default build/src/trident).
 set -euo pipefail
 steps=${1:-8}
 rounds=${2:-2}
 threads_list=${THREADS:-1 2}
+precisions=${PRECISIONS:-fp32 bf16}
 bin=${TRIDENT_BIN:-build/src/trident}
 venv=${TORCH_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/trident-bench/torch-venv}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
@@ -38,36 +41,43 @@ echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -
 echo "pytorch: $("$py" -c 'import torch; print(torch.__version__)')"
 echo "trident: $("$bin" --version 2>/dev/null | head -1), $steps timed steps, best of $rounds alternating rounds"
 
-trident_run() {  # layers d heads T batch threads -> tokens/s
-  mpirun -np 1 --bind-to none "$bin" train input/default.toml --set model.layers="$1" \
+trident_run() {  # layers d heads T batch threads precision -> tokens/s
+  mpirun -np 1 --bind-to none "$bin" train input/default.toml --set precision.dtype="$7" \
+    --set model.layers="$1" \
     --set model.d_model="$2" --set model.heads="$3" --set model.seq_len="$4" \
     --set train.batch="$5" --set train.micro_batch="$5" --set system.threads="$6" \
     --set train.steps=$((steps + 1)) --set train.eval_every=0 --set output.metrics='""' \
     --set output.log_every=1000 | sed -nE 's/^FOM: ([0-9.]+) tokens\/s.*/\1/p'
 }
-torch_run() {  # layers d heads T batch threads [--compile] -> tokens/s
+torch_run() {  # layers d heads T batch threads [--compile] [--bf16] -> tokens/s
   OMP_NUM_THREADS=$6 "$py" perf/pytorch_gpt.py --layers "$1" --d-model "$2" --heads "$3" \
     --seq-len "$4" --vocab 257 --micro-batch "$5" --threads "$6" --steps "$steps" \
     --warmup-steps 2 "${@:7}" 2>/dev/null | sed -nE 's/.*tokens_per_s=([0-9.]+).*/\1/p'
 }
 best() { printf '%s\n' "$@" | sort -g | tail -1; }
 
-echo
-echo "| model (layers 4, vocab 257) | threads | Trident tok/s | PyTorch eager | PyTorch compiled | ratio |"
-echo "|---|---|---|---|---|---|"
-for s in $sizes; do
-  IFS=: read -r name layers d heads T batch <<<"$s"
-  for th in $threads_list; do
-    tri=() eag=() com=()
-    for _ in $(seq "$rounds"); do
-      tri+=("$(trident_run "$layers" "$d" "$heads" "$T" "$batch" "$th")")
-      eag+=("$(torch_run "$layers" "$d" "$heads" "$T" "$batch" "$th")")
-      com+=("$(torch_run "$layers" "$d" "$heads" "$T" "$batch" "$th" --compile)")
-    done
-    t=$(best "${tri[@]}") e=$(best "${eag[@]}") c=$(best "${com[@]}")
-    python3 -c "
+for precision in $precisions; do
+  torch_flags=() title="fp32"
+  [ "$precision" = bf16 ] && torch_flags=(--bf16) title="bf16 (PyTorch: autocast to bfloat16)"
+  echo
+  echo "$title:"
+  echo
+  echo "| model (layers 4, vocab 257) | threads | Trident tok/s | PyTorch eager | PyTorch compiled | ratio |"
+  echo "|---|---|---|---|---|---|"
+  for s in $sizes; do
+    IFS=: read -r name layers d heads T batch <<<"$s"
+    for th in $threads_list; do
+      tri=() eag=() com=()
+      for _ in $(seq "$rounds"); do
+        tri+=("$(trident_run "$layers" "$d" "$heads" "$T" "$batch" "$th" "$precision")")
+        eag+=("$(torch_run "$layers" "$d" "$heads" "$T" "$batch" "$th" ${torch_flags[@]+"${torch_flags[@]}"})")
+        com+=("$(torch_run "$layers" "$d" "$heads" "$T" "$batch" "$th" --compile ${torch_flags[@]+"${torch_flags[@]}"})")
+      done
+      t=$(best "${tri[@]}") e=$(best "${eag[@]}") c=$(best "${com[@]}")
+      python3 -c "
 t, e, c = float('$t' or 0), float('$e' or 0), float('$c' or 0)
 print(f'| d {$d}, heads {$heads}, T {$T}, batch {$batch} | $th | {t:,.0f} | {e:,.0f} | {c:,.0f} | '
       f'{t / max(e, c):.2f} |')"
+    done
   done
 done

@@ -9,10 +9,11 @@ torch.compile. perf/compare_pytorch.sh runs it from PyPI's current PyTorch.
 
 Example:
   python perf/pytorch_gpt.py --layers 4 --d-model 256 --heads 4 --seq-len 128 \
-      --vocab 8192 --micro-batch 8 --steps 20 --warmup-steps 3 --threads 8 [--compile]
+      --vocab 8192 --micro-batch 8 --steps 20 --warmup-steps 3 --threads 8 [--compile] [--bf16]
 
 Prints one line:
   pytorch tokens_per_s=<float> step_ms=<float> threads=<K> torch=<version> mode=<eager|compiled>
+      dtype=<fp32|bf16-autocast>
 """
 import argparse
 import time
@@ -93,6 +94,8 @@ def parse_args():
     ap.add_argument("--weight-decay", type=float, default=0.1)
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--compile", action="store_true", help="torch.compile the model")
+    ap.add_argument("--bf16", action="store_true",
+                    help="forward and backward under torch.autocast to bfloat16 (fp32 weights)")
     args = ap.parse_args()
     if args.d_model % args.heads != 0:
         ap.error("--d-model must be divisible by --heads")
@@ -118,7 +121,8 @@ def main():
 
     def train_step(i):
         opt.zero_grad(set_to_none=True)
-        loss = forward(tokens[i], targets[i])
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.bf16):
+            loss = forward(tokens[i], targets[i])
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
@@ -137,7 +141,8 @@ def main():
     step_ms = 1000.0 * elapsed / args.steps
     print(f"pytorch tokens_per_s={tokens_per_s:.2f} step_ms={step_ms:.3f} "
           f"threads={args.threads} torch={torch.__version__} "
-          f"mode={'compiled' if args.compile else 'eager'}")
+          f"mode={'compiled' if args.compile else 'eager'} "
+          f"dtype={'bf16-autocast' if args.bf16 else 'fp32'}")
 
 
 if __name__ == "__main__":

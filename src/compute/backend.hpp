@@ -32,7 +32,7 @@ class ComputeBackend {
   // The device's peak dense FLOP/s for compute in `dtype` (the MFU
   // denominator) and where it comes from; 0 when unknown (MFU not printed).
   virtual double peak_flops(DType dtype) const = 0;
-  virtual std::string peak_source() const = 0;
+  virtual std::string peak_source(DType dtype) const = 0;
   // Something about the kernels in use the user should know (printed as a
   // warning by rank 0), else "".
   virtual std::string warning() const { return {}; }

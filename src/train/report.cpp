@@ -14,7 +14,8 @@ namespace trident {
 RankPeak rank_peak(const Deck& deck, const ComputeBackend& backend, int ranks_on_node,
                    int threads) {
   if (deck.system.peak_tflops > 0) return {deck.system.peak_tflops * 1e12, "system.peak_tflops"};
-  RankPeak p{backend.peak_flops(precision_dtype(deck.precision.dtype)), backend.peak_source()};
+  const DType dtype = precision_dtype(deck.precision.dtype);
+  RankPeak p{backend.peak_flops(dtype), backend.peak_source(dtype)};
   const int cores = int(std::thread::hardware_concurrency());
   const int wanted = ranks_on_node * threads;
   if (backend.name() == "cpu" && cores > 0 && wanted > cores) {

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "compute/backend.hpp"
+#include "core/half.hpp"
 #include "support/random_values.hpp"
 
 using namespace trident;
@@ -55,6 +56,26 @@ TEST(ThreadCount, LinearLayerForwardAndBackward) {
       return y;
     }));
   }
+}
+
+TEST(ThreadCount, LinearLayerOnBf16Values) {
+  // bf16-valued operands take the bf16 GEMMs (compute/cpu/gemm_bf16.hpp).
+  auto bf16_valued = [](std::size_t n, unsigned seed) {
+    auto v = random_normals(n, seed);
+    for (float& x : v) x = bf16_to_f32(f32_to_bf16(x));
+    return v;
+  };
+  const int N = 1024, IC = 512, OC = 2048;
+  const auto x = bf16_valued(std::size_t(N) * IC, 1), w = bf16_valued(std::size_t(OC) * IC, 2);
+  const auto dy = bf16_valued(std::size_t(N) * OC, 4);
+  expect_same_bits(on_threads([&](ComputeBackend& be) {
+    std::vector<float> y(std::size_t(N) * OC), dx(x.size()), dw(w.size());
+    be.matmul_forward(y.data(), x.data(), w.data(), nullptr, N, IC, OC);
+    be.matmul_backward(dx.data(), dw.data(), nullptr, dy.data(), x.data(), w.data(), N, IC, OC);
+    y.insert(y.end(), dx.begin(), dx.end());
+    y.insert(y.end(), dw.begin(), dw.end());
+    return y;
+  }));
 }
 
 TEST(ThreadCount, LayerNormSumOfSquaresAndAdamW) {

@@ -48,8 +48,7 @@ void attention_forward(T* out, T* lse, const T* qkv, int B, int T_, int C, int N
             for (int r = 0; r < nq; ++r) {
               T* row = S.data() + r * kTile;
               const int n = std::min(nk, i0 + r + 1 - j0);  // keys <= t
-              T mx = m[r];
-              for (int c = 0; c < n; ++c) mx = std::max(mx, row[c]);
+              const T mx = max_of(row, n, m[r]);
               const T corr = exp_k(m[r] - mx);  // rescales what earlier tiles summed
               T sum = 0;
 #pragma omp simd reduction(+ : sum)

@@ -30,11 +30,20 @@ int tile_count(int M, int N, int min_tile) {
 
 }  // namespace
 
+GemmTiles gemm_tiles(int M, int N) {
+  const int min_tile = tile_count(M, N, kMinTile) < kFewTiles ? kSmallTile : kMinTile;
+  GemmTiles g;
+  g.tm = tile_extent(M, min_tile);
+  g.tn = tile_extent(N, min_tile);
+  g.rows = (M + g.tm - 1) / g.tm;
+  g.cols = (N + g.tn - 1) / g.tn;
+  return g;
+}
+
 void gemm(bool ta, bool tb, int M, int N, int K, float alpha, const float* A, int lda,
           const float* B, int ldb, float beta, float* C, int ldc) {
-  const int min_tile = tile_count(M, N, kMinTile) < kFewTiles ? kSmallTile : kMinTile;
-  const int tm = tile_extent(M, min_tile), tn = tile_extent(N, min_tile);
-  const int rows = (M + tm - 1) / tm, cols = (N + tn - 1) / tn, tiles = rows * cols;
+  const GemmTiles g = gemm_tiles(M, N);
+  const int tm = g.tm, tn = g.tn, cols = g.cols, tiles = g.rows * g.cols;
   auto run = [&](int t) {
     const std::int64_t i = std::int64_t(t / cols) * tm, j = std::int64_t(t % cols) * tn;
     const int m = int(std::min<std::int64_t>(tm, M - i));

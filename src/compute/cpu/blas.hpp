@@ -8,6 +8,13 @@
 
 namespace trident::cpu {
 
+// The tiles of an M x N product: tm x tn (the last row and column of tiles
+// may be smaller), rows x cols of them, chosen from the shape alone.
+struct GemmTiles {
+  int tm, tn, rows, cols;
+};
+GemmTiles gemm_tiles(int M, int N);
+
 // C in fixed tiles, each one single-threaded GEMM over all of K, the tiles
 // spread over this rank's threads. The tiles depend on the shape only, so C
 // has the same bits on any number of threads (oneDNN's own threading splits K

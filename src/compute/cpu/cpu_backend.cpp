@@ -14,6 +14,7 @@
 #include "compute/backend.hpp"
 #include "compute/cpu/blas.hpp"
 #include "compute/cpu/cpu_peak.hpp"
+#include "compute/cpu/gemm_bf16.hpp"
 #include "compute/cpu/gemm_library.hpp"
 #include "compute/cpu/half_convert.hpp"
 #include "compute/cpu/kernels.hpp"
@@ -33,19 +34,26 @@ class CpuBackend final : public ComputeBackend {
     threads_ = threads;
     peak_ = detect_cpu_peak();
   }
-  // FP32 arithmetic for every storage type (16-bit values are unpacked). The
-  // ISA's figure at the reported clock, or what a GEMM measurably reaches
-  // when that is more (a VM reports its nominal clock, not its turbo).
-  double peak_flops(DType) const override {
-    if (measured_ < 0) measured_ = measure_gemm_flops();
-    return std::max(peak_.flops_per_core * threads_, measured_);
+  // The ISA's f32 figure at the reported clock, or what a GEMM measurably
+  // reaches when that is more (a VM reports its nominal clock, not its
+  // turbo). bf16 runs' linears run bf16 kernels (gemm_bf16.hpp): their peak is
+  // at least what such a GEMM measurably reaches. fp16 values are computed in f32.
+  double peak_flops(DType dtype) const override {
+    if (measured_ < 0) measured_ = measure_gemm_flops(false);
+    const double f32 = std::max(peak_.flops_per_core * threads_, measured_);
+    if (dtype != DType::bf16) return f32;
+    if (measured_bf16_ < 0) measured_bf16_ = measure_gemm_flops(true);
+    return std::max(f32, measured_bf16_);
   }
   std::string warning() const override {
     return gemm_kernel_mismatch(gemm_kernel_lanes(), gemm_library_description(), peak_.isa);
   }
-  std::string peak_source() const override {
-    const double isa = peak_.flops_per_core * threads_;
-    if (peak_flops(DType::f32) > isa)
+  std::string peak_source(DType dtype) const override {
+    const double isa = peak_.flops_per_core * threads_, f32 = peak_flops(DType::f32);
+    if (peak_flops(dtype) > f32)
+      return fmt::format("a measured {}-thread GEMM on bf16 kernels: above the f32 peak of {:.0f} "
+                         "GFLOP/s", threads_, f32 / 1e9);
+    if (f32 > isa)
       return fmt::format("a measured {}-thread GEMM: above {} x 2 FMA units at the reported "
                          "{:.2f} GHz, so the clock runs higher", threads_, peak_.isa, peak_.ghz);
     return fmt::format("{} x 2 FMA units at {:.2f} GHz x {} threads, an upper bound", peak_.isa,
@@ -166,17 +174,24 @@ class CpuBackend final : public ComputeBackend {
   int threads_ = 1;
   CpuPeak peak_;
   mutable double measured_ = -1;  // FLOP/s of the best of a few GEMMs, measured on first use
+  mutable double measured_bf16_ = -1;  // the same on bf16 kernels; 0 without them
 
-  // The fastest of three rounds of 512^3 GEMMs on this rank's threads.
-  double measure_gemm_flops() const {
+  // The fastest of five rounds of 512^3 GEMMs on this rank's threads, in f32
+  // or on bf16 kernels (the operands hold bf16 values).
+  double measure_gemm_flops(bool bf16) const {
     const int n = 512;
     std::vector<float> a(std::size_t(n) * n, 0.5f), w(a.size(), 0.25f), out(a.size());
     auto gemm = [&] {
-      cpu::gemm(false, true, n, n, n, 1.0f, a.data(), n, w.data(), n, 0.0f, out.data(), n);
+      if (!bf16) {
+        cpu::gemm(false, true, n, n, n, 1.0f, a.data(), n, w.data(), n, 0.0f, out.data(), n);
+        return true;
+      }
+      return cpu::gemm_bf16_valued(false, true, n, n, n, 1.0f, a.data(), n, w.data(), n, 0.0f,
+                                   out.data(), n);
     };
-    gemm();  // warm up
+    if (!gemm()) return 0;  // warm up
     double best = 1e30;
-    for (int round = 0; round < 3; ++round) {
+    for (int round = 0; round < 5; ++round) {
       const auto t0 = std::chrono::steady_clock::now();
       gemm();
       const std::chrono::duration<double> took = std::chrono::steady_clock::now() - t0;

@@ -1,6 +1,6 @@
-// Vectorizable exp and tanh for the float kernels. libm's scalar expf/tanhf
-// cannot be vectorized without -ffast-math and took over a third of a CPU
-// training step in GELU alone. exp: Cody-Waite reduction x = n ln2 + r and a
+// Vectorizable exp, tanh and row maximum for the float kernels. libm's
+// scalar expf/tanhf cannot be vectorized without -ffast-math and took over a
+// third of a CPU training step in GELU alone. exp: Cody-Waite reduction x = n ln2 + r and a
 // degree-6 polynomial for e^r (max error ~2 ulp over the float range);
 // tanh(y) = 1 - 2 / (e^{2y} + 1). The double instantiation keeps libm, so the
 // finite-difference tests check the kernels' math, not this approximation.
@@ -40,6 +40,23 @@ template <class T>
 inline T tanh_k(T x) {
   if constexpr (std::is_same_v<T, float>) return 1.0f - 2.0f / (exp_poly(2.0f * x) + 1.0f);
   else return std::tanh(x);
+}
+
+// The largest of x[0, n) and init. Sixteen independent lanes, so it becomes
+// vector max instructions (GCC keeps a float max reduction serial, one
+// dependent max per element); max is exact in any order.
+template <class T>
+inline T max_of(const T* x, int n, T init) {
+  constexpr int kLanes = 16;
+  T lane[kLanes];
+  for (int j = 0; j < kLanes; ++j) lane[j] = init;
+  int c = 0;
+  for (; c + kLanes <= n; c += kLanes)
+    for (int j = 0; j < kLanes; ++j) lane[j] = lane[j] < x[c + j] ? x[c + j] : lane[j];
+  for (; c < n; ++c) lane[0] = lane[0] < x[c] ? x[c] : lane[0];
+  T mx = init;
+  for (int j = 0; j < kLanes; ++j) mx = mx < lane[j] ? lane[j] : mx;
+  return mx;
 }
 
 }  // namespace trident::cpu

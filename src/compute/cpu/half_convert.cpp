@@ -5,6 +5,7 @@
 
 #include <algorithm>
 
+#include "compute/cpu/vector_clones.hpp"
 #include "core/half.hpp"
 
 namespace trident::cpu {
@@ -41,6 +42,28 @@ __attribute__((target("avx,f16c"))) std::size_t round_f16_f16c(float* x, std::si
   return i;
 }
 
+// f32_to_bf16's bits (round to nearest even, NaN kept quiet) without a
+// branch, so the loops below vectorise.
+inline std::uint32_t bf16_bits(std::uint32_t x) {
+  const std::uint32_t rounded = (x + 0x7fffu + ((x >> 16) & 1u)) >> 16;
+  return (x & 0x7fffffffu) > 0x7f800000u ? ((x >> 16) | 0x40u) : rounded;
+}
+
+TRIDENT_VECTOR_CLONES void to_bf16_loop(std::uint16_t* d, const float* s, std::size_t n) {
+#pragma omp simd
+  for (std::size_t i = 0; i < n; ++i) d[i] = std::uint16_t(bf16_bits(f32_bits(s[i])));
+}
+
+TRIDENT_VECTOR_CLONES void from_bf16_loop(float* d, const std::uint16_t* s, std::size_t n) {
+#pragma omp simd
+  for (std::size_t i = 0; i < n; ++i) d[i] = f32_from_bits(std::uint32_t(s[i]) << 16);
+}
+
+TRIDENT_VECTOR_CLONES void round_bf16_loop(float* x, std::size_t n) {
+#pragma omp simd
+  for (std::size_t i = 0; i < n; ++i) x[i] = f32_from_bits(bf16_bits(f32_bits(x[i])) << 16);
+}
+
 // Splits [0, n) over the OpenMP threads (large arrays only) and runs
 // body(lo, hi) on each part.
 template <class Body>
@@ -65,7 +88,7 @@ void to_16bit(std::uint16_t* d, const float* s, std::size_t n, DType type) {
       if (has_f16c()) i += to_f16_f16c(d + lo, s + lo, hi - lo);
       for (; i < hi; ++i) d[i] = f32_to_f16(s[i]);
     } else {
-      for (; i < hi; ++i) d[i] = f32_to_bf16(s[i]);
+      to_bf16_loop(d + lo, s + lo, hi - lo);
     }
   });
 }
@@ -77,7 +100,7 @@ void from_16bit(float* d, const std::uint16_t* s, std::size_t n, DType type) {
       if (has_f16c()) i += from_f16_f16c(d + lo, s + lo, hi - lo);
       for (; i < hi; ++i) d[i] = f16_to_f32(s[i]);
     } else {
-      for (; i < hi; ++i) d[i] = bf16_to_f32(s[i]);
+      from_bf16_loop(d + lo, s + lo, hi - lo);
     }
   });
 }
@@ -89,7 +112,7 @@ void round_to_16bit(float* x, std::size_t n, DType type) {
       if (has_f16c()) i += round_f16_f16c(x + lo, hi - lo);
       for (; i < hi; ++i) x[i] = f16_to_f32(f32_to_f16(x[i]));
     } else {
-      for (; i < hi; ++i) x[i] = bf16_to_f32(f32_to_bf16(x[i]));
+      round_bf16_loop(x + lo, hi - lo);
     }
   });
 }

@@ -6,12 +6,25 @@
 
 #include "compute/cpu/blas.hpp"
 #include "compute/cpu/fast_math.hpp"
+#include "compute/cpu/gemm_bf16.hpp"
 #include "compute/cpu/vector_clones.hpp"
 
 namespace trident::cpu {
 namespace {
 constexpr int kColBlock = 64;  // columns a thread owns in column-split reductions
 constexpr double kLnEps = 1e-5;
+
+// A linear layer's GEMM, on bf16 kernels where both operands hold bf16 values
+// (a bf16 run's weights and rounded activations), else in f32.
+void linear_gemm(bool ta, bool tb, int M, int N, int K, const float* A, int lda, const float* B,
+                 int ldb, float beta, float* C, int ldc) {
+  if (!gemm_bf16_valued(ta, tb, M, N, K, 1.0f, A, lda, B, ldb, beta, C, ldc))
+    gemm(ta, tb, M, N, K, 1.0f, A, lda, B, ldb, beta, C, ldc);
+}
+void linear_gemm(bool ta, bool tb, int M, int N, int K, const double* A, int lda, const double* B,
+                 int ldb, double beta, double* C, int ldc) {
+  gemm(ta, tb, M, N, K, 1.0, A, lda, B, ldb, beta, C, ldc);
+}
 }  // namespace
 
 template <class T>
@@ -137,7 +150,7 @@ void layernorm_backward(T* dinp, T* dw, T* db, const T* dout, const T* inp, cons
 template <class T>
 TRIDENT_VECTOR_CLONES
 void matmul_forward(T* out, const T* inp, const T* w, const T* bias, int N, int IC, int OC) {
-  gemm(false, true, N, OC, IC, T(1), inp, IC, w, IC, T(0), out, OC);
+  linear_gemm(false, true, N, OC, IC, inp, IC, w, IC, T(0), out, OC);
   if (!bias) return;
 #pragma omp parallel for schedule(static) if (N * OC > 16384)
   for (int i = 0; i < N; ++i) {
@@ -150,8 +163,8 @@ template <class T>
 TRIDENT_VECTOR_CLONES
 void matmul_backward(T* dinp, T* dw, T* dbias, const T* dout, const T* inp, const T* w, int N,
                      int IC, int OC) {
-  if (dinp) gemm(false, false, N, IC, OC, T(1), dout, OC, w, IC, T(1), dinp, IC);
-  if (dw) gemm(true, false, OC, IC, N, T(1), dout, OC, inp, IC, T(1), dw, IC);
+  if (dinp) linear_gemm(false, false, N, IC, OC, dout, OC, w, IC, T(1), dinp, IC);
+  if (dw) linear_gemm(true, false, OC, IC, N, dout, OC, inp, IC, T(1), dw, IC);
   if (!dbias) return;
 #pragma omp parallel for schedule(static) if (N * OC > 16384)
   for (int j0 = 0; j0 < OC; j0 += kColBlock) {
@@ -197,10 +210,7 @@ void xent_max(T* row_max, const T* logits, int N, int V, int valid) {
 #pragma omp parallel for schedule(static) if (N * V > 16384)
   for (int i = 0; i < N; ++i) {
     const T* z = logits + static_cast<std::size_t>(i) * V;
-    T mx = -std::numeric_limits<T>::infinity();
-#pragma omp simd reduction(max : mx)
-    for (int j = 0; j < valid; ++j) mx = std::max(mx, z[j]);
-    row_max[i] = mx;
+    row_max[i] = max_of(z, valid, -std::numeric_limits<T>::infinity());
   }
 }
 

@@ -78,7 +78,7 @@ double CudaBackend::peak_flops(DType dtype) const {
   return tflops * 1e12;
 }
 
-std::string CudaBackend::peak_source() const {
+std::string CudaBackend::peak_source(DType /*dtype*/) const {
   const DevicePeak* p = device_peak(site_.device);
   return p ? fmt::format("{} data sheet, dense", p->name)
            : "device not in the peak table: set system.peak_tflops for MFU";

@@ -35,7 +35,7 @@ class CudaBackend final : public ComputeBackend {
   bool memory_is_host() const override { return false; }
   std::string describe() const override;
   double peak_flops(DType dtype) const override;
-  std::string peak_source() const override;
+  std::string peak_source(DType dtype) const override;
   std::string kernel_report() override { return timer_.report(); }
   cudaStream_t stream() const { return stream_; }
   const CudaSite& site() const { return site_; }

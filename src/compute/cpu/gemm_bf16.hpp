@@ -1,0 +1,23 @@
+// The f32 GEMM of blas.hpp on oneDNN's bf16 kernels (AMX tiles or AVX-512
+// BF16 dot products, whichever it picks for the shape) when every value of A
+// and B is a bf16 value held in f32, as a bf16 run's weights and rounded
+// activations are. The product of two bf16 values is exact in f32 and the
+// sums are f32, so C equals the f32 GEMM's up to the rounding of its sums in
+// another order. Same tiles of C as gemm(), one thread each: the bits do not
+// depend on the thread count.
+#pragma once
+
+namespace trident::cpu {
+
+// C = alpha * op(A) op(B) + beta * C on bf16 kernels; returns false, having
+// done nothing, when alpha is not 1, beta is neither 0 nor 1, the CPU has no
+// bf16 instructions or A or B holds a value bf16 cannot represent (the caller
+// then runs gemm()).
+bool gemm_bf16_valued(bool ta, bool tb, int M, int N, int K, float alpha, const float* A, int lda,
+                      const float* B, int ldb, float beta, float* C, int ldc);
+
+// Whether each value of the rows x cols matrix x (leading dimension ld) is a
+// bf16 value: its low 16 bits are zero. Stops at the first that is not.
+bool holds_bf16_values(const float* x, int rows, int cols, int ld);
+
+}  // namespace trident::cpu

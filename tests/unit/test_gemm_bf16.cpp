@@ -1,0 +1,92 @@
+// The bf16 GEMM path against the f32 one: on bf16-valued operands both form
+// exact products and f32 sums, so they differ only by the rounding of sums
+// taken in another order. Checked against a double reference on the three
+// GEMMs of a linear layer, with the tiles of C at full size and at the edges.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "compute/cpu/blas.hpp"
+#include "compute/cpu/gemm_bf16.hpp"
+#include "core/half.hpp"
+#include "support/random_values.hpp"
+
+using namespace trident;
+
+namespace {
+
+std::vector<float> bf16_valued(std::size_t n, unsigned seed) {
+  auto v = trident::testing::random_normals(n, seed);
+  for (float& x : v) x = bf16_to_f32(f32_to_bf16(x));
+  return v;
+}
+
+struct Case {
+  bool ta, tb;
+  int M, N, K;
+  float beta;
+};
+
+// Largest |c - exact| over the sum of |terms| of that entry (|a b| and |beta c0|).
+double worst_relative_error(const Case& s, const std::vector<float>& A, const std::vector<float>& B,
+                            const std::vector<float>& C0, const std::vector<float>& C) {
+  const int lda = s.ta ? s.M : s.K, ldb = s.tb ? s.K : s.N;
+  double worst = 0;
+  for (int i = 0; i < s.M; ++i)
+    for (int j = 0; j < s.N; ++j) {
+      double exact = s.beta * double(C0[std::size_t(i) * s.N + j]), size = std::fabs(exact);
+      for (int k = 0; k < s.K; ++k) {
+        const double a = s.ta ? A[std::size_t(k) * lda + i] : A[std::size_t(i) * lda + k];
+        const double b = s.tb ? B[std::size_t(j) * ldb + k] : B[std::size_t(k) * ldb + j];
+        exact += a * b;
+        size += std::fabs(a * b);
+      }
+      worst = std::max(worst, std::fabs(C[std::size_t(i) * s.N + j] - exact) / size);
+    }
+  return worst;
+}
+
+}  // namespace
+
+TEST(GemmBf16, MatchesTheF32GemmOnBf16Values) {
+  // Forward (x W^T), input gradient (dy W) and weight gradient (dy^T x) of
+  // linears from the decks; 300 and 257 leave partial tiles at the edges.
+  const Case cases[] = {{false, true, 512, 384, 128, 0.0f},  {false, false, 512, 128, 384, 1.0f},
+                        {true, false, 384, 128, 512, 1.0f},  {false, true, 1024, 576, 512, 0.0f},
+                        {true, false, 512, 576, 1024, 1.0f}, {false, true, 300, 257, 128, 0.0f},
+                        {false, false, 300, 128, 257, 1.0f}};
+  for (const Case& s : cases) {
+    SCOPED_TRACE(::testing::Message() << "ta " << s.ta << " tb " << s.tb << " M " << s.M << " N "
+                                    << s.N << " K " << s.K << " beta " << s.beta);
+    const auto A = bf16_valued(std::size_t(s.M) * s.K, 1), B = bf16_valued(std::size_t(s.K) * s.N, 2);
+    const auto C0 = trident::testing::random_normals(std::size_t(s.M) * s.N, 3);
+    const int lda = s.ta ? s.M : s.K, ldb = s.tb ? s.K : s.N;
+    std::vector<float> c16 = C0, c32 = C0;
+    if (!cpu::gemm_bf16_valued(s.ta, s.tb, s.M, s.N, s.K, 1.0f, A.data(), lda, B.data(), ldb,
+                               s.beta, c16.data(), s.N))
+      GTEST_SKIP() << "no bf16 instructions on this CPU";
+    cpu::gemm(s.ta, s.tb, s.M, s.N, s.K, 1.0f, A.data(), lda, B.data(), ldb, s.beta, c32.data(),
+              s.N);
+    // f32 sums of up to 1024 terms: both paths measured within 2.5 units of
+    // 2^-24 (6e-8) of the sum of the terms' sizes; the bound allows 7. One
+    // operand rounded to bf16 on the way would cost up to 2^-9.
+    EXPECT_LT(worst_relative_error(s, A, B, C0, c16), 4e-7);
+    EXPECT_LT(worst_relative_error(s, A, B, C0, c32), 4e-7);
+  }
+}
+
+TEST(GemmBf16, DeclinesValuesBf16CannotHold) {
+  const int M = 64, N = 64, K = 64;
+  auto A = bf16_valued(std::size_t(M) * K, 1);
+  const auto B = bf16_valued(std::size_t(K) * N, 2);
+  A[std::size_t(M) * K - 1] = 1.0f + 1.0f / 1024;  // needs 10 mantissa bits
+  std::vector<float> C(std::size_t(M) * N, 7.0f);
+  EXPECT_FALSE(cpu::holds_bf16_values(A.data(), M, K, K));
+  EXPECT_TRUE(cpu::holds_bf16_values(B.data(), K, N, N));
+  EXPECT_FALSE(cpu::gemm_bf16_valued(false, false, M, N, K, 1.0f, A.data(), K, B.data(), N, 0.0f,
+                                     C.data(), N));
+  for (float c : C) ASSERT_EQ(c, 7.0f);  // untouched: the caller runs the f32 GEMM
+  EXPECT_FALSE(cpu::gemm_bf16_valued(false, false, M, N, K, 0.5f, B.data(), K, B.data(), N, 0.0f,
+                                     C.data(), N));  // alpha other than 1
+}
