@@ -89,6 +89,18 @@ const float* GptModel::gather(const float* local, float* full) {
   return full;
 }
 
+const float* GptModel::projection_grad(const float* d_res, float* full) {
+  const float* d = gather(d_res, full);
+  if (policy_.store != DType::bf16) return d;
+  // bf16 runs round the branch's copy to bf16, as autocast does, so both of
+  // the projection's gradient GEMMs run on bf16 kernels; the residual stream's
+  // gradient stays f32.
+  const std::size_t n = std::size_t(BT_) * cfg_.d_model;
+  if (d != full) backend_.copy(full, d, n * sizeof(float));
+  backend_.round_to(full, DType::bf16, n);
+  return full;
+}
+
 void GptModel::sum_partial_grads(const std::vector<std::string>& names) {
   if (!tp_.sp()) return;
   // Pack the small tensors so the group does one all-reduce, not one each.

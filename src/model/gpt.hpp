@@ -175,6 +175,8 @@ class GptModel {
   const float* reduce_row_parallel(float* full);
   // This rank's tokens -> all tokens (identity without SP).
   const float* gather(const float* local, float* full);
+  // The residual gradient entering an output projection's backward, all tokens.
+  const float* projection_grad(const float* d_res, float* full);
   // With SP each tensor rank's norm (and position) gradients cover its own
   // tokens: they are summed over the tensor group before they leave the model
   // (the step's last backward, or every one where the storage reduces each

@@ -82,7 +82,7 @@ void GptModel::block_backward(int slot, int l, int wbuf, bool finalize) {
   restore_block(slot, l, a, x_in);  // unpack 16-bit copies, recompute what was not saved
   st.need_grads(u);  // the norms' weight gradients come with B
   // d_res holds dLoss/d(res3) for this rank's tokens.
-  const float* d_out = gather(d_res, full);
+  const float* d_out = projection_grad(d_res, full);
   keep("d_proj", d_out, std::size_t(BT) * C);
   be.zero(d_ff_a, nF);
   be.matmul_backward(d_ff_a, gw("mlp.proj.w"), gw("mlp.proj.b"), d_out, a.fch_gelu,
@@ -100,7 +100,7 @@ void GptModel::block_backward(int slot, int l, int wbuf, bool finalize) {
   be.layernorm_backward(d_res, G(p + "ln2.w"), G(p + "ln2.b"), d_ln2, a.res2, P(p + "ln2.w"),
                         a.ln2_mean, a.ln2_rstd, BTl, C);
   // d_res now holds dLoss/d(res2).
-  d_out = gather(d_res, full);
+  d_out = projection_grad(d_res, full);
   keep("d_attn", d_out, std::size_t(BT) * C);
   be.zero(d_c, std::size_t(BT) * Cl * sizeof(float));
   be.matmul_backward(d_c, gw("attn.proj.w"), gw("attn.proj.b"), d_out, a.atty,
