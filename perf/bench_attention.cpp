@@ -1,7 +1,8 @@
 // Causal attention forward + backward: the flash kernels the CPU backend runs
-// (compute/cpu/attention.cpp) against the (T, T) probability-matrix kernels
-// they replaced (tests/support/attention_reference.hpp), at a few sequence
-// lengths, batch 2, 4 heads of 64.
+// (compute/cpu/attention.cpp), f32 and with bf16 tile products, against the
+// (T, T) probability-matrix kernels they replaced
+// (tests/support/attention_reference.hpp), at a few sequence lengths, batch
+// 2, 4 heads of 64.
 //   build/perf/bench_attention [--benchmark_filter=...]
 #include <benchmark/benchmark.h>
 
@@ -25,14 +26,19 @@ trident::ComputeBackend& backend() {  // sets the thread counts the training run
 
 void BM_FlashAttention(benchmark::State& st) {
   const int T = int(st.range(0));
+  const bool bf16 = st.range(1) != 0;
   trident::ComputeBackend& be = backend();
-  const auto qkv = random_normals(std::size_t(kB) * T * 3 * kC, 1);
-  const auto dout = random_normals(std::size_t(kB) * T * kC, 2);
+  auto qkv = random_normals(std::size_t(kB) * T * 3 * kC, 1);
+  auto dout = random_normals(std::size_t(kB) * T * kC, 2);
+  if (bf16) {  // as a bf16 run holds them
+    be.round_to(qkv.data(), trident::DType::bf16, qkv.size());
+    be.round_to(dout.data(), trident::DType::bf16, dout.size());
+  }
   std::vector<float> out(dout.size()), lse(std::size_t(kB) * kNH * T), dqkv(qkv.size());
   for (auto _ : st) {
-    be.attention_forward(out.data(), lse.data(), qkv.data(), kB, T, kC, kNH);
+    be.attention_forward(out.data(), lse.data(), qkv.data(), kB, T, kC, kNH, bf16);
     be.attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(), kB, T, kC,
-                          kNH);
+                          kNH, bf16);
     benchmark::DoNotOptimize(dqkv.data());
   }
   st.counters["saved_bytes"] = double(lse.size() * sizeof(float));
@@ -56,6 +62,9 @@ void BM_ProbabilityMatrixAttention(benchmark::State& st) {
 
 }  // namespace
 
-BENCHMARK(BM_FlashAttention)->Arg(256)->Arg(1024)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_FlashAttention)
+    ->ArgsProduct({{256, 1024}, {0, 1}})
+    ->ArgNames({"T", "bf16"})
+    ->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_ProbabilityMatrixAttention)->Arg(256)->Arg(1024)->Unit(benchmark::kMillisecond);
 BENCHMARK_MAIN();

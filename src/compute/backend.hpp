@@ -90,13 +90,17 @@ class ComputeBackend {
   // Causal multi-head attention. qkv is (B, T, 3C) as [q | k | v]; out is
   // (B, T, C); lse (B, NH, T) gets each query's log-sum-exp of its scaled
   // scores, which with q, k, v and out is all backward needs: the (T, T)
-  // probabilities are never kept (FlashAttention-2, Dao 2023).
+  // probabilities are never kept (FlashAttention-2, Dao 2023). bf16: q, k,
+  // v (and dout) hold bf16 values, and the probabilities and score gradients
+  // are rounded to bf16 for the tile products, which then run on bf16 kernels
+  // with f32 sums (FlashAttention's bf16 path); a backend without them may
+  // compute in f32.
   virtual void attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C,
-                                 int NH) = 0;
+                                 int NH, bool bf16) = 0;
   // Recomputes the probabilities from q, k and lse.
   virtual void attention_backward(float* dqkv, const float* dout, const float* qkv,
                                   const float* out, const float* lse, int B, int T, int C,
-                                  int NH) = 0;
+                                  int NH, bool bf16) = 0;
 
   virtual void gelu_forward(float* out, const float* inp, std::size_t n) = 0;
   virtual void gelu_backward(float* dinp, const float* inp, const float* dout, std::size_t n) = 0;

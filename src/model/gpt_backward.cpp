@@ -107,7 +107,8 @@ void GptModel::block_backward(int slot, int l, int wbuf, bool finalize) {
                      P(p + "attn.proj.w"), BT, Cl, C);
   round(d_c, std::size_t(BT) * Cl);
   be.zero(d_3c, 3 * std::size_t(BT) * Cl * sizeof(float));
-  be.attention_backward(d_3c, d_c, a.qkv, a.atty, a.lse, B, T, Cl, NHl);
+  be.attention_backward(d_3c, d_c, a.qkv, a.atty, a.lse, B, T, Cl, NHl,
+                        policy_.store == DType::bf16);
   round(d_3c, 3 * std::size_t(BT) * Cl);
   keep("d_qkv", d_3c, 3 * std::size_t(BT) * Cl);
   be.zero(d_c, nC);

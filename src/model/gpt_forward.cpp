@@ -20,7 +20,7 @@ void GptModel::block_forward(const Block& a, const float* x, int l, bool recompu
   const float* ln1 = gather(a.ln1, a.ln1_full);
   be.matmul_forward(a.qkv, ln1, P(p + "attn.qkv.w"), P(p + "attn.qkv.b"), BT, C, 3 * Cl);
   round(a.qkv, std::size_t(BT) * 3 * Cl);
-  be.attention_forward(a.atty, a.lse, a.qkv, B, T, Cl, NHl);
+  be.attention_forward(a.atty, a.lse, a.qkv, B, T, Cl, NHl, policy_.store == DType::bf16);
   round(a.atty, std::size_t(BT) * Cl);
   be.matmul_forward(full, a.atty, P(p + "attn.proj.w"), bias_here ? P(p + "attn.proj.b") : nullptr,
                     BT, Cl, C);

@@ -109,14 +109,14 @@ TEST_F(CudaBackward, CausalAttention) {
     const auto qkv = random_vector(std::size_t(s.B) * s.T * 3 * s.C, 19, -2, 2);
     const std::size_t n_lse = std::size_t(s.B) * s.NH * s.T;
     auto out = nan_vector(std::size_t(s.B) * s.T * s.C), lse = nan_vector(n_lse);
-    cpu->attention_forward(out.data(), lse.data(), qkv.data(), s.B, s.T, s.C, s.NH);
+    cpu->attention_forward(out.data(), lse.data(), qkv.data(), s.B, s.T, s.C, s.NH, false);
     const auto dout = random_vector(out.size(), 20);
     auto dqkv = random_vector(qkv.size(), 21);  // backward adds into it
     float* gdqkv = d.upload(dqkv);
     cpu->attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(), s.B,
-                            s.T, s.C, s.NH);
+                            s.T, s.C, s.NH, false);
     gpu->attention_backward(gdqkv, d.upload(dout), d.upload(qkv), d.upload(out), d.upload(lse),
-                            s.B, s.T, s.C, s.NH);
+                            s.B, s.T, s.C, s.NH, false);
     EXPECT_TRUE(matches_cpu(d.download(gdqkv, dqkv.size()), dqkv)) << "dqkv, T " << s.T;
   }
 }

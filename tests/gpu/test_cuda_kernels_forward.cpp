@@ -87,9 +87,9 @@ TEST_F(CudaForward, CausalAttention) {
     const auto qkv = random_vector(std::size_t(s.B) * s.T * 3 * s.C, 11, -2, 2);
     const std::size_t n_lse = std::size_t(s.B) * s.NH * s.T;
     auto out = nan_vector(std::size_t(s.B) * s.T * s.C), lse = nan_vector(n_lse);
-    cpu->attention_forward(out.data(), lse.data(), qkv.data(), s.B, s.T, s.C, s.NH);
+    cpu->attention_forward(out.data(), lse.data(), qkv.data(), s.B, s.T, s.C, s.NH, false);
     float *go = d.poisoned(out.size()), *gl = d.poisoned(n_lse);
-    gpu->attention_forward(go, gl, d.upload(qkv), s.B, s.T, s.C, s.NH);
+    gpu->attention_forward(go, gl, d.upload(qkv), s.B, s.T, s.C, s.NH, false);
     EXPECT_TRUE(matches_cpu(d.download(go, out.size()), out)) << "out, T " << s.T;
     EXPECT_TRUE(matches_cpu(d.download(gl, n_lse), lse)) << "log-sum-exp, T " << s.T;
   }

@@ -102,7 +102,7 @@ TEST(Precision, SixteenBitTracksFp32SeriallyAndIn3D) {
     // bf16 keeps 8 bits of mantissa, fp16 11: the stated tolerances.
     EXPECT_LT(e_bf16, 5e-3) << L.name;  // measured <= 1.2e-3
     EXPECT_LT(e_f16, 2e-3) << L.name;   // measured <= 3e-4
-    EXPECT_LT(e_bf16_g, 5e-3) << L.name;  // measured <= 1.1e-3
+    EXPECT_LT(e_bf16_g, 5e-3) << L.name;  // measured <= 1.3e-3
     EXPECT_LT(e_f16_g, 2e-3) << L.name;
     EXPECT_GT(e_bf16, 0.0);  // 16-bit arithmetic really happened
     EXPECT_GT(e_f16, 0.0);

@@ -3,16 +3,19 @@
 // it: outputs and gradients equal within float rounding, the log-sum-exp
 // equal to one computed in double from the scores, for T = 1, T inside one
 // tile, T at a tile boundary, just past it and between tiles; the same bits
-// at any thread count. Finite differences of the same code in double
-// are in test_kernels_fd.cpp.
+// at any thread count. With bf16 tiles (bf16 runs), within bf16 rounding of
+// the f32 kernel. Finite differences of the same code in double are in
+// test_kernels_fd.cpp.
 #include <gtest/gtest.h>
 #include <omp.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <random>
 #include <vector>
 
+#include "compute/cpu/half_convert.hpp"
 #include "compute/cpu/kernels.hpp"
 #include "support/attention_reference.hpp"
 #include "support/random_values.hpp"
@@ -63,12 +66,19 @@ struct Result {
   Vec out, lse, dqkv;
 };
 
-Result flash(const Vec& qkv, const Vec& dout, const Vec& dqkv0, const Shape& s) {
+Result flash(const Vec& qkv, const Vec& dout, const Vec& dqkv0, const Shape& s,
+             bool bf16 = false) {
   Result r{Vec(dout.size()), Vec(std::size_t(s.B) * s.NH * s.T), dqkv0};
-  trident::cpu::attention_forward(r.out.data(), r.lse.data(), qkv.data(), s.B, s.T, s.C, s.NH);
+  trident::cpu::attention_forward(r.out.data(), r.lse.data(), qkv.data(), s.B, s.T, s.C, s.NH,
+                                  bf16);
   trident::cpu::attention_backward(r.dqkv.data(), dout.data(), qkv.data(), r.out.data(),
-                                   r.lse.data(), s.B, s.T, s.C, s.NH);
+                                   r.lse.data(), s.B, s.T, s.C, s.NH, bf16);
   return r;
+}
+
+Vec bf16_values(Vec x) {  // as a bf16 run holds q, k, v and dout
+  trident::cpu::round_to_16bit(x.data(), x.size(), trident::DType::bf16);
+  return x;
 }
 
 constexpr int kTile = trident::cpu::kAttentionTile;
@@ -117,17 +127,37 @@ TEST(FlashAttention, LargeScoresStayFinite) {
   EXPECT_LT(relative_gap(f.dqkv, dqkv), 1e-4) << "dqkv";
 }
 
+TEST(FlashAttention, Bf16TilesStayWithinBf16RoundingOfF32) {
+  // The probabilities and score gradients are rounded to bf16 (8 bits): the
+  // outputs and gradients move by about that much, not more, and do move.
+  for (const Shape& s : kShapes) {
+    SCOPED_TRACE(::testing::Message() << "B " << s.B << " T " << s.T << " C " << s.C);
+    const Vec qkv = bf16_values(random_normals(std::size_t(s.B) * s.T * 3 * s.C, 8, 1.5f));
+    const Vec dout = bf16_values(random_normals(std::size_t(s.B) * s.T * s.C, 9, 1.0f));
+    const Vec dqkv0(qkv.size(), 0.0f);
+    const Result f32 = flash(qkv, dout, dqkv0, s), b16 = flash(qkv, dout, dqkv0, s, true);
+    const double out_gap = relative_gap(b16.out, f32.out), d_gap = relative_gap(b16.dqkv, f32.dqkv);
+    std::printf("T %d: bf16 tiles against f32, out %.1e, dqkv %.1e\n", s.T, out_gap, d_gap);
+    EXPECT_LT(out_gap, 4e-3) << "out";  // measured <= 1.0e-3
+    EXPECT_LT(d_gap, 1e-2) << "dqkv";  // measured <= 2.6e-3
+    EXPECT_LT(relative_gap(b16.lse, f32.lse), 1e-6) << "log-sum-exp (f32 sums of exact products)";
+    if (s.T > 1) EXPECT_GT(d_gap, 0.0) << "the tiles were rounded";
+  }
+}
+
 TEST(FlashAttention, SameBitsAtAnyThreadCount) {
   const Shape s{2, 2 * kTile + 2, 32, 2};
-  const Vec qkv = random_normals(std::size_t(s.B) * s.T * 3 * s.C, 6, 1.0f);
-  const Vec dout = random_normals(std::size_t(s.B) * s.T * s.C, 7, 1.0f);
-  const int threads = omp_get_max_threads();
-  omp_set_num_threads(1);
-  const Result one = flash(qkv, dout, Vec(qkv.size(), 0.0f), s);
-  omp_set_num_threads(3);
-  const Result three = flash(qkv, dout, Vec(qkv.size(), 0.0f), s);
-  omp_set_num_threads(threads);
-  EXPECT_EQ(one.out, three.out);
-  EXPECT_EQ(one.lse, three.lse);
-  EXPECT_EQ(one.dqkv, three.dqkv);
+  for (bool bf16 : {false, true}) {
+    const Vec qkv = bf16_values(random_normals(std::size_t(s.B) * s.T * 3 * s.C, 6, 1.0f));
+    const Vec dout = bf16_values(random_normals(std::size_t(s.B) * s.T * s.C, 7, 1.0f));
+    const int threads = omp_get_max_threads();
+    omp_set_num_threads(1);
+    const Result one = flash(qkv, dout, Vec(qkv.size(), 0.0f), s, bf16);
+    omp_set_num_threads(3);
+    const Result three = flash(qkv, dout, Vec(qkv.size(), 0.0f), s, bf16);
+    omp_set_num_threads(threads);
+    EXPECT_EQ(one.out, three.out) << "bf16 " << bf16;
+    EXPECT_EQ(one.lse, three.lse) << "bf16 " << bf16;
+    EXPECT_EQ(one.dqkv, three.dqkv) << "bf16 " << bf16;
+  }
 }

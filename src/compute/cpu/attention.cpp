@@ -6,30 +6,80 @@
 // parallel region; measured faster than hand-vectorised tile loops); the
 // element-wise softmax work between them runs over contiguous tile rows.
 // One thread owns a (batch, head, query tile) in forward and a (batch, head)
-// in backward, so every sum runs in a fixed order at any thread count.
+// in backward, so every sum runs in a fixed order at any thread count. With
+// bf16 the products take bf16 copies of their operands (q, k, v and dout hold
+// bf16 values; the probabilities and score gradients are rounded, while the
+// softmax sums and dS use them unrounded) and run on bf16 kernels.
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #include "compute/cpu/blas.hpp"
 #include "compute/cpu/fast_math.hpp"
+#include "compute/cpu/gemm_bf16.hpp"
+#include "compute/cpu/half_convert.hpp"
 #include "compute/cpu/kernels.hpp"
 #include "compute/cpu/vector_clones.hpp"
 
 namespace trident::cpu {
 namespace {
 constexpr int kTile = kAttentionTile;
+
+// rows x cols of x (leading dimension ld), which holds bf16 values, as their
+// bits (the high halves), rows contiguous.
+TRIDENT_VECTOR_CLONES void bf16_bits_of(std::uint16_t* out, const float* x, int rows, int cols,
+                                        std::size_t ld) {
+  for (int r = 0; r < rows; ++r) {
+    const float* in = x + std::size_t(r) * ld;
+    std::uint16_t* o = out + std::size_t(r) * cols;
+#pragma omp simd
+    for (int c = 0; c < cols; ++c) {
+      std::uint32_t u;
+      std::memcpy(&u, in + c, sizeof u);
+      o[c] = std::uint16_t(u >> 16);
+    }
+  }
+}
+
+// A tile of n f32 values rounded to bf16.
+void round_bf16(std::uint16_t* out, const float* x, std::size_t n) {
+  to_16bit(out, x, n, DType::bf16);
+}
+
+template <class T>
+void scale_rows(T* x, int rows, int cols, int ld, T s) {
+  for (int r = 0; r < rows; ++r) {
+    T* row = x + std::size_t(r) * ld;
+#pragma omp simd
+    for (int c = 0; c < cols; ++c) row[c] *= s;
+  }
+}
+
+// bf16 tiles are for f32 runs that ask for them on a CPU that has the kernels.
+template <class T>
+bool bf16_tiles(bool bf16) {
+  if constexpr (std::is_same_v<T, float>) return bf16 && cpu_has_bf16_kernels();
+  return false;
+}
 }  // namespace
 
 template <class T>
 TRIDENT_VECTOR_CLONES
-void attention_forward(T* out, T* lse, const T* qkv, int B, int T_, int C, int NH) {
+void attention_forward(T* out, T* lse, const T* qkv, int B, int T_, int C, int NH, bool bf16) {
   const int hs = C / NH, C3 = 3 * C, tiles = (T_ + kTile - 1) / kTile;
   const T scale = T(1) / std::sqrt(T(hs));
+  const bool b16 = bf16_tiles<T>(bf16);
 #pragma omp parallel
   {
     std::vector<T> S(kTile * kTile), acc(std::size_t(kTile) * hs), m(kTile), l(kTile);
+    std::vector<std::uint16_t> q16, kv16, p16;  // bf16: Q_i, K and V up to the diagonal, P
+    if (b16) q16.resize(std::size_t(kTile) * hs), kv16.resize(2 * std::size_t(T_) * hs),
+        p16.resize(kTile * kTile);
+    int packed_head = -1, packed_rows = 0;  // the (b, h) whose K, V rows kv16 holds
     // Later query tiles see more keys: hand them out dynamically.
 #pragma omp for collapse(3) schedule(dynamic)
     for (int b = 0; b < B; ++b) {
@@ -41,10 +91,28 @@ void attention_forward(T* out, T* lse, const T* qkv, int B, int T_, int C, int N
           std::fill(acc.begin(), acc.end(), T(0));
           std::fill(m.begin(), m.end(), -std::numeric_limits<T>::infinity());
           std::fill(l.begin(), l.end(), T(0));
+          std::uint16_t *k16 = kv16.data(), *v16 = k16 + std::size_t(T_) * hs;
+          if (b16) {  // a thread's next query tile is mostly the same head's next: keep its rows
+            const float* qf = reinterpret_cast<const float*>(q);  // T is float here
+            if (packed_head != b * NH + h) packed_head = b * NH + h, packed_rows = 0;
+            const int r0 = packed_rows, rows = std::max(0, i0 + nq - r0);
+            bf16_bits_of(q16.data(), qf + std::size_t(i0) * C3, nq, hs, C3);
+            bf16_bits_of(k16 + std::size_t(r0) * hs, qf + C + std::size_t(r0) * C3, rows, hs, C3);
+            bf16_bits_of(v16 + std::size_t(r0) * hs, qf + 2 * C + std::size_t(r0) * C3, rows, hs,
+                         C3);
+            packed_rows = std::max(packed_rows, i0 + nq);
+          }
           for (int j0 = 0; j0 <= i0; j0 += kTile) {  // causal: key tiles up to the diagonal
             const int nk = std::min(kTile, i0 + nq - j0);
-            gemm(false, true, nq, nk, hs, scale, q + std::size_t(i0) * C3, C3,
-                 k + std::size_t(j0) * C3, C3, T(0), S.data(), kTile);  // S = s Q_i K_j^T
+            if (b16) {
+              float* Sf = reinterpret_cast<float*>(S.data());
+              gemm_bf16_bits(false, true, nq, nk, hs, q16.data(), hs, k16 + std::size_t(j0) * hs,
+                             hs, false, Sf, kTile);
+              scale_rows(S.data(), nq, nk, kTile, scale);
+            } else {
+              gemm(false, true, nq, nk, hs, scale, q + std::size_t(i0) * C3, C3,
+                   k + std::size_t(j0) * C3, C3, T(0), S.data(), kTile);  // S = s Q_i K_j^T
+            }
             for (int r = 0; r < nq; ++r) {
               T* row = S.data() + r * kTile;
               const int n = std::min(nk, i0 + r + 1 - j0);  // keys <= t
@@ -62,8 +130,16 @@ void attention_forward(T* out, T* lse, const T* qkv, int B, int T_, int C, int N
               T* a = acc.data() + std::size_t(r) * hs;
               for (int d = 0; d < hs; ++d) a[d] *= corr;
             }
-            gemm(false, false, nq, hs, nk, T(1), S.data(), kTile, v + std::size_t(j0) * C3, C3,
-                 T(1), acc.data(), hs);  // acc += P V_j
+            if (b16) {
+              round_bf16(p16.data(), reinterpret_cast<const float*>(S.data()),
+                         std::size_t(nq) * kTile);
+              gemm_bf16_bits(false, false, nq, hs, nk, p16.data(), kTile,
+                             v16 + std::size_t(j0) * hs, hs, true,
+                             reinterpret_cast<float*>(acc.data()), hs);
+            } else {
+              gemm(false, false, nq, hs, nk, T(1), S.data(), kTile, v + std::size_t(j0) * C3, C3,
+                   T(1), acc.data(), hs);  // acc += P V_j
+            }
           }
           for (int r = 0; r < nq; ++r) {
             const int t = i0 + r;
@@ -82,12 +158,16 @@ void attention_forward(T* out, T* lse, const T* qkv, int B, int T_, int C, int N
 template <class T>
 TRIDENT_VECTOR_CLONES
 void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const T* lse, int B,
-                        int T_, int C, int NH) {
+                        int T_, int C, int NH, bool bf16) {
   const int hs = C / NH, C3 = 3 * C;
   const T scale = T(1) / std::sqrt(T(hs));
+  const bool b16 = bf16_tiles<T>(bf16);
 #pragma omp parallel
   {
     std::vector<T> P(kTile * kTile), dS(kTile * kTile), D(T_);
+    std::vector<std::uint16_t> qkvo16, p16, ds16;  // bf16: Q, K, V, dO of a head; P and dS
+    if (b16) qkvo16.resize(4 * std::size_t(T_) * hs), p16.resize(kTile * kTile),
+        ds16.resize(kTile * kTile);
 #pragma omp for collapse(2) schedule(dynamic)
     for (int b = 0; b < B; ++b) {
       for (int h = 0; h < NH; ++h) {
@@ -104,13 +184,27 @@ void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, cons
           for (int d = 0; d < hs; ++d) sum += o[d] * g[d];
           D[t] = sum;
         }
+        const std::size_t Th = std::size_t(T_) * hs;
+        std::uint16_t *q16 = qkvo16.data(), *k16 = q16 + Th, *v16 = k16 + Th, *dO16 = v16 + Th;
+        if (b16) {
+          auto f = [](const T* x) { return reinterpret_cast<const float*>(x); };  // T is float
+          bf16_bits_of(q16, f(q), T_, hs, C3), bf16_bits_of(k16, f(k), T_, hs, C3);
+          bf16_bits_of(v16, f(v), T_, hs, C3), bf16_bits_of(dO16, f(dO), T_, hs, C);
+        }
+        auto F = [](T* x) { return reinterpret_cast<float*>(x); };
         for (int j0 = 0; j0 < T_; j0 += kTile) {
           const int nk = std::min(kTile, T_ - j0);
           const T *kj = k + std::size_t(j0) * C3, *vj = v + std::size_t(j0) * C3;
           for (int i0 = j0; i0 < T_; i0 += kTile) {  // causal: query tiles from the diagonal
             const int nq = std::min(kTile, T_ - i0);
             const T *qi = q + std::size_t(i0) * C3, *dOi = dO + std::size_t(i0) * C;
-            gemm(false, true, nq, nk, hs, scale, qi, C3, kj, C3, T(0), P.data(), kTile);
+            if (b16) {
+              gemm_bf16_bits(false, true, nq, nk, hs, q16 + std::size_t(i0) * hs, hs,
+                             k16 + std::size_t(j0) * hs, hs, false, F(P.data()), kTile);
+              scale_rows(P.data(), nq, nk, kTile, scale);
+            } else {
+              gemm(false, true, nq, nk, hs, scale, qi, C3, kj, C3, T(0), P.data(), kTile);
+            }
             for (int r = 0; r < nq; ++r) {  // P from the saved log-sum-exp
               T* row = P.data() + r * kTile;
               const int n = std::min(nk, i0 + r + 1 - j0);
@@ -119,15 +213,34 @@ void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, cons
               for (int c = 0; c < n; ++c) row[c] = exp_k(row[c] - lt);
               for (int c = n; c < nk; ++c) row[c] = 0;
             }
-            gemm(true, false, nk, hs, nq, T(1), P.data(), kTile, dOi, C, T(1),
-                 dv + std::size_t(j0) * C3, C3);  // dV_j += P^T dO_i
-            gemm(false, true, nq, nk, hs, T(1), dOi, C, vj, C3, T(0), dS.data(), kTile);
+            if (b16) {
+              round_bf16(p16.data(), F(P.data()), std::size_t(nq) * kTile);
+              gemm_bf16_bits(true, false, nk, hs, nq, p16.data(), kTile,
+                             dO16 + std::size_t(i0) * hs, hs, true, F(dv + std::size_t(j0) * C3),
+                             C3);
+              gemm_bf16_bits(false, true, nq, nk, hs, dO16 + std::size_t(i0) * hs, hs,
+                             v16 + std::size_t(j0) * hs, hs, false, F(dS.data()), kTile);
+            } else {
+              gemm(true, false, nk, hs, nq, T(1), P.data(), kTile, dOi, C, T(1),
+                   dv + std::size_t(j0) * C3, C3);  // dV_j += P^T dO_i
+              gemm(false, true, nq, nk, hs, T(1), dOi, C, vj, C3, T(0), dS.data(), kTile);
+            }
             for (int r = 0; r < nq; ++r) {  // dS = s P (dP - D), scale folded in
               const T* p = P.data() + r * kTile;
               T* ds = dS.data() + r * kTile;
               const T Dt = D[i0 + r];
 #pragma omp simd
               for (int c = 0; c < nk; ++c) ds[c] = scale * p[c] * (ds[c] - Dt);
+            }
+            if (b16) {
+              round_bf16(ds16.data(), F(dS.data()), std::size_t(nq) * kTile);
+              gemm_bf16_bits(false, false, nq, hs, nk, ds16.data(), kTile,
+                             k16 + std::size_t(j0) * hs, hs, true, F(dq + std::size_t(i0) * C3),
+                             C3);
+              gemm_bf16_bits(true, false, nk, hs, nq, ds16.data(), kTile,
+                             q16 + std::size_t(i0) * hs, hs, true, F(dk + std::size_t(j0) * C3),
+                             C3);
+              continue;
             }
             gemm(false, false, nq, hs, nk, T(1), dS.data(), kTile, kj, C3, T(1),
                  dq + std::size_t(i0) * C3, C3);  // dQ_i += dS K_j
@@ -140,11 +253,12 @@ void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, cons
   }
 }
 
-template void attention_forward<float>(float*, float*, const float*, int, int, int, int);
-template void attention_forward<double>(double*, double*, const double*, int, int, int, int);
+template void attention_forward<float>(float*, float*, const float*, int, int, int, int, bool);
+template void attention_forward<double>(double*, double*, const double*, int, int, int, int,
+                                        bool);
 template void attention_backward<float>(float*, const float*, const float*, const float*,
-                                        const float*, int, int, int, int);
+                                        const float*, int, int, int, int, bool);
 template void attention_backward<double>(double*, const double*, const double*, const double*,
-                                         const double*, int, int, int, int);
+                                         const double*, int, int, int, int, bool);
 
 }  // namespace trident::cpu

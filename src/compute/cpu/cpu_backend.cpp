@@ -134,12 +134,12 @@ class CpuBackend final : public ComputeBackend {
     cpu::matmul_backward(dinp, dw, dbias, dout, inp, w, N, IC, OC);
   }
   void attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C,
-                         int NH) override {
-    cpu::attention_forward(out, lse, qkv, B, T, C, NH);
+                         int NH, bool bf16) override {
+    cpu::attention_forward(out, lse, qkv, B, T, C, NH, bf16);
   }
   void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
-                          const float* lse, int B, int T, int C, int NH) override {
-    cpu::attention_backward(dqkv, dout, qkv, out, lse, B, T, C, NH);
+                          const float* lse, int B, int T, int C, int NH, bool bf16) override {
+    cpu::attention_backward(dqkv, dout, qkv, out, lse, B, T, C, NH, bf16);
   }
   void gelu_forward(float* out, const float* inp, std::size_t n) override {
     cpu::gelu_forward(out, inp, n);

@@ -12,7 +12,10 @@
 
 #include <oneapi/dnnl/dnnl.hpp>
 
+#include <algorithm>
+
 #include "compute/cpu/blas.hpp"
+#include "compute/cpu/half_convert.hpp"
 #include "compute/cpu/vector_clones.hpp"
 
 namespace trident::cpu {
@@ -36,12 +39,12 @@ dnnl::engine& cpu_engine() {
   return engine;
 }
 
-// One tile's matmul on the packed bf16 operands: A is M x K (ta: K x M) and
-// B is K x N (tb: N x K), both with their rows contiguous.
+// One tile's matmul on bf16 operands: A is m x K (ta: stored K x m) with
+// leading dimension lda, B is K x n (tb: stored n x K) with ldb.
 struct TileShape {
-  int m, n, M, N, K, ldc;
+  int m, n, K, lda, ldb, ldc;
   bool ta, tb, accumulate;
-  auto key() const { return std::tie(m, n, M, N, K, ldc, ta, tb, accumulate); }
+  auto key() const { return std::tie(m, n, K, lda, ldb, ldc, ta, tb, accumulate); }
   bool operator<(const TileShape& o) const { return key() < o.key(); }
 };
 
@@ -61,9 +64,9 @@ const TileMatmul& tile_matmul(const TileShape& s) {
   auto& slot = cache[s];
   if (slot) return *slot;
   const memory::desc a({s.m, s.K}, memory::data_type::bf16,
-                       s.ta ? memory::dims{1, s.M} : memory::dims{s.K, 1});
+                       s.ta ? memory::dims{1, s.lda} : memory::dims{s.lda, 1});
   const memory::desc b({s.K, s.n}, memory::data_type::bf16,
-                       s.tb ? memory::dims{1, s.K} : memory::dims{s.N, 1});
+                       s.tb ? memory::dims{1, s.ldb} : memory::dims{s.ldb, 1});
   const memory::desc c({s.m, s.n}, memory::data_type::f32, memory::dims{s.ldc, 1});
   dnnl::primitive_attr attr;
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);  // one per thread: tiles run at once
@@ -130,14 +133,15 @@ bool gemm_bf16_valued(bool ta, bool tb, int M, int N, int K, float alpha, const 
   const int a_rows = ta ? K : M, a_cols = ta ? M : K, b_rows = tb ? N : K, b_cols = tb ? K : N;
   if (!holds_bf16_values(A, 1, a_cols, lda) || !holds_bf16_values(B, 1, b_cols, ldb))
     return false;
-  const GemmTiles g = gemm_tiles(M, N);
+  GemmTiles g = gemm_tiles(M, N);
+  g.tm = std::min(g.tm, M), g.tn = std::min(g.tn, N);  // one tile may be smaller than a tile
   const int last_m = M - (g.rows - 1) * g.tm, last_n = N - (g.cols - 1) * g.tn;
   const TileMatmul* ops[2][2];  // [last row of tiles][last column]
   try {
     for (int lr = 0; lr < 2; ++lr)
       for (int lc = 0; lc < 2; ++lc)
-        ops[lr][lc] = &tile_matmul(TileShape{lr ? last_m : g.tm, lc ? last_n : g.tn, M, N, K, ldc,
-                                             ta, tb, beta != 0.0f});
+        ops[lr][lc] = &tile_matmul(TileShape{lr ? last_m : g.tm, lc ? last_n : g.tn, K,
+                                             ta ? M : K, tb ? K : N, ldc, ta, tb, beta != 0.0f});
   } catch (const dnnl::error&) {
     return false;
   }
@@ -168,6 +172,44 @@ bool gemm_bf16_valued(bool ta, bool tb, int M, int N, int K, float alpha, const 
     }
   }
   return true;
+}
+
+bool cpu_has_bf16_kernels() {
+  static const bool supported = cpu_has_bf16();
+  return supported;
+}
+
+void gemm_bf16_bits(bool ta, bool tb, int M, int N, int K, const std::uint16_t* A, int lda,
+                    const std::uint16_t* B, int ldb, bool accumulate, float* C, int ldc) {
+  const TileMatmul* op = nullptr;
+  if (cpu_has_bf16_kernels()) try {
+      op = &tile_matmul(TileShape{M, N, K, lda, ldb, ldc, ta, tb, accumulate});
+    } catch (const dnnl::error&) {
+    }
+  if (!op) {  // the same products and f32 sums on the f32 GEMM
+    thread_local std::vector<float> a, b;
+    auto widen = [](std::vector<float>& out, const std::uint16_t* x, int rows, int cols, int ld) {
+      out.resize(std::size_t(rows) * cols);
+      for (int r = 0; r < rows; ++r)
+        from_16bit(out.data() + std::size_t(r) * cols, x + std::size_t(r) * ld, cols, DType::bf16);
+    };
+    widen(a, A, ta ? K : M, ta ? M : K, lda);
+    widen(b, B, tb ? N : K, tb ? K : N, ldb);
+    gemm(ta, tb, M, N, K, 1.0f, a.data(), ta ? M : K, b.data(), tb ? K : N,
+         accumulate ? 1.0f : 0.0f, C, ldc);
+    return;
+  }
+  thread_local dnnl::stream stream(cpu_engine());
+  thread_local std::vector<std::uint8_t> scratch;
+  const dnnl::engine& eng = cpu_engine();
+  memory am(op->pd.src_desc(), eng, const_cast<std::uint16_t*>(A));
+  memory bm(op->pd.weights_desc(), eng, const_cast<std::uint16_t*>(B));
+  memory cm(op->pd.dst_desc(), eng, C);
+  const memory::desc sd = op->pd.scratchpad_desc();
+  if (scratch.size() < sd.get_size()) scratch.resize(sd.get_size());
+  memory sm(sd, eng, scratch.data());
+  op->run.execute(stream, {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm},
+                           {DNNL_ARG_SCRATCHPAD, sm}});
 }
 
 }  // namespace trident::cpu

@@ -7,7 +7,19 @@
 // depend on the thread count.
 #pragma once
 
+#include <cstdint>
+
 namespace trident::cpu {
+
+// Whether the CPU has bf16 instructions oneDNN's kernels use.
+bool cpu_has_bf16_kernels();
+
+// C = op(A) op(B) (+ C when accumulate) with A and B as bf16 bits (A: M x K,
+// ta: stored K x M; B: K x N, tb: stored N x K), f32 sums, on the calling
+// thread: small products inside a parallel region, such as attention's tiles.
+// Without bf16 kernels for the shape it widens them and runs the f32 GEMM.
+void gemm_bf16_bits(bool ta, bool tb, int M, int N, int K, const std::uint16_t* A, int lda,
+                    const std::uint16_t* B, int ldb, bool accumulate, float* C, int ldc);
 
 // C = alpha * op(A) op(B) + beta * C on bf16 kernels; returns false, having
 // done nothing, when alpha is not 1, beta is neither 0 nor 1, the CPU has no

@@ -39,11 +39,13 @@ void matmul_backward(T* dinp, T* dw, T* dbias, const T* dout, const T* inp, cons
 // Queries and keys per tile (larger tiles amortise the BLAS calls; at 128 one
 // thread's scores tile is 64 KiB).
 constexpr int kAttentionTile = 128;
+// bf16 (f32 only): the tile products on bf16 kernels (backend.hpp).
 template <class T>
-void attention_forward(T* out, T* lse, const T* qkv, int B, int T_, int C, int NH);
+void attention_forward(T* out, T* lse, const T* qkv, int B, int T_, int C, int NH,
+                       bool bf16 = false);
 template <class T>
 void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const T* lse, int B,
-                        int T_, int C, int NH);
+                        int T_, int C, int NH, bool bf16 = false);
 template <class T>
 void gelu_forward(T* out, const T* inp, std::size_t n);
 template <class T>

@@ -71,9 +71,9 @@ class CudaBackend final : public ComputeBackend {
   void matmul_backward(float* dinp, float* dw, float* dbias, const float* dout, const float* inp,
                        const float* w, int N, int IC, int OC) override;
   void attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C,
-                         int NH) override;
+                         int NH, bool bf16) override;
   void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
-                          const float* lse, int B, int T, int C, int NH) override;
+                          const float* lse, int B, int T, int C, int NH, bool bf16) override;
   void gelu_forward(float* out, const float* inp, std::size_t n) override;
   void gelu_backward(float* dinp, const float* inp, const float* dout, std::size_t n) override;
   void add(float* out, const float* a, const float* b, std::size_t n) override;
