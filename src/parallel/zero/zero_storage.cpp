@@ -163,33 +163,6 @@ const float* ZeroStorage::param_rows(const TensorInfo& t, std::size_t element, s
   return working_.window(param_bytes(p_full_, t.offset + element), weights_, n);
 }
 
-float* ZeroStorage::grad_at(const TensorInfo& t, std::size_t element) {
-  const std::size_t off = t.offset + element;
-  const int u = plan_.unit_of_offset(off);
-  const std::size_t i = plan_.units()[u].range.packed_index(off);
-  if (stage_ == 1 && sixteen_grads()) {
-    if (u == grad_table_unit_)
-      throw std::logic_error("ZeRO: gradients of " + t.name + " are reached through grad_rows");
-    float* g = grad_working_.find(u);
-    if (!g) throw std::logic_error("ZeRO: gradients of " + t.name + " used before need_grads");
-    return g + i;
-  }
-  if (stage_ == 1) return g_full_.f32() + off;
-  Slot* s = find(g_slots_, u);
-  if (!s) throw std::logic_error("ZeRO: gradients of " + t.name + " have no slot");
-  return s->mem.f32() + i;
-}
-
-float* ZeroStorage::grad_rows(const TensorInfo& t, std::size_t element, std::size_t n) {
-  if (t.unit != grad_table_unit_) return grad_at(t, element);
-  return grad_working_.window(grad_bytes(g_full_, t.offset + element), grads_, n);
-}
-
-void ZeroStorage::done_grad_rows(const TensorInfo& t, std::size_t element, std::size_t n) {
-  if (t.unit == grad_table_unit_)
-    grad_working_.window_back(grad_bytes(g_full_, t.offset + element), grads_, n);
-}
-
 void ZeroStorage::start_gather(int u, bool prefetch) {
   const ZeroUnit& U = plan_.units()[u];
   Slot* s = acquire(p_slots_, u, prefetch);
@@ -310,97 +283,6 @@ void ZeroStorage::done_params(int u) {
   finish_gather(*s);
   s->unit = -1;
   s->users = 0;
-}
-
-void ZeroStorage::need_grads(int u) {
-  if (stage_ == 1) {  // 16-bit: the unit's accumulated gradients as f32, until done_grads
-    if (sixteen_grads() && u != grad_table_unit_ && !grad_working_.find(u))
-      grad_working_.acquire(u, grad_bytes(g_full_, plan_.units()[u].begin()), grads_,
-                            plan_.units()[u].size());
-    return;
-  }
-  if (find(g_slots_, u)) return;
-  Slot* s = acquire(g_slots_, u);
-  backend_.zero(s->mem.data(), plan_.units()[u].size() * sizeof(float));
-}
-
-void ZeroStorage::done_grads(int u, bool last) {
-  const ZeroUnit& U = plan_.units()[u];
-  if (stage_ == 1) {
-    if (sixteen_grads() && u != grad_table_unit_)
-      grad_working_.write_back_and_release(u, grad_bytes(g_full_, U.begin()), grads_, U.size());
-    if (!last) return;  // stage 1 accumulates in full gradients: one reduction per step
-    void* recv = U.persistent ? nullptr : free_recv_buffer();
-    Reduction r{u, nullptr, recv, {}};
-    r.req = comm_.reduce_unit(U, grad_bytes(g_full_, U.begin()), r.recv, grads_);
-    reductions_.push_back(std::move(r));
-    return;
-  }
-  Slot* s = find(g_slots_, u);
-  s->unit = -2 - u;  // reducing: invisible to find(), recycled on completion
-  void* recv = U.persistent ? nullptr : free_recv_buffer();
-  Reduction r{u, s, recv, {}};
-  if (sixteen_grads()) backend_.convert(s->bits.data(), grads_, s->mem.data(), DType::f32, U.size());
-  r.req = comm_.reduce_unit(U, sixteen_grads() ? s->bits.data() : s->mem.data(), recv, grads_);
-  reductions_.push_back(std::move(r));
-  comm_.test(reductions_.front().req);  // drive progress of the oldest
-}
-
-void* ZeroStorage::free_recv_buffer() {
-  for (;;) {
-    for (auto& a : recv_buffers_) {
-      bool used = false;
-      for (const auto& r : reductions_) used = used || r.recv == a.data();
-      if (!used) return a.data();
-    }
-    complete_oldest_reduction();  // frees the oldest reduction's buffer
-  }
-}
-
-void ZeroStorage::complete_oldest_reduction() {
-  Reduction r = std::move(reductions_.front());
-  reductions_.pop_front();
-  comm_.wait(r.req);
-  const ZeroUnit& U = plan_.units()[r.unit];
-  void* owned = owned_grads(r.unit);
-  const std::size_t n = plan_.slice(U);
-  if (stage_ == 1) {  // one reduction per step: the sum is the owned slice
-    const void* summed = U.persistent ? grad_bytes(g_full_, U.begin()) : r.recv;
-    if (summed != owned) backend_.copy(owned, summed, n * dtype_size(grads_));
-    return;
-  }
-  // 16-bit: the sum is widened into the slot's f32 memory (idle since the
-  // reduction took its 16-bit copy) before it is accumulated.
-  const float* summed = U.persistent ? r.slot->mem.f32() : static_cast<const float*>(r.recv);
-  if (sixteen_grads()) {
-    backend_.convert(r.slot->mem.data(), DType::f32, U.persistent ? r.slot->bits.data() : r.recv,
-                     grads_, n);
-    accumulate(owned, r.slot->mem.f32(), n);
-  } else {
-    backend_.add(static_cast<float*>(owned), static_cast<float*>(owned), summed, n);
-  }
-  r.slot->unit = -1;
-}
-
-void ZeroStorage::accumulate(void* owned, const float* summed, std::size_t n) {
-  // Over micro-batches: each sum is added in f32 and the slice rounded once.
-  float* acc = accumulate_chunk_.f32();
-  for (std::size_t off = 0; off < n; off += accumulate_chunk_.numel()) {
-    const std::size_t k = std::min(accumulate_chunk_.numel(), n - off);
-    char* slice = static_cast<char*>(owned) + off * dtype_size(grads_);
-    backend_.convert(acc, DType::f32, slice, grads_, k);
-    backend_.add(acc, acc, summed + off, k);
-    backend_.convert(slice, grads_, acc, DType::f32, k);
-  }
-}
-
-void ZeroStorage::begin_step() {
-  if (stage_ == 1) g_full_.zero();
-  if (!grads_in_place()) g_shard_.zero();
-}
-
-void ZeroStorage::finish_backward() {
-  while (!reductions_.empty()) complete_oldest_reduction();
 }
 
 }  // namespace trident
