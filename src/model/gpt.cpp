@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <stdexcept>
+
 #include "model/gpt_params.hpp"
 
 namespace trident {
@@ -35,10 +37,14 @@ GptModel::GptModel(const GptConfig& c, int micro_batch, ComputeBackend& backend,
   if (GptModel* other = o.shares_buffers_with) {
     work_mem_ = other->work_mem_;
     scratch_mem_ = other->scratch_mem_;
+    send_mem_ = other->send_mem_;
   } else {
     if (work_.size() > 0)
       work_arena_ = Arena(backend, ledger, MemCategory::activations, work_.size());
     scratch_arena_ = Arena(backend, ledger, MemCategory::activations, scratch_.size());
+    if (o.send_buffers > 0)
+      send_arena_ = Arena(backend, ledger, MemCategory::activations,
+                          boundary_elements() * std::size_t(o.send_buffers));
   }
   if (o.weight_buffers > 0) {
     splits_backward_ = true;
@@ -50,6 +56,14 @@ GptModel::GptModel(const GptConfig& c, int micro_batch, ComputeBackend& backend,
   io_ = Arena(backend, ledger, MemCategory::activations, 2 * std::size_t(BT_) * o.activation_slots,
               DType::i32);
   host_losses_.resize(BT_);
+}
+
+float* GptModel::send_buffer_f32(int k) {
+  const std::size_t n = boundary_elements();
+  if (k < 0 || (std::size_t(k) + 1) * n > send_mem_->numel())
+    throw std::logic_error(fmt::format("send buffer {} is not in this rank's pool of {}", k,
+                                       send_mem_->numel() / n));
+  return send_mem_->f32() + std::size_t(k) * n;
 }
 
 FullStorage& GptModel::full() {

@@ -44,9 +44,13 @@ struct GptModelOptions {
   // ops in a W buffer (a pool apart from the slots: a B fused with its W
   // needs none).
   int weight_buffers = 0;
+  // Input gradients sent to the previous stage at once: each is read by its
+  // send until the receiver takes it, apart from the slots (one pool per
+  // rank; a chunk that shares buffers uses the other's).
+  int send_buffers = 0;
   // Another chunk of this rank (same config and micro-batch) whose working
-  // buffer and scratch this one uses: a rank runs one pass at a time, and
-  // nothing in them outlives a pass.
+  // buffer, scratch and send buffers this one uses: a rank runs one pass at a
+  // time, and nothing in the first two outlives a pass.
   GptModel* shares_buffers_with = nullptr;
 };
 
@@ -117,18 +121,19 @@ class GptModel {
   // dloss != 0 the head also leaves dloss * dLoss/dlogits for backward().
   double forward(int slot, const std::int32_t* tokens, const std::int32_t* targets, float dloss);
   // Adds the slot's micro-batch gradients into the storage. A stage without
-  // the head reads dLoss/d(output) from output_grad_buffer(). `finalize` marks
-  // this stage's last micro-batch of the step: gradients partial over the
-  // tensor group are summed then, and `ready` (may be empty) is told as ranges
-  // of gradients become final.
-  void backward(int slot, const GradsReadyFn& ready, bool finalize = true);
+  // the head reads dLoss/d(output) from output_grad_buffer(); one without the
+  // embeddings leaves dLoss/d(input) in input_grad(send_buffer). `finalize`
+  // marks this stage's last micro-batch of the step: gradients partial over
+  // the tensor group are summed then, and `ready` (may be empty) is told as
+  // ranges of gradients become final.
+  void backward(int slot, const GradsReadyFn& ready, bool finalize = true, int send_buffer = -1);
   // The same, split in two (Qi et al. 2024, section 2): B leaves
-  // input_grad(slot) and no weight gradient, keeping what W needs in W buffer
+  // input_grad(send_buffer) and no weight gradient, keeping what W needs in W buffer
   // `wbuf` and in the slot over activations only B reads (after B the slot
   // holds no longer what forward saved); W, any time later and before the
   // slot or the buffer is reused,
   // adds the weight gradients; `ready` and `finalize` as for backward().
-  void backward_input(int slot, int wbuf);
+  void backward_input(int slot, int wbuf, int send_buffer = -1);
   void backward_weights(int slot, int wbuf, const GradsReadyFn& ready, bool finalize);
 
   // Pipeline boundaries: this rank's tokens x d_model floats each.
@@ -136,7 +141,8 @@ class GptModel {
   float* input_buffer(int slot) { return act(slot, "encoded"); }
   const float* output(int slot);                          // after forward
   float* output_grad_buffer() { return scratch("d_res"); }
-  const float* input_grad(int slot) { return act(slot, "d_input"); }  // after backward
+  // After backward: the input gradient in send buffer `send_buffer`.
+  const float* input_grad(int send_buffer) { return send_buffer_f32(send_buffer); }
 
  private:
   struct Block {  // activation pointers of one layer in one slot
@@ -151,6 +157,7 @@ class GptModel {
     return static_cast<std::uint16_t*>(acts16_.data()) + std::size_t(slot) * saved16_.size();
   }
   float* act(int slot, const std::string& name) { return slot_f32(slot) + saved_.at(name).offset; }
+  float* send_buffer_f32(int k);
   // 16-bit activations: values as storing them in policy_.store leaves them
   // (forward and backward then see exactly what a 16-bit tensor would hold).
   void round(float* x, std::size_t n) {
@@ -184,7 +191,7 @@ class GptModel {
   void sum_partial_grads(const std::vector<std::string>& names);
   // One backward over the stage; wbuf < 0: each weight op runs with its
   // input gradient, else its output gradient is kept in W buffer wbuf.
-  void backward_pass(int slot, int wbuf, const GradsReadyFn& ready, bool finalize);
+  void backward_pass(int slot, int wbuf, int send_buffer, const GradsReadyFn& ready, bool finalize);
   void head_backward(int slot, float* d_res, int wbuf, bool finalize);
   void block_backward(int slot, int l, int wbuf, bool finalize);
   void embedding_grads(int slot, const float* d_emb, bool finalize);
@@ -231,8 +238,9 @@ class GptModel {
   TensorTable saved_, saved16_, work_, scratch_;
   WeightInputLayout weight_layout_;
   bool splits_backward_ = false;  // built with W buffers: backward_input allowed
-  Arena acts_, acts16_, work_arena_, scratch_arena_, weight_inputs_;
-  Arena *work_mem_ = &work_arena_, *scratch_mem_ = &scratch_arena_;  // or another chunk's
+  Arena acts_, acts16_, work_arena_, scratch_arena_, weight_inputs_, send_arena_;
+  // Or another chunk's.
+  Arena *work_mem_ = &work_arena_, *scratch_mem_ = &scratch_arena_, *send_mem_ = &send_arena_;
   Arena io_;  // tokens and targets (int32) of every slot, on the device
   std::vector<float> host_losses_;
   int BT_, BTl_, first_token_;  // all tokens, this rank's tokens, its first

@@ -87,7 +87,6 @@ TensorTable GptModel::saved_activation_table(const GptConfig& c, int micro_batch
     add("logits", BT * tp.local_vocab(c)), add("losses", BT);
     add("xent_max", BT), add("xent_packed", 2 * BT);
   }
-  if (!st.embedding) add("d_input", BTl * C);  // sent to the previous stage
   return t;
 }
 

@@ -142,7 +142,8 @@ void GptModel::embedding_grads(int slot, const float* d_emb, bool finalize) {
   st.done_grads(unit("wpe"), finalize);
 }
 
-void GptModel::backward_pass(int slot, int wbuf, const GradsReadyFn& ready, bool finalize) {
+void GptModel::backward_pass(int slot, int wbuf, int send_buffer, const GradsReadyFn& ready,
+                             bool finalize) {
   const bool weights_now = wbuf < 0;
   auto notify = [&](const std::string& first) {
     if (weights_now && ready && finalize) ready(table_.at(first).offset);
@@ -159,7 +160,7 @@ void GptModel::backward_pass(int slot, int wbuf, const GradsReadyFn& ready, bool
   }
   const std::size_t n = std::size_t(BTl_) * cfg_.d_model;
   if (!stage_.embedding) {  // d_res = dLoss/d(input): kept for the previous stage
-    backend_.copy(act(slot, "d_input"), d_res, n * sizeof(float));
+    backend_.copy(send_buffer_f32(send_buffer), d_res, n * sizeof(float));
     return;
   }
   keep_for_weights(slot, wbuf, "d_embed", d_res, n);
@@ -168,13 +169,13 @@ void GptModel::backward_pass(int slot, int wbuf, const GradsReadyFn& ready, bool
   notify("wte");
 }
 
-void GptModel::backward(int slot, const GradsReadyFn& ready, bool finalize) {
-  backward_pass(slot, /*wbuf=*/-1, ready, finalize);
+void GptModel::backward(int slot, const GradsReadyFn& ready, bool finalize, int send_buffer) {
+  backward_pass(slot, /*wbuf=*/-1, send_buffer, ready, finalize);
 }
 
-void GptModel::backward_input(int slot, int wbuf) {
+void GptModel::backward_input(int slot, int wbuf, int send_buffer) {
   if (!splits_backward_) throw std::logic_error("backward_input needs weight_buffers");
-  backward_pass(slot, wbuf, nullptr, false);
+  backward_pass(slot, wbuf, send_buffer, nullptr, false);
 }
 
 void GptModel::backward_weights(int slot, int wbuf, const GradsReadyFn& ready, bool finalize) {

@@ -155,6 +155,12 @@ MemoryEstimate estimate_memory(const Deck& deck, const GridShape& shape, int sta
     at(MemCategory::activations) +=
         max_pending_weights(actions, c) * weight_buffer_bytes(deck, shape, spec);
   }
+  // The input gradients being sent: one pool for the rank's chunks.
+  std::vector<bool> sends;
+  for (int c = 0; c < v; ++c)
+    sends.push_back(virtual_stage_of(v_placement(kind), shape.pp, 0, c) > 0);
+  at(MemCategory::activations) +=
+      send_buffer_pool(actions, sends).size * send_buffer_bytes(deck, shape);
   e.parameters = double(gpt_num_parameters(m));
   e.runtime = kRuntimeBaseBytes + reduce_scatter;
   return e;

@@ -125,7 +125,7 @@ double PipedreamRunner::backward(int g, float lr) {
   {
     ScopedTimer timer(tr_.times_.backward);
     TraceScope ts(tr_.trace_, fmt::format("B{}", g), "backward");
-    m.backward(slot, c_.engine->grads_ready_hook(), true);
+    m.backward(slot, c_.engine->grads_ready_hook(), true, slot);  // one send buffer per slot
   }
   if (!pc.first_virtual(0))
     c_.sends[std::size_t(slot)].push_back(pc.send_backward(m.input_grad(slot), n, g, 0));

@@ -16,10 +16,10 @@
 namespace trident {
 
 int Trainer::acquire_slot(ModelChunk& c, int mb, int assigned) {
-  // The slot the list assigned (its sends' receives come before this forward
-  // in every rank's list), else a free slot whose sends are done, else the
-  // first free one: its sends may still read it, so wait for them (the
-  // neighbour's receive is scheduled).
+  // The slot the list assigned, else a free slot whose send is done, else the
+  // first free one: its forward's send may still read it, so wait for it (the
+  // neighbour's receive is scheduled; once this rank has run the slot's B,
+  // it has been received).
   int pick = assigned;
   if (pick >= 0 && c.busy[std::size_t(pick)])
     throw std::logic_error("pipeline: the list assigns a slot still in use");
@@ -103,6 +103,15 @@ double Trainer::run_schedule(int step, float dloss) {
       TraceScope ts(trace_, fmt::format("recv B{}", mb), "recv");
       pcomm_.recv_backward(m.output_grad_buffer(), n, mb, a.chunk);
     }
+    // The send buffer B writes its input gradient to, waited for after the
+    // receive above: free once the previous virtual stage has posted the
+    // receive of what was last sent from it (the lists name the buffer so
+    // that this wait is the one they were replayed with).
+    const int send_buffer = pcomm_.first_virtual(a.chunk) ? -1 : send_pool_.of(a, slot);
+    if (send_buffer >= 0) {
+      ScopedTimer timer(times_.comm);
+      pcomm_.wait(input_grad_sends_[std::size_t(send_buffer)]);
+    }
     {
       ScopedTimer timer(times_.backward);
       TraceScope ts(trace_, fmt::format("B{}", mb), "backward");
@@ -111,13 +120,14 @@ double Trainer::run_schedule(int step, float dloss) {
         // output among them: its send must be done.
         for (Request& r : c.sends[slot]) pcomm_.wait(r);
         c.sends[slot].clear();
-        m.backward_input(slot, acquire_weight_buffer(c, mb));
+        m.backward_input(slot, acquire_weight_buffer(c, mb), send_buffer);
       } else {
-        m.backward(slot, ready, last);
+        m.backward(slot, ready, last, send_buffer);
       }
     }
-    if (!pcomm_.first_virtual(a.chunk))
-      c.sends[slot].push_back(pcomm_.send_backward(m.input_grad(slot), n, mb, a.chunk));
+    if (send_buffer >= 0)
+      input_grad_sends_[std::size_t(send_buffer)] =
+          pcomm_.send_backward(m.input_grad(send_buffer), n, mb, a.chunk);
     if (a.frees_slot()) release_slot(c, mb);
   }
   for (ModelChunk& c : chunks_)
@@ -125,6 +135,7 @@ double Trainer::run_schedule(int step, float dloss) {
       for (Request& r : slot_sends) pcomm_.wait(r);
       slot_sends.clear();
     }
+  for (Request& r : input_grad_sends_) pcomm_.wait(r);
   times_.pipeline += now_seconds() - t0;
   return loss_sum;
 }

@@ -16,6 +16,7 @@ double time_stage(const Deck& deck, Grid& grid, ComputeBackend& be, const StageS
   o.tp = {grid.shape().tp, grid.coord().tp, deck.parallel.sequence_parallel};
   o.tensor_comm = &grid.tensor();
   o.stage = spec;
+  o.send_buffers = spec.embedding ? 0 : 1;
   const int B = deck.train.micro_batch, T = deck.model.seq_len;
   GptModel m(deck.model, B, be, scratch_ledger, o);
   m.init_parameters(deck.train.seed);
@@ -28,7 +29,7 @@ double time_stage(const Deck& deck, Grid& grid, ComputeBackend& be, const StageS
     const double t0 = now_seconds();
     m.forward(0, tok.data(), tgt.data(), spec.head ? 1.0f : 0.0f);
     if (!spec.head) be.zero(m.output_grad_buffer(), m.boundary_elements() * sizeof(float));
-    m.backward(0, nullptr, true);
+    m.backward(0, nullptr, true, spec.embedding ? -1 : 0);
     be.synchronize();
     best = std::min(best, now_seconds() - t0);
   }

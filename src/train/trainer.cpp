@@ -39,21 +39,22 @@ Trainer::Trainer(const Deck& deck, Grid& grid, ComputeBackend& backend, MemoryLe
   if (split) {
     const auto lists = zero_bubble_schedule(schedule_, p, micro_batches_, costs);
     actions_ = lists[std::size_t(s)];
-    double busy = 0;
-    for (std::size_t vs = 0; vs < costs.f.size(); ++vs)
-      busy += micro_batches_ * (costs.f[vs] + costs.b[vs] + costs.w[vs]);
-    const int chunks = int(costs.f.size()) / p;
-    list_bubble_ = 1.0 - busy / (p * replay_schedule(lists, chunks, v_placement(schedule_), &costs).time);
+    list_bubble_ = replayed_bubble(lists, int(costs.f.size()) / p, v_placement(schedule_), costs);
   } else {
     actions_ = build_schedule(schedule_, p, s, micro_batches_, v);
   }
+  std::vector<bool> sends;
+  for (int c = 0; c < v; ++c) sends.push_back(!pcomm_.first_virtual(c));
+  send_pool_ = send_buffer_pool(actions_, sends);
+  input_grad_sends_.resize(std::size_t(send_pool_.size));
   chunks_.resize(v);
   for (int c = 0; c < v; ++c) {
     ModelChunk& ch = chunks_[c];
     ch.virtual_stage = virtual_stage_of(v_placement(schedule_), p, s, c);
     const int vs = ch.virtual_stage, V = p * v;
     ch.spec = StageSpec{partition_[vs], partition_[vs + 1] - partition_[vs], vs == 0, vs == V - 1};
-    build_chunk(ch, ledger, activation_slots(actions_, c), max_pending_weights(actions_, c));
+    build_chunk(ch, ledger, activation_slots(actions_, c), max_pending_weights(actions_, c),
+                c == 0 ? send_pool_.size : 0);
   }
   if (schedule_ == ScheduleKind::pipedream) pipedream_ = std::make_unique<PipedreamRunner>(*this, ledger);
   const std::size_t bt = std::size_t(deck.train.micro_batch) * deck.model.seq_len;
@@ -85,7 +86,8 @@ void Trainer::choose_partition(MemoryLedger& ledger) {
   (void)ledger;
 }
 
-void Trainer::build_chunk(ModelChunk& ch, MemoryLedger& ledger, int slots, int weight_buffers) {
+void Trainer::build_chunk(ModelChunk& ch, MemoryLedger& ledger, int slots, int weight_buffers,
+                          int send_buffers) {
   const auto& t = deck_.train;
   const TensorParallelLayout tp{grid_.shape().tp, grid_.coord().tp, deck_.parallel.sequence_parallel};
   GptModelOptions o;
@@ -96,6 +98,7 @@ void Trainer::build_chunk(ModelChunk& ch, MemoryLedger& ledger, int slots, int w
   o.stage = ch.spec;
   o.activation_slots = slots;
   o.weight_buffers = weight_buffers;
+  o.send_buffers = send_buffers;
   o.activations = make_activation_policy(t.recompute, t.partition_activations, tp.size, tp.sp(),
                                          deck_.precision.dtype);
   o.weights = weights_;

@@ -45,7 +45,7 @@ struct ModelChunk {
   std::unique_ptr<GradEngine> engine;  // before the model, which may run on its storage
   std::unique_ptr<GptModel> model;
   std::vector<int> slot_of;                 // micro-batch -> activation slot
-  std::vector<std::vector<Request>> sends;  // per slot: sends still reading it
+  std::vector<std::vector<Request>> sends;  // per slot: sends still reading it (forward)
   std::vector<bool> busy;                   // per slot
   std::vector<int> buffer_of;               // micro-batch -> W buffer (zero bubble)
   std::vector<bool> buffer_busy;            // per W buffer
@@ -99,7 +99,9 @@ class Trainer {
 
  private:
   friend class PipedreamRunner;
-  void build_chunk(ModelChunk& c, MemoryLedger& ledger, int slots, int weight_buffers);
+  // send_buffers: the rank's pool, held by its first chunk.
+  void build_chunk(ModelChunk& c, MemoryLedger& ledger, int slots, int weight_buffers,
+                   int send_buffers);
   void choose_partition(MemoryLedger& ledger);
   void load(const TokenDataset& data, std::uint64_t first_window);
   double run_schedule(int step, float dloss);  // returns this rank's loss sum
@@ -121,6 +123,8 @@ class Trainer {
   std::vector<double> predicted_costs_;
   double list_bubble_ = -1;
   std::vector<PipelineAction> actions_;
+  SendBufferPool send_pool_;               // the input gradients' send buffers
+  std::vector<Request> input_grad_sends_;  // per send buffer: the send still reading it
   PipelineComm pcomm_;
   std::vector<ModelChunk> chunks_;
   std::vector<std::int32_t> tokens_, targets_;

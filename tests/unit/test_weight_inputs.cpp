@@ -20,9 +20,9 @@ using Interval = std::pair<std::size_t, std::size_t>;  // [begin, end) in elemen
 bool overlap(const Interval& a, const Interval& b) { return a.first < b.second && b.first < a.second; }
 
 // The saved tensors of one slot that W reads (the linears' inputs, the
-// head's logits gradient) or that outlive B (the input gradient being sent).
+// head's logits gradient).
 std::vector<Interval> read_by_w(const TensorTable& saved, const GptConfig& c, const StageSpec& st) {
-  std::vector<std::string> names = {"lnf", "lnf_full", "logits", "d_input"};
+  std::vector<std::string> names = {"lnf", "lnf_full", "logits"};
   for (int l = st.first_block; l < st.first_block + st.blocks(c.layers); ++l)
     for (const char* n : {"ln1", "ln1_full", "atty", "ln2", "ln2_full", "fch_gelu"})
       names.push_back(fmt::format("h.{}.{}", l, n));

@@ -1,7 +1,7 @@
 // The only place pipeline parallelism talks to the network: activations to
 // the next virtual stage, their gradients back to the previous one. Sends are
-// non-blocking (their buffers stay untouched until the slot is reused, which
-// waits for them); receives block. With every send posted before any wait, a
+// non-blocking (their buffers stay untouched until the slot or send buffer is
+// reused, which waits for them); receives block. With every send posted before any wait, a
 // stage can only wait for something its peer has already sent or will send
 // without waiting on this stage, so no schedule here can deadlock. Tags name
 // the micro-batch, the receiving virtual stage and the direction, so a

@@ -80,6 +80,18 @@ int activation_slots(const std::vector<PipelineAction>& actions, int chunk) {
   return slots;
 }
 
+SendBufferPool send_buffer_pool(const std::vector<PipelineAction>& actions,
+                                const std::vector<bool>& sends) {
+  SendBufferPool pool;
+  for (const auto& x : actions) pool.size = std::max(pool.size, x.send_buffer + 1);
+  if (pool.size > 0) return pool;
+  for (std::size_t c = 0; c < sends.size(); ++c) {
+    pool.first.push_back(pool.size);
+    if (sends[c]) pool.size += activation_slots(actions, int(c));
+  }
+  return pool;
+}
+
 int max_pending_weights(const std::vector<PipelineAction>& actions, int chunk) {
   int pending = 0, peak = 0;
   for (const auto& x : actions) {
@@ -105,10 +117,10 @@ double theoretical_bubble(ScheduleKind kind, int p, int m, int v) {
   switch (kind) {
     case ScheduleKind::zb_h1:
     case ScheduleKind::zb_h2:
-    case ScheduleKind::zb_v: {  // every rank works 3m units per chunk of the makespan
-      const int chunks = v_placement(kind) ? 2 : 1;
-      const auto all = zero_bubble_schedule(kind, p, m, unit_costs(kind, p, m));
-      return 1.0 - 3.0 * m * chunks / double(replay_schedule(all, chunks, v_placement(kind)).makespan);
+    case ScheduleKind::zb_v: {
+      const ZeroBubbleCosts unit = unit_costs(kind, p, m);
+      const auto all = zero_bubble_schedule(kind, p, m, unit);
+      return replayed_bubble(all, v_placement(kind) ? 2 : 1, v_placement(kind), unit);
     }
     case ScheduleKind::naive: return double(p - 1) / p;  // one stage busy at a time
     case ScheduleKind::interleaved: return double(p - 1) / (double(v) * m + p - 1);

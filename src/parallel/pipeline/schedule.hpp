@@ -51,8 +51,13 @@ struct PipelineAction {
   BackwardPart part = BackwardPart::both;  // backward actions only
   // Forwards of the zero-bubble lists: the activation slot they take, fixed
   // when the list is built (-1: any free one). A slot is free again once its
-  // W has run and the input gradient sent from it has been received.
+  // W has run.
   int slot = -1;
+  // Backwards of the zero-bubble lists that send an input gradient: the send
+  // buffer of the rank's pool it is written to (-1: its slot's own, see
+  // send_buffer_pool). A send buffer is free again once the B that receives
+  // from it (on the previous virtual stage) has posted its receive.
+  int send_buffer = -1;
   bool frees_slot() const { return !forward && part != BackwardPart::input; }
 };
 
@@ -60,17 +65,22 @@ struct PipelineAction {
 // heuristic takes T_F, T_B, T_W and the memory each pass holds). Per virtual
 // stage: durations of its F, B and W (any unit, identical on every rank), the
 // bytes of one activation slot and of one W buffer (the output gradients B
-// keeps for W). Per rank: the bytes its slots and W buffers may take.
+// keeps for W). Per rank: the bytes its slots, W buffers and send buffers may
+// take. A send buffer holds one input gradient, a boundary tensor of the
+// same size on every stage.
 struct ZeroBubbleCosts {
   std::vector<double> f, b, w, slot_bytes, w_bytes, budget;
+  double send_bytes = 0;
 };
 // Unit durations; a slot of a whole stage 1, a W buffer kUnitWeightBuffer of
-// it; budgets as the schedule states.
+// it, a send buffer kUnitSendBuffer; budgets as the schedule states.
 ZeroBubbleCosts unit_costs(ScheduleKind kind, int stages, int chunks);
 // B keeps W's inputs over the activations only B read (GptModel::
 // weight_input_layout): in fp32 without recompute they fit, and the W buffer
 // is empty (16-bit stores and recompute keep less in the f32 slot to free).
 constexpr double kUnitWeightBuffer = 0;
+// The paper's model leaves the boundary tensors out.
+constexpr double kUnitSendBuffer = 0;
 // The budget each schedule states for rank s, from the bytes of a slot of
 // each 1F1B stage (one chunk per rank): zb-h1 and zb-v 1F1B's peak over the
 // ranks + 5%; zb-h2 none (0).
@@ -97,11 +107,24 @@ std::vector<PipelineAction> pipedream_actions(int stages, int stage, int micro_b
 inline int pipedream_in_flight(int stages, int stage) { return stages - stage; }
 // The most micro-batches a chunk holds activations for at once under `actions`.
 int max_in_flight(const std::vector<PipelineAction>& actions, int chunk);
-// The activation slots a chunk allocates: max_in_flight, or more where the
-// list assigns slots (a slot waits for its sends after its W).
+// The activation slots a chunk allocates: max_in_flight, or the most the
+// list assigns.
 int activation_slots(const std::vector<PipelineAction>& actions, int chunk);
 // The most micro-batches of a chunk whose B has run and W not: W buffers.
 int max_pending_weights(const std::vector<PipelineAction>& actions, int chunk);
+// A rank's pool of input-gradient send buffers, shared by its chunks: as
+// many as the list names, or, where it names none, one per activation slot
+// of each chunk that sends (`sends[c]`: chunk c is not the first virtual
+// stage), slot k of chunk c writing to first[c] + k.
+struct SendBufferPool {
+  int size = 0;
+  std::vector<int> first;  // per chunk; empty where the list names the buffers
+  int of(const PipelineAction& a, int slot) const {
+    return first.empty() ? a.send_buffer : first[std::size_t(a.chunk)] + slot;
+  }
+};
+SendBufferPool send_buffer_pool(const std::vector<PipelineAction>& actions,
+                                const std::vector<bool>& sends);
 // The bound each schedule states for max_in_flight on stage s (chunk 0);
 // 0 where none is stated (interleaved, pipedream).
 int in_flight_bound(ScheduleKind kind, int stages, int stage, int micro_batches);

@@ -31,6 +31,12 @@ double slot_bytes(const Deck& deck, const GridShape& shape, const StageSpec& spe
          2.0 * B * m.seq_len * sizeof(std::int32_t);
 }
 
+double send_buffer_bytes(const Deck& deck, const GridShape& shape) {
+  const TensorParallelLayout tp{shape.tp, 0, deck.parallel.sequence_parallel};
+  const int tokens = micro_batch_of(deck, shape) * deck.model.seq_len;
+  return double(tp.local_tokens(tokens)) * deck.model.d_model * sizeof(float);
+}
+
 double weight_buffer_bytes(const Deck& deck, const GridShape& shape, const StageSpec& spec) {
   const TensorParallelLayout tp{shape.tp, 0, deck.parallel.sequence_parallel};
   const ActivationPolicy policy =
@@ -62,10 +68,13 @@ ZeroBubbleCosts zero_bubble_costs(const Deck& deck, const GridShape& shape,
     c.slot_bytes.push_back(slot_bytes(deck, shape, spec));
     c.w_bytes.push_back(weight_buffer_bytes(deck, shape, spec));
   }
-  // The budget is 1F1B's on the same model: one chunk per rank, its own partition.
+  c.send_bytes = send_buffer_bytes(deck, shape);
+  // The budget is 1F1B's on the same model: one chunk per rank, its own
+  // partition, and on every stage but the first a send buffer per slot.
   const Partition one = V == p ? part : partition_uniform(m.layers, p);
   std::vector<double> one_f_one_b;
-  for (int s = 0; s < p; ++s) one_f_one_b.push_back(slot_bytes(deck, shape, spec_of(one, s)));
+  for (int s = 0; s < p; ++s)
+    one_f_one_b.push_back(slot_bytes(deck, shape, spec_of(one, s)) + (s > 0 ? c.send_bytes : 0));
   // A rank's chunks share one working buffer and scratch, as 1F1B's one
   // chunk has: the budget's slack covers that set too.
   const TensorParallelLayout tpl{shape.tp, 0, deck.parallel.sequence_parallel};

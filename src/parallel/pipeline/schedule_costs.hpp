@@ -1,6 +1,6 @@
 // The costs the zero-bubble lists are built from, for a deck's model: the
-// bytes of a slot and of a W buffer per virtual stage (the model's own
-// tables) and the durations of F, B and W from their FLOPs, so every rank
+// bytes of a slot and of a W buffer per virtual stage and of a send buffer
+// (the model's own tables) and the durations of F, B and W from their FLOPs, so every rank
 // derives the same lists without measuring.
 #pragma once
 #include "grid/grid.hpp"
@@ -16,9 +16,10 @@ ZeroBubbleCosts zero_bubble_costs(const Deck& deck, const GridShape& shape,
                                   const Partition& partition);
 
 // Bytes of one activation slot of a stage (saved f32 and 16-bit arrays,
-// tokens and targets), and of one W buffer (what B keeps for W beyond the
-// slot's activations only B read).
+// tokens and targets), of one W buffer (what B keeps for W beyond the slot's
+// activations only B read) and of one input-gradient send buffer.
 double slot_bytes(const Deck& deck, const GridShape& shape, const StageSpec& spec);
 double weight_buffer_bytes(const Deck& deck, const GridShape& shape, const StageSpec& spec);
+double send_buffer_bytes(const Deck& deck, const GridShape& shape);
 
 }  // namespace trident

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <stdexcept>
 #include <tuple>
 
 namespace trident {
@@ -12,7 +13,14 @@ namespace {
 
 bool is_input_grad(const PipelineAction& a) { return !a.forward && a.part != BackwardPart::weights; }
 
-int cost(const PipelineAction& a) { return !a.forward && a.part == BackwardPart::both ? 2 : 1; }
+// Without costs: F, B and W one unit each, B and W fused two.
+double duration(const PipelineAction& a, int vs, const ZeroBubbleCosts* costs) {
+  if (!costs) return !a.forward && a.part == BackwardPart::both ? 2 : 1;
+  const auto& c = *costs;
+  if (a.forward) return c.f[vs];
+  if (a.part == BackwardPart::input) return c.b[vs];
+  return a.part == BackwardPart::weights ? c.w[vs] : c.b[vs] + c.w[vs];
+}
 
 std::string describe(const PipelineAction& a) {
   const char* kind = a.forward ? "F" : a.part == BackwardPart::input ? "B" : a.part == BackwardPart::weights ? "W" : "BW";
@@ -24,20 +32,15 @@ std::string describe(const PipelineAction& a) {
 ScheduleReplay replay_schedule(const std::vector<std::vector<PipelineAction>>& ranks, int v,
                                bool v_shape, const ZeroBubbleCosts* costs) {
   const int p = int(ranks.size()), V = p * v;
-  // Finish time of the F and of the input-gradient pass, and the start of the
-  // latter (its receive), per (virtual stage, micro-batch).
-  std::map<std::pair<int, int>, double> f_end, b_end, b_start;
-  // A forward with an assigned slot waits until the slot's last micro-batch
-  // has had its input gradient received: (virtual stage, slot) -> micro-batch.
-  std::map<std::pair<int, int>, int> occupant;
+  // Finish time of the F and of the input-gradient pass, and when the rank
+  // reached the latter and posted its receive, per (virtual stage, micro-batch).
+  std::map<std::pair<int, int>, double> f_end, b_end, b_posted;
+  // A B that names its send buffer waits (after its own receive) until the B
+  // that receives the gradient last sent from that buffer has posted its
+  // receive: (rank, buffer) -> (virtual stage, micro-batch) of that gradient.
+  std::map<std::pair<int, int>, std::pair<int, int>> sender;
   std::vector<std::size_t> next(p, 0);
   std::vector<double> free_at(p, 0);
-  auto duration = [&](const PipelineAction& a, int vs) -> double {
-    if (!costs) return cost(a);
-    const auto& c = *costs;
-    if (a.forward) return c.f[vs];
-    return a.part == BackwardPart::input ? c.b[vs] : a.part == BackwardPart::weights ? c.w[vs] : c.b[vs] + c.w[vs];
-  };
   ScheduleReplay r;
   for (bool progress = true; progress;) {
     progress = false;
@@ -46,15 +49,17 @@ ScheduleReplay replay_schedule(const std::vector<std::vector<PipelineAction>>& r
         const PipelineAction& a = ranks[s][next[s]];
         const int vs = virtual_stage_of(v_shape, p, s, a.chunk);
         double start = free_at[s];
-        // What this action receives: the previous stage's F, the next one's B.
-        if (a.forward && a.slot >= 0 && vs > 0) {
-          auto held = occupant.find({vs, a.slot});
-          if (held != occupant.end()) {
-            auto it = b_start.find({vs - 1, held->second});
-            if (it == b_start.end()) break;
+        if (is_input_grad(a)) b_posted.emplace(std::make_pair(vs, a.micro_batch), start);
+        const bool sends_grad = is_input_grad(a) && vs > 0 && a.send_buffer >= 0;
+        if (sends_grad) {
+          auto held = sender.find({s, a.send_buffer});
+          if (held != sender.end()) {
+            auto it = b_posted.find({held->second.first - 1, held->second.second});
+            if (it == b_posted.end()) break;
             start = std::max(start, it->second);
           }
         }
+        // What this action receives: the previous stage's F, the next one's B.
         if (a.forward && vs > 0) {
           auto it = f_end.find({vs - 1, a.micro_batch});
           if (it == f_end.end()) break;
@@ -64,13 +69,10 @@ ScheduleReplay replay_schedule(const std::vector<std::vector<PipelineAction>>& r
           if (it == b_end.end()) break;
           start = std::max(start, it->second);
         }
-        free_at[s] = start + duration(a, vs);
+        free_at[s] = start + duration(a, vs, costs);
         if (a.forward) f_end[{vs, a.micro_batch}] = free_at[s];
-        if (a.forward && a.slot >= 0) occupant[{vs, a.slot}] = a.micro_batch;
-        if (is_input_grad(a)) {
-          b_start[{vs, a.micro_batch}] = start;
-          b_end[{vs, a.micro_batch}] = free_at[s];
-        }
+        if (sends_grad) sender[{s, a.send_buffer}] = {vs, a.micro_batch};
+        if (is_input_grad(a)) b_end[{vs, a.micro_batch}] = free_at[s];
         progress = true;
       }
     }
@@ -82,6 +84,18 @@ ScheduleReplay replay_schedule(const std::vector<std::vector<PipelineAction>>& r
       r.deadlock = fmt::format("rank {} waits forever at {}", s, describe(ranks[s][next[s]]));
   }
   return r;
+}
+
+double replayed_bubble(const std::vector<std::vector<PipelineAction>>& ranks, int chunks,
+                       bool v_shape, const ZeroBubbleCosts& costs) {
+  const ScheduleReplay r = replay_schedule(ranks, chunks, v_shape, &costs);
+  if (!r.deadlock.empty()) throw std::logic_error("replayed_bubble: " + r.deadlock);
+  const int p = int(ranks.size());
+  double busy = 0;
+  for (int s = 0; s < p; ++s)
+    for (const PipelineAction& a : ranks[s])
+      busy += duration(a, virtual_stage_of(v_shape, p, s, a.chunk), &costs);
+  return 1.0 - busy / (p * r.time);
 }
 
 std::string validate_schedule(ScheduleKind kind, int p, int m, int v) {
@@ -114,6 +128,9 @@ std::string validate_schedule(ScheduleKind kind, int p, int m, int v) {
                              describe(a), a.slot, held->second);
         in_slot[{a.chunk, a.slot}] = a.micro_batch;
       }
+      if (splits_backward(kind) && is_input_grad(a) && (a.send_buffer >= 0) != (vs > 0))
+        return fmt::format("rank {}: {} {} a send buffer", s, describe(a),
+                           vs > 0 ? "sends its input gradient without" : "sends nothing but names");
       if (a.frees_slot())
         for (auto& [key, mb] : in_slot)
           if (key.first == a.chunk && mb == a.micro_batch) mb = -1;
@@ -140,14 +157,15 @@ std::string validate_schedule(ScheduleKind kind, int p, int m, int v) {
                          max_in_flight(ranks[s], 0), bound);
     if (splits_backward(kind)) {
       const ZeroBubbleCosts c = unit_costs(kind, p, m);
-      double bytes = 0;
+      double bytes = send_buffer_pool(ranks[s], {}).size * c.send_bytes;
       for (int ch = 0; ch < v; ++ch) {
         const int vs = virtual_stage_of(v_shape, p, s, ch);
         bytes += activation_slots(ranks[s], ch) * c.slot_bytes[vs] +
                  max_pending_weights(ranks[s], ch) * c.w_bytes[vs];
       }
       if (c.budget[s] > 0 && bytes > c.budget[s] * (1 + 1e-9))
-        return fmt::format("rank {}: slots and W buffers take {:.3f}, above the budget {:.3f}", s,
+        return fmt::format("rank {}: slots, W and send buffers take {:.3f}, above the budget "
+                           "{:.3f}", s,
                            bytes, c.budget[s]);
     }
   }

@@ -19,14 +19,21 @@ struct ScheduleReplay {
 
 // Each rank's actions (rank s runs virtual stages c * p + s, or the V's s and
 // 2p - 1 - s), started as soon as their input has arrived: receives block,
-// sends do not, and a forward that names its slot waits until the input
-// gradient sent from the slot's last micro-batch has been received. With `costs`, each pass also takes its virtual stage's time.
+// sends do not, and a B that names its send buffer waits, as the trainer
+// does after its own receive, until the B that receives the gradient last sent
+// from that buffer has posted its receive (its rank has reached it). With
+// `costs`, each pass takes its virtual stage's time.
 ScheduleReplay replay_schedule(const std::vector<std::vector<PipelineAction>>& ranks, int chunks,
                                bool v_shape = false, const ZeroBubbleCosts* costs = nullptr);
 
+// The idle share of the ranks' time when `ranks` run with `costs`' durations:
+// 1 - (the passes' time) / (ranks x the replay's makespan).
+double replayed_bubble(const std::vector<std::vector<PipelineAction>>& ranks, int chunks,
+                       bool v_shape, const ZeroBubbleCosts& costs);
+
 // Empty when build_schedule's lists for every rank are sound; else the first
-// problem found. Zero bubble (unit costs): each rank's slots and W buffers
-// also within its budget.
+// problem found. Zero bubble (unit costs): each B that sends names a send
+// buffer, and each rank's slots, W and send buffers stay within its budget.
 std::string validate_schedule(ScheduleKind kind, int stages, int micro_batches, int chunks);
 
 }  // namespace trident
