@@ -59,6 +59,12 @@ void scale_rows(T* x, int rows, int cols, int ld, T s) {
   }
 }
 
+// The bf16 path's f32 views: it runs only where T is float (bf16_tiles).
+template <class T>
+float* f32(T* x) { return reinterpret_cast<float*>(x); }
+template <class T>
+const float* f32(const T* x) { return reinterpret_cast<const float*>(x); }
+
 // bf16 tiles are for f32 runs that ask for them on a CPU that has the kernels.
 template <class T>
 bool bf16_tiles(bool bf16) {
@@ -93,7 +99,7 @@ void attention_forward(T* out, T* lse, const T* qkv, int B, int T_, int C, int N
           std::fill(l.begin(), l.end(), T(0));
           std::uint16_t *k16 = kv16.data(), *v16 = k16 + std::size_t(T_) * hs;
           if (b16) {  // a thread's next query tile is mostly the same head's next: keep its rows
-            const float* qf = reinterpret_cast<const float*>(q);  // T is float here
+            const float* qf = f32(q);
             if (packed_head != b * NH + h) packed_head = b * NH + h, packed_rows = 0;
             const int r0 = packed_rows, rows = std::max(0, i0 + nq - r0);
             bf16_bits_of(q16.data(), qf + std::size_t(i0) * C3, nq, hs, C3);
@@ -105,9 +111,8 @@ void attention_forward(T* out, T* lse, const T* qkv, int B, int T_, int C, int N
           for (int j0 = 0; j0 <= i0; j0 += kTile) {  // causal: key tiles up to the diagonal
             const int nk = std::min(kTile, i0 + nq - j0);
             if (b16) {
-              float* Sf = reinterpret_cast<float*>(S.data());
               gemm_bf16_bits(false, true, nq, nk, hs, q16.data(), hs, k16 + std::size_t(j0) * hs,
-                             hs, false, Sf, kTile);
+                             hs, false, f32(S.data()), kTile);
               scale_rows(S.data(), nq, nk, kTile, scale);
             } else {
               gemm(false, true, nq, nk, hs, scale, q + std::size_t(i0) * C3, C3,
@@ -131,11 +136,10 @@ void attention_forward(T* out, T* lse, const T* qkv, int B, int T_, int C, int N
               for (int d = 0; d < hs; ++d) a[d] *= corr;
             }
             if (b16) {
-              round_bf16(p16.data(), reinterpret_cast<const float*>(S.data()),
-                         std::size_t(nq) * kTile);
+              round_bf16(p16.data(), f32(S.data()), std::size_t(nq) * kTile);
               gemm_bf16_bits(false, false, nq, hs, nk, p16.data(), kTile,
                              v16 + std::size_t(j0) * hs, hs, true,
-                             reinterpret_cast<float*>(acc.data()), hs);
+                             f32(acc.data()), hs);
             } else {
               gemm(false, false, nq, hs, nk, T(1), S.data(), kTile, v + std::size_t(j0) * C3, C3,
                    T(1), acc.data(), hs);  // acc += P V_j
@@ -187,11 +191,9 @@ void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, cons
         const std::size_t Th = std::size_t(T_) * hs;
         std::uint16_t *q16 = qkvo16.data(), *k16 = q16 + Th, *v16 = k16 + Th, *dO16 = v16 + Th;
         if (b16) {
-          auto f = [](const T* x) { return reinterpret_cast<const float*>(x); };  // T is float
-          bf16_bits_of(q16, f(q), T_, hs, C3), bf16_bits_of(k16, f(k), T_, hs, C3);
-          bf16_bits_of(v16, f(v), T_, hs, C3), bf16_bits_of(dO16, f(dO), T_, hs, C);
+          bf16_bits_of(q16, f32(q), T_, hs, C3), bf16_bits_of(k16, f32(k), T_, hs, C3);
+          bf16_bits_of(v16, f32(v), T_, hs, C3), bf16_bits_of(dO16, f32(dO), T_, hs, C);
         }
-        auto F = [](T* x) { return reinterpret_cast<float*>(x); };
         for (int j0 = 0; j0 < T_; j0 += kTile) {
           const int nk = std::min(kTile, T_ - j0);
           const T *kj = k + std::size_t(j0) * C3, *vj = v + std::size_t(j0) * C3;
@@ -200,7 +202,7 @@ void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, cons
             const T *qi = q + std::size_t(i0) * C3, *dOi = dO + std::size_t(i0) * C;
             if (b16) {
               gemm_bf16_bits(false, true, nq, nk, hs, q16 + std::size_t(i0) * hs, hs,
-                             k16 + std::size_t(j0) * hs, hs, false, F(P.data()), kTile);
+                             k16 + std::size_t(j0) * hs, hs, false, f32(P.data()), kTile);
               scale_rows(P.data(), nq, nk, kTile, scale);
             } else {
               gemm(false, true, nq, nk, hs, scale, qi, C3, kj, C3, T(0), P.data(), kTile);
@@ -214,12 +216,12 @@ void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, cons
               for (int c = n; c < nk; ++c) row[c] = 0;
             }
             if (b16) {
-              round_bf16(p16.data(), F(P.data()), std::size_t(nq) * kTile);
+              round_bf16(p16.data(), f32(P.data()), std::size_t(nq) * kTile);
               gemm_bf16_bits(true, false, nk, hs, nq, p16.data(), kTile,
-                             dO16 + std::size_t(i0) * hs, hs, true, F(dv + std::size_t(j0) * C3),
+                             dO16 + std::size_t(i0) * hs, hs, true, f32(dv + std::size_t(j0) * C3),
                              C3);
               gemm_bf16_bits(false, true, nq, nk, hs, dO16 + std::size_t(i0) * hs, hs,
-                             v16 + std::size_t(j0) * hs, hs, false, F(dS.data()), kTile);
+                             v16 + std::size_t(j0) * hs, hs, false, f32(dS.data()), kTile);
             } else {
               gemm(true, false, nk, hs, nq, T(1), P.data(), kTile, dOi, C, T(1),
                    dv + std::size_t(j0) * C3, C3);  // dV_j += P^T dO_i
@@ -233,12 +235,12 @@ void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, cons
               for (int c = 0; c < nk; ++c) ds[c] = scale * p[c] * (ds[c] - Dt);
             }
             if (b16) {
-              round_bf16(ds16.data(), F(dS.data()), std::size_t(nq) * kTile);
+              round_bf16(ds16.data(), f32(dS.data()), std::size_t(nq) * kTile);
               gemm_bf16_bits(false, false, nq, hs, nk, ds16.data(), kTile,
-                             k16 + std::size_t(j0) * hs, hs, true, F(dq + std::size_t(i0) * C3),
+                             k16 + std::size_t(j0) * hs, hs, true, f32(dq + std::size_t(i0) * C3),
                              C3);
               gemm_bf16_bits(true, false, nk, hs, nq, ds16.data(), kTile,
-                             q16 + std::size_t(i0) * hs, hs, true, F(dk + std::size_t(j0) * C3),
+                             q16 + std::size_t(i0) * hs, hs, true, f32(dk + std::size_t(j0) * C3),
                              C3);
               continue;
             }

@@ -110,7 +110,28 @@ TRIDENT_VECTOR_CLONES bool pack_bf16(std::vector<std::uint16_t>& out, const floa
   return low == 0;
 }
 
+// C = op(a) op(b) (+ C) for one cached tile matmul, on the calling thread:
+// each thread keeps its own stream and scratchpad.
+void run_tile(const TileMatmul& op, const std::uint16_t* a, const std::uint16_t* b, float* c) {
+  thread_local dnnl::stream stream(cpu_engine());
+  thread_local std::vector<std::uint8_t> scratch;
+  const dnnl::engine& eng = cpu_engine();
+  memory am(op.pd.src_desc(), eng, const_cast<std::uint16_t*>(a));
+  memory bm(op.pd.weights_desc(), eng, const_cast<std::uint16_t*>(b));
+  memory cm(op.pd.dst_desc(), eng, c);
+  const memory::desc sd = op.pd.scratchpad_desc();
+  if (scratch.size() < sd.get_size()) scratch.resize(sd.get_size());
+  memory sm(sd, eng, scratch.data());
+  op.run.execute(stream, {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm},
+                          {DNNL_ARG_SCRATCHPAD, sm}});
+}
+
 }  // namespace
+
+bool cpu_has_bf16_kernels() {
+  static const bool supported = cpu_has_bf16();
+  return supported;
+}
 
 TRIDENT_VECTOR_CLONES bool holds_bf16_values(const float* x, int rows, int cols, int ld) {
   for (int r = 0; r < rows; ++r) {
@@ -125,8 +146,7 @@ TRIDENT_VECTOR_CLONES bool holds_bf16_values(const float* x, int rows, int cols,
 
 bool gemm_bf16_valued(bool ta, bool tb, int M, int N, int K, float alpha, const float* A, int lda,
                       const float* B, int ldb, float beta, float* C, int ldc) {
-  static const bool supported = cpu_has_bf16();
-  if (!supported || alpha != 1.0f || (beta != 0.0f && beta != 1.0f) || M <= 0 || N <= 0 || K <= 0)
+  if (!cpu_has_bf16_kernels() || alpha != 1.0f || (beta != 0.0f && beta != 1.0f) || M <= 0 || N <= 0 || K <= 0)
     return false;
   // Stored layouts: A is M x K (ta: K x M), B is K x N (tb: N x K). An f32
   // run's values fail on the first row, before any packing.
@@ -153,30 +173,15 @@ bool gemm_bf16_valued(bool ta, bool tb, int M, int N, int K, float alpha, const 
 #pragma omp parallel if (omp_get_level() == 0 && tiles > 1)
   {
     omp_set_num_threads(1);  // as in gemm(): each tile on its own thread
-    thread_local dnnl::stream stream(cpu_engine());
-    thread_local std::vector<std::uint8_t> scratch;
 #pragma omp for schedule(static)
     for (int t = 0; t < tiles; ++t) {
       const int tr = t / g.cols, tc = t % g.cols;
       const std::int64_t i = std::int64_t(tr) * g.tm, j = std::int64_t(tc) * g.tn;
-      const TileMatmul& op = *ops[tr == g.rows - 1][tc == g.cols - 1];
-      const dnnl::engine& eng = cpu_engine();
-      memory am(op.pd.src_desc(), eng, const_cast<std::uint16_t*>(ta ? a + i : a + i * K));
-      memory bm(op.pd.weights_desc(), eng, const_cast<std::uint16_t*>(tb ? b + j * K : b + j));
-      memory cm(op.pd.dst_desc(), eng, C + i * ldc + j);
-      const memory::desc sd = op.pd.scratchpad_desc();
-      if (scratch.size() < sd.get_size()) scratch.resize(sd.get_size());
-      memory sm(sd, eng, scratch.data());
-      op.run.execute(stream, {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm},
-                              {DNNL_ARG_SCRATCHPAD, sm}});
+      run_tile(*ops[tr == g.rows - 1][tc == g.cols - 1], ta ? a + i : a + i * K,
+               tb ? b + j * K : b + j, C + i * ldc + j);
     }
   }
   return true;
-}
-
-bool cpu_has_bf16_kernels() {
-  static const bool supported = cpu_has_bf16();
-  return supported;
 }
 
 void gemm_bf16_bits(bool ta, bool tb, int M, int N, int K, const std::uint16_t* A, int lda,
@@ -199,17 +204,7 @@ void gemm_bf16_bits(bool ta, bool tb, int M, int N, int K, const std::uint16_t* 
          accumulate ? 1.0f : 0.0f, C, ldc);
     return;
   }
-  thread_local dnnl::stream stream(cpu_engine());
-  thread_local std::vector<std::uint8_t> scratch;
-  const dnnl::engine& eng = cpu_engine();
-  memory am(op->pd.src_desc(), eng, const_cast<std::uint16_t*>(A));
-  memory bm(op->pd.weights_desc(), eng, const_cast<std::uint16_t*>(B));
-  memory cm(op->pd.dst_desc(), eng, C);
-  const memory::desc sd = op->pd.scratchpad_desc();
-  if (scratch.size() < sd.get_size()) scratch.resize(sd.get_size());
-  memory sm(sd, eng, scratch.data());
-  op->run.execute(stream, {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm},
-                           {DNNL_ARG_SCRATCHPAD, sm}});
+  run_tile(*op, A, B, C);
 }
 
 }  // namespace trident::cpu
