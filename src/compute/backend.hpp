@@ -21,6 +21,19 @@
 
 namespace trident {
 
+// A matrix a linear layer's GEMM reads: its f32 values, its bf16 bits (a
+// 16-bit arena, or the packed copy of a rounded activation), or both when
+// they are the same values. A backend that reads bf16 operands
+// (reads_bf16_operands()) takes the bits and skips packing; one that does
+// not reads the values, which callers then always give.
+struct MatrixIn {
+  const float* values = nullptr;
+  const std::uint16_t* bf16 = nullptr;
+  MatrixIn(const float* v) : values(v) {}  // implicit: an f32 matrix as before
+  MatrixIn(const float* v, const std::uint16_t* bits) : values(v), bf16(bits) {}
+  explicit operator bool() const { return values || bf16; }
+};
+
 class ComputeBackend {
  public:
   virtual ~ComputeBackend() = default;
@@ -62,6 +75,15 @@ class ComputeBackend {
   virtual void convert(void* dst, DType dst_type, const void* src, DType src_type,
                        std::size_t n) = 0;
   virtual void round_to(float* x, DType type, std::size_t n) = 0;
+  // dst = src rounded to bf16 values (dst may be src) and, where bits is not
+  // null, their bf16 bits: a GEMM operand in one pass.
+  virtual void round_to_bf16(float* dst, std::uint16_t* bits, const float* src, std::size_t n) {
+    if (dst != src) copy(dst, src, n * sizeof(float));
+    round_to(dst, DType::bf16, n);
+    if (bits) convert(bits, DType::bf16, dst, DType::f32, n);
+  }
+  // Whether matmul reads MatrixIn::bf16 (so callers may leave values null).
+  virtual bool reads_bf16_operands() const { return false; }
 
   // out[n,:] = wte[tok[n] - lo, :] for tokens in the shard [lo, lo + count), else 0.
   virtual void embedding_forward(float* out, const std::int32_t* tokens, const float* wte, int lo,
@@ -81,11 +103,11 @@ class ComputeBackend {
                                   const float* rstd, int N, int C) = 0;
 
   // out (N, OC) = inp (N, IC) * w^T (w is OC x IC) + bias (may be null).
-  virtual void matmul_forward(float* out, const float* inp, const float* w, const float* bias,
-                              int N, int IC, int OC) = 0;
+  virtual void matmul_forward(float* out, MatrixIn inp, MatrixIn w, const float* bias, int N,
+                              int IC, int OC) = 0;
   // Any of dinp (then w may be null), dw (then inp may be null) and dbias may be null.
-  virtual void matmul_backward(float* dinp, float* dw, float* dbias, const float* dout,
-                               const float* inp, const float* w, int N, int IC, int OC) = 0;
+  virtual void matmul_backward(float* dinp, float* dw, float* dbias, MatrixIn dout, MatrixIn inp,
+                               MatrixIn w, int N, int IC, int OC) = 0;
 
   // Causal multi-head attention. qkv is (B, T, 3C) as [q | k | v]; out is
   // (B, T, C); lse (B, NH, T) gets each query's log-sum-exp of its scaled

@@ -29,7 +29,7 @@ GptModel::GptModel(const GptConfig& c, int micro_batch, ComputeBackend& backend,
   saved16_ = saved_16bit_table(c, B_, tp_, stage_, policy_);
   saved16_.align_end(2 * TensorTable::kAlign);
   work_ = work_table(c, B_, tp_, policy_);
-  scratch_ = scratch_table(c, B_, tp_);
+  scratch_ = scratch_table(c, B_, tp_, policy_);
   acts_ = Arena(backend, ledger, MemCategory::activations, saved_.size() * o.activation_slots);
   if (saved16_.size() > 0)
     acts16_ = Arena(backend, ledger, MemCategory::activations,
@@ -56,6 +56,10 @@ GptModel::GptModel(const GptConfig& c, int micro_batch, ComputeBackend& backend,
   io_ = Arena(backend, ledger, MemCategory::activations, 2 * std::size_t(BT_) * o.activation_slots,
               DType::i32);
   host_losses_.resize(BT_);
+  if (packs_bits())  // the linears' weights reach the GEMMs as bits only (weight())
+    for (int l = stage_.first_block; l < last_block(); ++l)
+      for (const char* n : {"attn.qkv.w", "attn.proj.w", "mlp.fc.w", "mlp.proj.w"})
+        storage_->read_as_bits(table_.at(fmt::format("h.{}.{}", l, n)));
 }
 
 float* GptModel::send_buffer_f32(int k) {
@@ -103,16 +107,39 @@ const float* GptModel::gather(const float* local, float* full) {
   return full;
 }
 
-const float* GptModel::projection_grad(const float* d_res, float* full) {
+MatrixIn GptModel::projection_grad(const float* d_res, float* full) {
   const float* d = gather(d_res, full);
   if (policy_.store != DType::bf16) return d;
   // bf16 runs round the branch's copy to bf16, as autocast does, so both of
   // the projection's gradient GEMMs run on bf16 kernels; the residual stream's
   // gradient stays f32.
-  const std::size_t n = std::size_t(BT_) * cfg_.d_model;
-  if (d != full) backend_.copy(full, d, n * sizeof(float));
-  backend_.round_to(full, DType::bf16, n);
-  return full;
+  std::uint16_t* bits = gemm_bits();
+  backend_.round_to_bf16(full, bits, d, std::size_t(BT_) * cfg_.d_model);
+  return {full, bits};
+}
+
+MatrixIn GptModel::gemm_operand(float* x, std::size_t n, std::uint16_t* home) {
+  if (!packs_bits()) {
+    round(x, n);
+    return x;
+  }
+  std::uint16_t* bits = home ? home : gemm_bits();
+  backend_.round_to_bf16(x, bits, x, n);
+  return {x, bits};
+}
+
+MatrixIn GptModel::gathered_operand(float* x, float* full, std::size_t n, std::uint16_t* home) {
+  if (tp_.sp()) {  // the bits would be this rank's tokens only
+    round(x, n);
+    return gather(x, full);
+  }
+  return gemm_operand(x, n, home);
+}
+
+MatrixIn GptModel::weight(const std::string& name) {
+  const TensorInfo& t = table_.at(name);
+  const std::uint16_t* bits = packs_bits() ? storage_->param_bf16(t) : nullptr;
+  return bits ? MatrixIn(nullptr, bits) : MatrixIn(storage_->param(t));
 }
 
 void GptModel::sum_partial_grads(const std::vector<std::string>& names) {

@@ -101,7 +101,8 @@ class GptModel {
   static TensorTable work_table(const GptConfig& c, int micro_batch,
                                 const TensorParallelLayout& tp, const ActivationPolicy& policy);
   static TensorTable scratch_table(const GptConfig& c, int micro_batch,
-                                   const TensorParallelLayout& tp);
+                                   const TensorParallelLayout& tp,
+                                   const ActivationPolicy& policy);
   // What B keeps for W per micro-batch: the output gradient of every linear
   // of the stage and the embeddings' (B adds the norms' weight gradients
   // itself), B to W; and
@@ -148,6 +149,11 @@ class GptModel {
   struct Block {  // activation pointers of one layer in one slot
     float *ln1, *ln1_mean, *ln1_rstd, *ln1_full, *qkv, *atty, *lse, *res2, *ln2, *ln2_mean,
         *ln2_rstd, *ln2_full, *fch, *fch_gelu, *res3;
+    // Saved 16-bit copies of GEMM inputs that forward's rounding writes
+    // itself and backward's weight GEMMs read as bf16 bits (null where not:
+    // f32 or f16 runs, recompute, SP's gathered norms, a backend without bf16
+    // operands). Backward unpacks none of them but atty, which attention reads.
+    std::uint16_t *ln1_16, *atty_16, *ln2_16, *fch_gelu_16;
   };
   // A block's activations: in the slot where saved, else in the working buffer.
   Block block(int slot, int l);
@@ -183,7 +189,26 @@ class GptModel {
   // This rank's tokens -> all tokens (identity without SP).
   const float* gather(const float* local, float* full);
   // The residual gradient entering an output projection's backward, all tokens.
-  const float* projection_grad(const float* d_res, float* full);
+  MatrixIn projection_grad(const float* d_res, float* full);
+  // Linear layers' operands. A bf16 run rounds an activation in place before
+  // a GEMM reads it; where the backend reads bf16 operands, the same pass
+  // packs its bits into scratch "gemm_bits" (valid until the next call) and
+  // the weights come as the storage's bf16 bits, so no GEMM packs them again.
+  // The bits go to `home` where it is not null (a saved 16-bit copy).
+  MatrixIn gemm_operand(float* x, std::size_t n, std::uint16_t* home = nullptr);
+  // The norm output x (this rank's tokens) rounded and gathered to all tokens.
+  MatrixIn gathered_operand(float* x, float* full, std::size_t n, std::uint16_t* home);
+  // A saved GEMM input for backward's weight GEMMs: its bits where kept as such.
+  static MatrixIn saved_input(const float* values, const std::uint16_t* bits) {
+    return bits ? MatrixIn(nullptr, bits) : MatrixIn(values);
+  }
+  MatrixIn weight(const std::string& name);
+  std::uint16_t* gemm_bits() {
+    return packs_bits() ? reinterpret_cast<std::uint16_t*>(scratch("gemm_bits")) : nullptr;
+  }
+  bool packs_bits() const {
+    return policy_.store == DType::bf16 && backend_.reads_bf16_operands();
+  }
   // With SP each tensor rank's norm (and position) gradients cover its own
   // tokens: they are summed over the tensor group before they leave the model
   // (the step's last backward, or every one where the storage reduces each

@@ -4,6 +4,8 @@
 // backward.
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "model/gpt.hpp"
 
 namespace trident {
@@ -112,7 +114,7 @@ TensorTable GptModel::work_table(const GptConfig& c, int micro_batch,
 }
 
 TensorTable GptModel::scratch_table(const GptConfig& c, int micro_batch,
-                                    const TensorParallelLayout& tp) {
+                                    const TensorParallelLayout& tp, const ActivationPolicy& policy) {
   // Reused layer after layer and micro-batch after micro-batch: activation
   // gradients are never kept for the whole stack. Counted as activations.
   const std::int64_t BT = std::int64_t(micro_batch) * c.seq_len, BTl = tp.local_tokens(int(BT));
@@ -122,6 +124,9 @@ TensorTable GptModel::scratch_table(const GptConfig& c, int micro_batch,
   add("full_c", BT * C), add("d_res", BTl * C), add("d_c", BT * C), add("d_3c", BT * 3 * Cl);
   add("d_ff_a", BT * Fl), add("d_ff_b", BT * Fl);
   if (tp.sp()) add("local_c", BTl * C), add("sp_pack", 4 * C);
+  // bf16: the bits of the activation a GEMM reads next (gemm_operand), as
+  // wide as the widest, two to a float.
+  if (policy.store == DType::bf16) add("gemm_bits", (BT * std::max({C, 3 * Cl, Fl}) + 1) / 2);
   return t;
 }
 
@@ -134,9 +139,14 @@ GptModel::Block GptModel::block(int slot, int l) {
   const std::string p = fmt::format("h.{}.", l);
   auto a = [&](const char* n) { return home(slot, p, n); };
   const bool sp = tp_.sp();
+  auto bits = [&](const char* n) -> std::uint16_t* {
+    const TensorInfo* t = packs_bits() ? saved16_.find(p + n) : nullptr;
+    return t ? slot_16(slot) + t->offset : nullptr;
+  };
   Block b{a("ln1"), a("ln1_mean"), a("ln1_rstd"), nullptr, a("qkv"), a("atty"), a("lse"),
           a("res2"), a("ln2"), a("ln2_mean"), a("ln2_rstd"), nullptr, a("fch"), a("fch_gelu"),
-          a("res3")};
+          a("res3"), sp ? nullptr : bits("ln1"), bits("atty"), sp ? nullptr : bits("ln2"),
+          bits("fch_gelu")};
   b.ln1_full = sp ? a("ln1_full") : b.ln1;  // without SP the local norm output is all tokens
   b.ln2_full = sp ? a("ln2_full") : b.ln2;
   return b;
@@ -165,18 +175,28 @@ void GptModel::save_block(int slot, int l) {
     backend_.copy(slot_f32(slot) + part->offset,
                   work_mem_->f32(work_.at("res3")) + std::size_t(tp_.rank) * part->numel,
                   part->numel * sizeof(float));
-  for (const TensorInfo& t : saved16_.tensors())
-    if (t.name.compare(0, p.size(), p) == 0)
-      backend_.convert(slot_16(slot) + t.offset, policy_.store,
-                       work_mem_->f32(work_.at(t.name.substr(p.size()))), DType::f32, t.numel);
+  const Block a = block(slot, l);
+  for (const TensorInfo& t : saved16_.tensors()) {
+    std::uint16_t* home = slot_16(slot) + t.offset;
+    if (t.name.compare(0, p.size(), p) != 0 ||
+        (home == a.ln1_16 || home == a.atty_16 || home == a.ln2_16 || home == a.fch_gelu_16))
+      continue;  // another layer's, or written by forward's rounding
+    backend_.convert(home, policy_.store, work_mem_->f32(work_.at(t.name.substr(p.size()))),
+                     DType::f32, t.numel);
+  }
 }
 
 void GptModel::unpack_block(int slot, int l) {
   const std::string p = fmt::format("h.{}.", l);
-  for (const TensorInfo& t : saved16_.tensors())
-    if (t.name.compare(0, p.size(), p) == 0)
-      backend_.convert(work_mem_->f32(work_.at(t.name.substr(p.size()))), DType::f32,
-                       slot_16(slot) + t.offset, policy_.store, t.numel);
+  const Block a = block(slot, l);
+  for (const TensorInfo& t : saved16_.tensors()) {
+    const std::uint16_t* home = slot_16(slot) + t.offset;
+    if (t.name.compare(0, p.size(), p) != 0 ||
+        (home == a.ln1_16 || home == a.ln2_16 || home == a.fch_gelu_16))
+      continue;  // another layer's, or read as bits by the weight GEMMs alone
+    backend_.convert(work_mem_->f32(work_.at(t.name.substr(p.size()))), DType::f32, home,
+                     policy_.store, t.numel);
+  }
 }
 
 void GptModel::restore_block(int slot, int l, const Block& a, const float* x) {

@@ -16,27 +16,26 @@ void GptModel::block_forward(const Block& a, const float* x, int l, bool recompu
   // Row-parallel biases are added once: by tensor rank 0, before the sum.
   const bool bias_here = tp_.rank == 0;
   be.layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, P(p + "ln1.w"), P(p + "ln1.b"), BTl, C);
-  round(a.ln1, std::size_t(BTl) * C);
-  const float* ln1 = gather(a.ln1, a.ln1_full);
-  be.matmul_forward(a.qkv, ln1, P(p + "attn.qkv.w"), P(p + "attn.qkv.b"), BT, C, 3 * Cl);
+  const MatrixIn ln1 = gathered_operand(a.ln1, a.ln1_full, std::size_t(BTl) * C, a.ln1_16);
+  be.matmul_forward(a.qkv, ln1, weight(p + "attn.qkv.w"), P(p + "attn.qkv.b"), BT, C, 3 * Cl);
   round(a.qkv, std::size_t(BT) * 3 * Cl);
   be.attention_forward(a.atty, a.lse, a.qkv, B, T, Cl, NHl, policy_.store == DType::bf16);
-  round(a.atty, std::size_t(BT) * Cl);
-  be.matmul_forward(full, a.atty, P(p + "attn.proj.w"), bias_here ? P(p + "attn.proj.b") : nullptr,
-                    BT, Cl, C);
+  be.matmul_forward(full, gemm_operand(a.atty, std::size_t(BT) * Cl, a.atty_16), weight(p + "attn.proj.w"),
+                    bias_here ? P(p + "attn.proj.b") : nullptr, BT, Cl, C);
   be.add(a.res2, x, reduce_row_parallel(full), std::size_t(BTl) * C);
 
   be.layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, P(p + "ln2.w"), P(p + "ln2.b"),
                        BTl, C);
-  round(a.ln2, std::size_t(BTl) * C);
-  const float* ln2 = gather(a.ln2, a.ln2_full);
-  be.matmul_forward(a.fch, ln2, P(p + "mlp.fc.w"), P(p + "mlp.fc.b"), BT, C, Fl);
+  const MatrixIn ln2 = gathered_operand(a.ln2, a.ln2_full, std::size_t(BTl) * C, a.ln2_16);
+  be.matmul_forward(a.fch, ln2, weight(p + "mlp.fc.w"), P(p + "mlp.fc.b"), BT, C, Fl);
   round(a.fch, std::size_t(BT) * Fl);
   be.gelu_forward(a.fch_gelu, a.fch, std::size_t(BT) * Fl);
-  round(a.fch_gelu, std::size_t(BT) * Fl);
-  if (recompute) return;  // backward needs neither the MLP's output nor res3
-  be.matmul_forward(full, a.fch_gelu, P(p + "mlp.proj.w"), bias_here ? P(p + "mlp.proj.b") : nullptr,
-                    BT, Fl, C);
+  if (recompute) {  // backward needs neither the MLP's output nor res3
+    round(a.fch_gelu, std::size_t(BT) * Fl);
+    return;
+  }
+  be.matmul_forward(full, gemm_operand(a.fch_gelu, std::size_t(BT) * Fl, a.fch_gelu_16),
+                    weight(p + "mlp.proj.w"), bias_here ? P(p + "mlp.proj.b") : nullptr, BT, Fl, C);
   // a.res3 may be x's buffer (partitioned recompute): x is dead after res2.
   be.add(a.res3, a.res2, reduce_row_parallel(full), std::size_t(BTl) * C);
 }

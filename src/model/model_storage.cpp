@@ -10,6 +10,7 @@ namespace trident {
 FullStorage::FullStorage(const TensorTable& table, ComputeBackend& backend, MemoryLedger& ledger,
                          DType weights, DType grads)
     : units_(unit_ranges(table)),
+      bits_only_(units_.size()),
       params_(backend, ledger, MemCategory::parameters, table.size(), weights),
       grads_(backend, ledger, MemCategory::gradients, table.size(), grads),
       backend_(backend) {
@@ -51,9 +52,16 @@ float* FullStorage::param(const TensorInfo& t) {
   if (params_.dtype() == DType::f32) return params_.f32(t);
   if (t.unit == table_unit_)
     throw std::logic_error("parameters of " + t.name + " are read through param_rows");
+  if (bits_only(t))
+    throw std::logic_error("parameters of " + t.name + " are read as bf16 bits (param_bf16)");
   float* w = working_.find(t.unit);
   if (!w) throw std::logic_error("parameters of " + t.name + " used before need_params");
   return w + (t.offset - units_[t.unit].begin);
+}
+
+const std::uint16_t* FullStorage::param_bf16(const TensorInfo& t) {
+  if (params_.dtype() != DType::bf16 || t.unit == table_unit_) return nullptr;
+  return static_cast<const std::uint16_t*>(params_.data()) + t.offset;
 }
 
 const float* FullStorage::param_rows(const TensorInfo& t, std::size_t element, std::size_t n) {
@@ -77,9 +85,35 @@ void FullStorage::done_grad_rows(const TensorInfo& t, std::size_t element, std::
                             grads_.dtype(), n);
 }
 
+void FullStorage::read_as_bits(const TensorInfo& t) {
+  if (param_bf16(t) && !bits_only(t)) bits_only_[t.unit].push_back({t.offset, t.numel});
+  std::sort(bits_only_[t.unit].begin(), bits_only_[t.unit].end());
+}
+
+bool FullStorage::bits_only(const TensorInfo& t) const {
+  for (const auto& [offset, n] : bits_only_[t.unit])
+    if (offset == t.offset) return true;
+  return false;
+}
+
 void FullStorage::need_params(int unit, Pass) {
   if (params_.dtype() == DType::f32 || unit == table_unit_) return;
-  working_.acquire(unit, unit_bytes(params_, unit), params_.dtype(), units_[unit].size());
+  const UnitRange& u = units_[unit];
+  const auto* bits = static_cast<const std::uint16_t*>(unit_bytes(params_, unit));
+  working_.acquire_filled(unit, u.size(), [&](float* copy) {
+    // The unit's f32 copy less the tensors read as bits: the gaps between them.
+    std::size_t at = u.begin;
+    auto convert = [&](std::size_t end) {
+      if (end > at)
+        backend_.convert(copy + (at - u.begin), DType::f32, bits + (at - u.begin),
+                         params_.dtype(), end - at);
+    };
+    for (const auto& [offset, n] : bits_only_[unit]) {
+      convert(offset);
+      at = offset + n;
+    }
+    convert(u.begin + u.size());
+  });
 }
 
 void FullStorage::done_params(int unit) {

@@ -4,6 +4,7 @@
 // time and a windowed one (ZeRO-2/3) can reduce and recycle gradients as soon
 // as backward leaves a unit. The full storage ignores the announcements.
 #pragma once
+#include <cstdint>
 #include <vector>
 
 #include "compute/backend.hpp"
@@ -23,6 +24,12 @@ class ModelStorage {
   // Element `element` of t, whose unit is held (a tensor cut into pieces over
   // several units, TensorInfo::units, is reached piece by piece this way).
   virtual float* param_at(const TensorInfo& t, std::size_t element) { return param(t) + element; }
+  // t's bf16 bits where they are resident as they are (16-bit weights held
+  // whole), for GEMMs that read them without an f32 copy; else null.
+  virtual const std::uint16_t* param_bf16(const TensorInfo& t) { return nullptr; }
+  // The model reads t only through param_bf16 (its GEMMs take the bits): a
+  // storage that can skips t in the f32 working copies, and param(t) throws.
+  virtual void read_as_bits(const TensorInfo& t) {}
   virtual float* grad_at(const TensorInfo& t, std::size_t element) { return grad(t) + element; }
   // The token embedding is read d_model rows at a time, each block through
   // param_rows (a 16-bit table, whole: converted block by block, never whole).
@@ -66,6 +73,8 @@ class FullStorage : public ModelStorage {
               DType weights = DType::f32, DType grads = DType::f32);
   float* param(const TensorInfo& t) override;
   float* grad(const TensorInfo& t) override;
+  const std::uint16_t* param_bf16(const TensorInfo& t) override;
+  void read_as_bits(const TensorInfo& t) override;
   bool table_in_windows() const override { return table_unit_ >= 0; }
   const float* param_rows(const TensorInfo& t, std::size_t element, std::size_t n) override;
   float* grad_rows(const TensorInfo& t, std::size_t element, std::size_t n) override;
@@ -83,6 +92,9 @@ class FullStorage : public ModelStorage {
   std::vector<UnitRange> units_;
   Arena params_, grads_;
   WorkingCopies working_, grad_working_;  // 16-bit weights, 16-bit gradients
+  // Per unit, the (offset, elements) of its tensors read as bits alone.
+  std::vector<std::vector<std::pair<std::size_t, std::size_t>>> bits_only_;
+  bool bits_only(const TensorInfo& t) const;
   int table_unit_ = -1;       // the token embedding, read through a window
   int grad_table_unit_ = -1;  // its 16-bit gradients, added to through a window
   void* unit_bytes(Arena& a, int unit) {

@@ -150,7 +150,7 @@ MemoryEstimate estimate_memory(const Deck& deck, const GridShape& shape, int sta
     at(MemCategory::activations) += slots * slot_bytes(deck, shape, spec);
     if (c == 0)
       at(MemCategory::activations) += (double(GptModel::work_table(m, B, tp, policy).size()) +
-                                       double(GptModel::scratch_table(m, B, tp).size())) * f;
+                                       double(GptModel::scratch_table(m, B, tp, policy).size())) * f;
     // Zero bubble: the W buffers, kept from B for W.
     at(MemCategory::activations) +=
         max_pending_weights(actions, c) * weight_buffer_bytes(deck, shape, spec);

@@ -5,8 +5,10 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdint>
 #include <vector>
 
+#include "compute/backend.hpp"
 #include "compute/cpu/blas.hpp"
 #include "compute/cpu/gemm_bf16.hpp"
 #include "core/half.hpp"
@@ -89,4 +91,62 @@ TEST(GemmBf16, DeclinesValuesBf16CannotHold) {
   for (float c : C) ASSERT_EQ(c, 7.0f);  // untouched: the caller runs the f32 GEMM
   EXPECT_FALSE(cpu::gemm_bf16_valued(false, false, M, N, K, 0.5f, B.data(), K, B.data(), N, 0.0f,
                                      C.data(), N));  // alpha other than 1
+}
+
+namespace {
+
+std::vector<std::uint16_t> bits_of(const std::vector<float>& v) {
+  std::vector<std::uint16_t> out;
+  for (float x : v) out.push_back(f32_to_bf16(x));
+  return out;
+}
+
+}  // namespace
+
+// The backend's linear layer given bf16 bits (16-bit weights, packed rounded
+// activations) computes what it computes from the same values: the bits only
+// skip the packing. Bits with a partner bf16 cannot hold take the f32 path on
+// widened values, as the values alone do.
+TEST(GemmBf16, LinearOnBitsEqualsLinearOnValues) {
+  auto be = make_cpu_backend(0);
+  if (!be->reads_bf16_operands()) GTEST_SKIP() << "no bf16 instructions on this CPU";
+  const int N = 300, IC = 128, OC = 257;
+  const auto x = bf16_valued(std::size_t(N) * IC, 1), w = bf16_valued(std::size_t(OC) * IC, 2);
+  const auto dy = bf16_valued(std::size_t(N) * OC, 3), b = bf16_valued(OC, 4);
+  const auto xb = bits_of(x), wb = bits_of(w), dyb = bits_of(dy);
+  auto forward = [&](MatrixIn in, MatrixIn weight) {
+    std::vector<float> y(std::size_t(N) * OC);
+    be->matmul_forward(y.data(), in, weight, b.data(), N, IC, OC);
+    return y;
+  };
+  const auto y_values = forward(x.data(), w.data());
+  EXPECT_EQ(forward({x.data(), xb.data()}, {nullptr, wb.data()}), y_values);
+  EXPECT_EQ(forward(x.data(), {nullptr, wb.data()}), y_values);
+
+  auto backward = [&](MatrixIn d, MatrixIn in, MatrixIn weight) {
+    std::vector<float> g(std::size_t(N) * IC + std::size_t(OC) * IC + OC, 0.5f);
+    be->matmul_backward(g.data(), g.data() + std::size_t(N) * IC,
+                        g.data() + std::size_t(N) * IC + std::size_t(OC) * IC, d, in, weight, N,
+                        IC, OC);
+    return g;
+  };
+  const auto g_values = backward(dy.data(), x.data(), w.data());
+  EXPECT_EQ(backward({dy.data(), dyb.data()}, {nullptr, xb.data()}, {nullptr, wb.data()}),
+            g_values);
+  EXPECT_EQ(backward({nullptr, dyb.data()}, x.data(), {nullptr, wb.data()}), g_values);
+
+  // An input that is not bf16-valued: f32 GEMMs, the weight widened from its bits.
+  auto x32 = trident::testing::random_normals(std::size_t(N) * IC, 5);
+  EXPECT_EQ(forward(x32.data(), {nullptr, wb.data()}), forward(x32.data(), w.data()));
+}
+
+TEST(GemmBf16, RoundToBf16GivesValuesAndBits) {
+  auto be = make_cpu_backend(0);
+  const auto src = trident::testing::random_normals(100003, 6);
+  std::vector<float> dst(src.size()), rounded = src;
+  std::vector<std::uint16_t> bits(src.size());
+  be->round_to_bf16(dst.data(), bits.data(), src.data(), src.size());
+  be->round_to(rounded.data(), DType::bf16, rounded.size());
+  EXPECT_EQ(dst, rounded);
+  EXPECT_EQ(bits, bits_of(src));
 }

@@ -18,6 +18,7 @@
 #include "compute/cpu/gemm_library.hpp"
 #include "compute/cpu/half_convert.hpp"
 #include "compute/cpu/kernels.hpp"
+#include "compute/cpu/linear.hpp"
 #include "compute/cpu/vector_ops.hpp"
 #include "core/half.hpp"
 
@@ -125,13 +126,21 @@ class CpuBackend final : public ComputeBackend {
                           int C) override {
     cpu::layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, C);
   }
-  void matmul_forward(float* out, const float* inp, const float* w, const float* bias, int N,
-                      int IC, int OC) override {
-    cpu::matmul_forward(out, inp, w, bias, N, IC, OC);
+  bool reads_bf16_operands() const override { return cpu::cpu_has_bf16_kernels(); }
+  void round_to_bf16(float* dst, std::uint16_t* bits, const float* src, std::size_t n) override {
+    if (!bits) {
+      if (dst != src) std::copy(src, src + n, dst);
+      return cpu::round_to_16bit(dst, n, DType::bf16);
+    }
+    cpu::round_to_bf16(dst, bits, src, n);
   }
-  void matmul_backward(float* dinp, float* dw, float* dbias, const float* dout, const float* inp,
-                       const float* w, int N, int IC, int OC) override {
-    cpu::matmul_backward(dinp, dw, dbias, dout, inp, w, N, IC, OC);
+  void matmul_forward(float* out, MatrixIn inp, MatrixIn w, const float* bias, int N, int IC,
+                      int OC) override {
+    cpu::linear_forward(out, inp, w, bias, N, IC, OC);
+  }
+  void matmul_backward(float* dinp, float* dw, float* dbias, MatrixIn dout, MatrixIn inp,
+                       MatrixIn w, int N, int IC, int OC) override {
+    cpu::linear_backward(dinp, dw, dbias, dout, inp, w, N, IC, OC);
   }
   void attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C,
                          int NH, bool bf16) override {

@@ -144,15 +144,20 @@ TRIDENT_VECTOR_CLONES bool holds_bf16_values(const float* x, int rows, int cols,
   return true;
 }
 
-bool gemm_bf16_valued(bool ta, bool tb, int M, int N, int K, float alpha, const float* A, int lda,
-                      const float* B, int ldb, float beta, float* C, int ldc) {
-  if (!cpu_has_bf16_kernels() || alpha != 1.0f || (beta != 0.0f && beta != 1.0f) || M <= 0 || N <= 0 || K <= 0)
-    return false;
-  // Stored layouts: A is M x K (ta: K x M), B is K x N (tb: N x K). An f32
-  // run's values fail on the first row, before any packing.
+bool pack_bf16_values(std::vector<std::uint16_t>& out, const float* x, int rows, int cols, int ld) {
+  return holds_bf16_values(x, 1, cols, ld) && pack_bf16(out, x, rows, cols, ld);
+}
+
+bool gemm_bf16(bool ta, bool tb, int M, int N, int K, Bf16Operand A, int lda, Bf16Operand B,
+               int ldb, bool accumulate, float* C, int ldc) {
+  if (!cpu_has_bf16_kernels() || M <= 0 || N <= 0 || K <= 0) return false;
+  // Stored layouts: A is M x K (ta: K x M), B is K x N (tb: N x K). Values
+  // are packed contiguously, so their leading dimension becomes the row
+  // length; an f32 run's values fail on the first row, before any packing.
   const int a_rows = ta ? K : M, a_cols = ta ? M : K, b_rows = tb ? N : K, b_cols = tb ? K : N;
-  if (!holds_bf16_values(A, 1, a_cols, lda) || !holds_bf16_values(B, 1, b_cols, ldb))
-    return false;
+  if (!A.bits && !holds_bf16_values(A.values, 1, a_cols, lda)) return false;
+  if (!B.bits && !holds_bf16_values(B.values, 1, b_cols, ldb)) return false;
+  const int a_ld = A.bits ? lda : a_cols, b_ld = B.bits ? ldb : b_cols;
   GemmTiles g = gemm_tiles(M, N);
   g.tm = std::min(g.tm, M), g.tn = std::min(g.tn, N);  // one tile may be smaller than a tile
   const int last_m = M - (g.rows - 1) * g.tm, last_n = N - (g.cols - 1) * g.tn;
@@ -160,15 +165,15 @@ bool gemm_bf16_valued(bool ta, bool tb, int M, int N, int K, float alpha, const 
   try {
     for (int lr = 0; lr < 2; ++lr)
       for (int lc = 0; lc < 2; ++lc)
-        ops[lr][lc] = &tile_matmul(TileShape{lr ? last_m : g.tm, lc ? last_n : g.tn, K,
-                                             ta ? M : K, tb ? K : N, ldc, ta, tb, beta != 0.0f});
+        ops[lr][lc] = &tile_matmul(TileShape{lr ? last_m : g.tm, lc ? last_n : g.tn, K, a_ld, b_ld,
+                                             ldc, ta, tb, accumulate});
   } catch (const dnnl::error&) {
     return false;
   }
   thread_local std::vector<std::uint16_t> a16, b16;
-  if (!pack_bf16(a16, A, a_rows, a_cols, lda) || !pack_bf16(b16, B, b_rows, b_cols, ldb))
-    return false;
-  const std::uint16_t *a = a16.data(), *b = b16.data();
+  if (!A.bits && !pack_bf16(a16, A.values, a_rows, a_cols, lda)) return false;
+  if (!B.bits && !pack_bf16(b16, B.values, b_rows, b_cols, ldb)) return false;
+  const std::uint16_t *a = A.bits ? A.bits : a16.data(), *b = B.bits ? B.bits : b16.data();
   const int tiles = g.rows * g.cols;
 #pragma omp parallel if (omp_get_level() == 0 && tiles > 1)
   {
@@ -177,11 +182,17 @@ bool gemm_bf16_valued(bool ta, bool tb, int M, int N, int K, float alpha, const 
     for (int t = 0; t < tiles; ++t) {
       const int tr = t / g.cols, tc = t % g.cols;
       const std::int64_t i = std::int64_t(tr) * g.tm, j = std::int64_t(tc) * g.tn;
-      run_tile(*ops[tr == g.rows - 1][tc == g.cols - 1], ta ? a + i : a + i * K,
-               tb ? b + j * K : b + j, C + i * ldc + j);
+      run_tile(*ops[tr == g.rows - 1][tc == g.cols - 1], ta ? a + i : a + i * a_ld,
+               tb ? b + j * b_ld : b + j, C + i * ldc + j);
     }
   }
   return true;
+}
+
+bool gemm_bf16_valued(bool ta, bool tb, int M, int N, int K, float alpha, const float* A, int lda,
+                      const float* B, int ldb, float beta, float* C, int ldc) {
+  if (alpha != 1.0f || (beta != 0.0f && beta != 1.0f)) return false;
+  return gemm_bf16(ta, tb, M, N, K, {A, nullptr}, lda, {B, nullptr}, ldb, beta != 0.0f, C, ldc);
 }
 
 void gemm_bf16_bits(bool ta, bool tb, int M, int N, int K, const std::uint16_t* A, int lda,

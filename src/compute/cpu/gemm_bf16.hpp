@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 namespace trident::cpu {
 
@@ -20,6 +21,24 @@ bool cpu_has_bf16_kernels();
 // Without bf16 kernels for the shape it widens them and runs the f32 GEMM.
 void gemm_bf16_bits(bool ta, bool tb, int M, int N, int K, const std::uint16_t* A, int lda,
                     const std::uint16_t* B, int ldb, bool accumulate, float* C, int ldc);
+
+// A GEMM operand: its bf16 bits (read as they are, with the caller's leading
+// dimension), else f32 values that hold bf16 values (packed first).
+struct Bf16Operand {
+  const float* values;
+  const std::uint16_t* bits;
+};
+
+// C = op(A) op(B) (+ C when accumulate) on bf16 kernels, in gemm()'s fixed
+// tiles; returns false, having done nothing, when the CPU has no bf16
+// instructions, oneDNN none for the shape, or values hold a value bf16
+// cannot represent.
+bool gemm_bf16(bool ta, bool tb, int M, int N, int K, Bf16Operand A, int lda, Bf16Operand B,
+               int ldb, bool accumulate, float* C, int ldc);
+
+// x (rows x cols, leading dimension ld) as contiguous bf16 bits; false when
+// it holds a value bf16 cannot represent.
+bool pack_bf16_values(std::vector<std::uint16_t>& out, const float* x, int rows, int cols, int ld);
 
 // C = alpha * op(A) op(B) + beta * C on bf16 kernels; returns false, having
 // done nothing, when alpha is not 1, beta is neither 0 nor 1, the CPU has no

@@ -64,6 +64,16 @@ TRIDENT_VECTOR_CLONES void round_bf16_loop(float* x, std::size_t n) {
   for (std::size_t i = 0; i < n; ++i) x[i] = f32_from_bits(bf16_bits(f32_bits(x[i])) << 16);
 }
 
+TRIDENT_VECTOR_CLONES void round_pack_bf16_loop(float* d, std::uint16_t* bits, const float* s,
+                                               std::size_t n) {
+#pragma omp simd
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::uint32_t b = bf16_bits(f32_bits(s[i]));
+    d[i] = f32_from_bits(b << 16);
+    bits[i] = std::uint16_t(b);
+  }
+}
+
 // Splits [0, n) over the OpenMP threads (large arrays only) and runs
 // body(lo, hi) on each part.
 template <class Body>
@@ -114,6 +124,12 @@ void round_to_16bit(float* x, std::size_t n, DType type) {
     } else {
       round_bf16_loop(x + lo, hi - lo);
     }
+  });
+}
+
+void round_to_bf16(float* dst, std::uint16_t* bits, const float* src, std::size_t n) {
+  parallel_parts(n, [&](std::size_t lo, std::size_t hi) {
+    round_pack_bf16_loop(dst + lo, bits + lo, src + lo, hi - lo);
   });
 }
 

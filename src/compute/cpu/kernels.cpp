@@ -149,9 +149,7 @@ void layernorm_backward(T* dinp, T* dw, T* db, const T* dout, const T* inp, cons
 
 template <class T>
 TRIDENT_VECTOR_CLONES
-void matmul_forward(T* out, const T* inp, const T* w, const T* bias, int N, int IC, int OC) {
-  linear_gemm(false, true, N, OC, IC, inp, IC, w, IC, T(0), out, OC);
-  if (!bias) return;
+void add_bias(T* out, const T* bias, int N, int OC) {
 #pragma omp parallel for schedule(static) if (N * OC > 16384)
   for (int i = 0; i < N; ++i) {
     T* o = out + static_cast<std::size_t>(i) * OC;
@@ -161,11 +159,7 @@ void matmul_forward(T* out, const T* inp, const T* w, const T* bias, int N, int 
 
 template <class T>
 TRIDENT_VECTOR_CLONES
-void matmul_backward(T* dinp, T* dw, T* dbias, const T* dout, const T* inp, const T* w, int N,
-                     int IC, int OC) {
-  if (dinp) linear_gemm(false, false, N, IC, OC, dout, OC, w, IC, T(1), dinp, IC);
-  if (dw) linear_gemm(true, false, OC, IC, N, dout, OC, inp, IC, T(1), dw, IC);
-  if (!dbias) return;
+void bias_backward(T* dbias, const T* dout, int N, int OC) {
 #pragma omp parallel for schedule(static) if (N * OC > 16384)
   for (int j0 = 0; j0 < OC; j0 += kColBlock) {
     const int j1 = std::min(OC, j0 + kColBlock);
@@ -174,6 +168,20 @@ void matmul_backward(T* dinp, T* dw, T* dbias, const T* dout, const T* inp, cons
       for (int j = j0; j < j1; ++j) dbias[j] += d[j];
     }
   }
+}
+
+template <class T>
+void matmul_forward(T* out, const T* inp, const T* w, const T* bias, int N, int IC, int OC) {
+  linear_gemm(false, true, N, OC, IC, inp, IC, w, IC, T(0), out, OC);
+  if (bias) add_bias(out, bias, N, OC);
+}
+
+template <class T>
+void matmul_backward(T* dinp, T* dw, T* dbias, const T* dout, const T* inp, const T* w, int N,
+                     int IC, int OC) {
+  if (dinp) linear_gemm(false, false, N, IC, OC, dout, OC, w, IC, T(1), dinp, IC);
+  if (dw) linear_gemm(true, false, OC, IC, N, dout, OC, inp, IC, T(1), dw, IC);
+  if (dbias) bias_backward(dbias, dout, N, OC);
 }
 
 namespace {
@@ -257,6 +265,8 @@ void xent_finish(T* losses, T* dlogits, const T* logits, const T* row_max, const
   template void layernorm_forward<T>(T*, T*, T*, const T*, const T*, const T*, int, int);         \
   template void layernorm_backward<T>(T*, T*, T*, const T*, const T*, const T*, const T*,         \
                                       const T*, int, int);                                        \
+  template void add_bias<T>(T*, const T*, int, int);                                              \
+  template void bias_backward<T>(T*, const T*, int, int);                                         \
   template void matmul_forward<T>(T*, const T*, const T*, const T*, int, int, int);               \
   template void matmul_backward<T>(T*, T*, T*, const T*, const T*, const T*, int, int, int);      \
   template void gelu_forward<T>(T*, const T*, std::size_t);                                       \

@@ -28,6 +28,11 @@ void layernorm_forward(T* out, T* mean, T* rstd, const T* inp, const T* w, const
 template <class T>
 void layernorm_backward(T* dinp, T* dw, T* db, const T* dout, const T* inp, const T* w,
                         const T* mean, const T* rstd, int N, int C);
+// out[i, :] += bias; dbias += the column sums of dout (N x OC).
+template <class T>
+void add_bias(T* out, const T* bias, int N, int OC);
+template <class T>
+void bias_backward(T* dbias, const T* dout, int N, int OC);
 template <class T>
 void matmul_forward(T* out, const T* inp, const T* w, const T* bias, int N, int IC, int OC);
 template <class T>

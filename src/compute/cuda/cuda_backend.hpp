@@ -66,10 +66,11 @@ class CudaBackend final : public ComputeBackend {
   void layernorm_backward(float* dinp, float* dw, float* db, const float* dout, const float* inp,
                           const float* w, const float* mean, const float* rstd, int N,
                           int C) override;
-  void matmul_forward(float* out, const float* inp, const float* w, const float* bias, int N,
-                      int IC, int OC) override;
-  void matmul_backward(float* dinp, float* dw, float* dbias, const float* dout, const float* inp,
-                       const float* w, int N, int IC, int OC) override;
+  // Reads MatrixIn::values (reads_bf16_operands() is false).
+  void matmul_forward(float* out, MatrixIn inp, MatrixIn w, const float* bias, int N, int IC,
+                      int OC) override;
+  void matmul_backward(float* dinp, float* dw, float* dbias, MatrixIn dout, MatrixIn inp,
+                       MatrixIn w, int N, int IC, int OC) override;
   void attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C,
                          int NH, bool bf16) override;
   void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out,

@@ -43,8 +43,9 @@ void CudaBackend::layernorm_backward(float* dinp, float* dw, float* db, const fl
   });
 }
 
-void CudaBackend::matmul_forward(float* out, const float* inp, const float* w, const float* bias,
+void CudaBackend::matmul_forward(float* out, MatrixIn inp_m, MatrixIn w_m, const float* bias,
                                  int N, int IC, int OC) {
+  const float *inp = inp_m.values, *w = w_m.values;
   run("matmul_forward", [&] {
     if (gemms_->linear(out, inp, w, bias, N, IC, OC)) return;
     gemms_->gemm(false, true, N, OC, IC, 1.0f, inp, IC, w, IC, 0.0f, out, OC);
@@ -52,8 +53,9 @@ void CudaBackend::matmul_forward(float* out, const float* inp, const float* w, c
   });
 }
 
-void CudaBackend::matmul_backward(float* dinp, float* dw, float* dbias, const float* dout,
-                                  const float* inp, const float* w, int N, int IC, int OC) {
+void CudaBackend::matmul_backward(float* dinp, float* dw, float* dbias, MatrixIn dout_m,
+                                  MatrixIn inp_m, MatrixIn w_m, int N, int IC, int OC) {
+  const float *dout = dout_m.values, *inp = inp_m.values, *w = w_m.values;
   float* s = dbias ? static_cast<float*>(scratch(gpu::bias_backward_scratch(N, OC) * sizeof(float)))
                    : nullptr;
   run("matmul_backward", [&] {

@@ -83,7 +83,7 @@ ZeroBubbleCosts zero_bubble_costs(const Deck& deck, const GridShape& shape,
                              tpl.sp(), deck.precision.dtype);
   const int B = micro_batch_of(deck, shape);
   const double fixed = double(GptModel::work_table(m, B, tpl, policy).size() +
-                              GptModel::scratch_table(m, B, tpl).size()) * sizeof(float);
+                              GptModel::scratch_table(m, B, tpl, policy).size()) * sizeof(float);
   for (int s = 0; s < p; ++s) {
     const double b = zero_bubble_budget(kind, s, one_f_one_b);
     c.budget.push_back(b > 0 ? b + (kZeroBubbleSlack - 1) * fixed : 0);

@@ -158,6 +158,11 @@ float* ZeroStorage::param_at(const TensorInfo& t, std::size_t element) {
   return s->mem.f32() + i;
 }
 
+const std::uint16_t* ZeroStorage::param_bf16(const TensorInfo& t) {
+  if (weights_ != DType::bf16 || stage_ > 2 || t.unit == table_unit_) return nullptr;
+  return reinterpret_cast<const std::uint16_t*>(param_bytes(p_full_, t.offset));
+}
+
 const float* ZeroStorage::param_rows(const TensorInfo& t, std::size_t element, std::size_t n) {
   if (t.unit != table_unit_) return param_at(t, element);
   return working_.window(param_bytes(p_full_, t.offset + element), weights_, n);
