@@ -26,6 +26,11 @@ inline std::uint16_t f32_to_bf16(float f) {
   if ((x & 0x7fffffffu) > 0x7f800000u) return std::uint16_t((x >> 16) | 0x40u);  // quiet NaN
   return std::uint16_t((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
 }
+// f32_to_bf16 on the bits x without a branch, so loops over it vectorise.
+inline std::uint32_t bf16_bits_of_f32(std::uint32_t x) {
+  const std::uint32_t rounded = (x + 0x7fffu + ((x >> 16) & 1u)) >> 16;
+  return (x & 0x7fffffffu) > 0x7f800000u ? ((x >> 16) | 0x40u) : rounded;
+}
 inline float bf16_to_f32(std::uint16_t h) { return f32_from_bits(std::uint32_t(h) << 16); }
 
 inline std::uint16_t f32_to_f16(float f) {

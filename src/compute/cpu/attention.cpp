@@ -21,9 +21,9 @@
 #include "compute/cpu/blas.hpp"
 #include "compute/cpu/fast_math.hpp"
 #include "compute/cpu/gemm_bf16.hpp"
-#include "compute/cpu/half_convert.hpp"
 #include "compute/cpu/kernels.hpp"
 #include "compute/cpu/vector_clones.hpp"
+#include "core/half.hpp"
 
 namespace trident::cpu {
 namespace {
@@ -45,18 +45,18 @@ TRIDENT_VECTOR_CLONES void bf16_bits_of(std::uint16_t* out, const float* x, int 
   }
 }
 
-// A tile of n f32 values rounded to bf16.
-void round_bf16(std::uint16_t* out, const float* x, std::size_t n) {
-  to_16bit(out, x, n, DType::bf16);
+// A tile row of n values rounded to bf16 bits, where the row was made (in
+// L1). Only float rows take the bf16 path; the double instance compiles it.
+template <class T>
+void round_row_bf16(std::uint16_t* out, const T* x, int n) {
+#pragma omp simd
+  for (int c = 0; c < n; ++c) out[c] = std::uint16_t(bf16_bits_of_f32(f32_bits(float(x[c]))));
 }
 
 template <class T>
-void scale_rows(T* x, int rows, int cols, int ld, T s) {
-  for (int r = 0; r < rows; ++r) {
-    T* row = x + std::size_t(r) * ld;
+void scale_row(T* x, int n, T s) {
 #pragma omp simd
-    for (int c = 0; c < cols; ++c) row[c] *= s;
-  }
+  for (int c = 0; c < n; ++c) x[c] *= s;
 }
 
 // The bf16 path's f32 views: it runs only where T is float (bf16_tiles).
@@ -112,8 +112,7 @@ void attention_forward(T* out, T* lse, const T* qkv, int B, int T_, int C, int N
             const int nk = std::min(kTile, i0 + nq - j0);
             if (b16) {
               gemm_bf16_bits(false, true, nq, nk, hs, q16.data(), hs, k16 + std::size_t(j0) * hs,
-                             hs, false, f32(S.data()), kTile);
-              scale_rows(S.data(), nq, nk, kTile, scale);
+                             hs, false, f32(S.data()), kTile);  // scaled row by row below
             } else {
               gemm(false, true, nq, nk, hs, scale, q + std::size_t(i0) * C3, C3,
                    k + std::size_t(j0) * C3, C3, T(0), S.data(), kTile);  // S = s Q_i K_j^T
@@ -121,6 +120,7 @@ void attention_forward(T* out, T* lse, const T* qkv, int B, int T_, int C, int N
             for (int r = 0; r < nq; ++r) {
               T* row = S.data() + r * kTile;
               const int n = std::min(nk, i0 + r + 1 - j0);  // keys <= t
+              if (b16) scale_row(row, n, scale);
               const T mx = max_of(row, n, m[r]);
               const T corr = exp_k(m[r] - mx);  // rescales what earlier tiles summed
               T sum = 0;
@@ -130,13 +130,13 @@ void attention_forward(T* out, T* lse, const T* qkv, int B, int T_, int C, int N
                 sum += row[c];
               }
               for (int c = n; c < nk; ++c) row[c] = 0;
+              if (b16) round_row_bf16(p16.data() + std::size_t(r) * kTile, row, nk);
               l[r] = l[r] * corr + sum;
               m[r] = mx;
               T* a = acc.data() + std::size_t(r) * hs;
               for (int d = 0; d < hs; ++d) a[d] *= corr;
             }
             if (b16) {
-              round_bf16(p16.data(), f32(S.data()), std::size_t(nq) * kTile);
               gemm_bf16_bits(false, false, nq, hs, nk, p16.data(), kTile,
                              v16 + std::size_t(j0) * hs, hs, true,
                              f32(acc.data()), hs);
@@ -203,7 +203,6 @@ void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, cons
             if (b16) {
               gemm_bf16_bits(false, true, nq, nk, hs, q16 + std::size_t(i0) * hs, hs,
                              k16 + std::size_t(j0) * hs, hs, false, f32(P.data()), kTile);
-              scale_rows(P.data(), nq, nk, kTile, scale);
             } else {
               gemm(false, true, nq, nk, hs, scale, qi, C3, kj, C3, T(0), P.data(), kTile);
             }
@@ -211,12 +210,13 @@ void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, cons
               T* row = P.data() + r * kTile;
               const int n = std::min(nk, i0 + r + 1 - j0);
               const T lt = L[i0 + r];
+              if (b16) scale_row(row, n, scale);
 #pragma omp simd
               for (int c = 0; c < n; ++c) row[c] = exp_k(row[c] - lt);
               for (int c = n; c < nk; ++c) row[c] = 0;
+              if (b16) round_row_bf16(p16.data() + std::size_t(r) * kTile, row, nk);
             }
             if (b16) {
-              round_bf16(p16.data(), f32(P.data()), std::size_t(nq) * kTile);
               gemm_bf16_bits(true, false, nk, hs, nq, p16.data(), kTile,
                              dO16 + std::size_t(i0) * hs, hs, true, f32(dv + std::size_t(j0) * C3),
                              C3);
@@ -233,9 +233,9 @@ void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, cons
               const T Dt = D[i0 + r];
 #pragma omp simd
               for (int c = 0; c < nk; ++c) ds[c] = scale * p[c] * (ds[c] - Dt);
+              if (b16) round_row_bf16(ds16.data() + std::size_t(r) * kTile, ds, nk);
             }
             if (b16) {
-              round_bf16(ds16.data(), f32(dS.data()), std::size_t(nq) * kTile);
               gemm_bf16_bits(false, false, nq, hs, nk, ds16.data(), kTile,
                              k16 + std::size_t(j0) * hs, hs, true, f32(dq + std::size_t(i0) * C3),
                              C3);

@@ -42,16 +42,9 @@ __attribute__((target("avx,f16c"))) std::size_t round_f16_f16c(float* x, std::si
   return i;
 }
 
-// f32_to_bf16's bits (round to nearest even, NaN kept quiet) without a
-// branch, so the loops below vectorise.
-inline std::uint32_t bf16_bits(std::uint32_t x) {
-  const std::uint32_t rounded = (x + 0x7fffu + ((x >> 16) & 1u)) >> 16;
-  return (x & 0x7fffffffu) > 0x7f800000u ? ((x >> 16) | 0x40u) : rounded;
-}
-
 TRIDENT_VECTOR_CLONES void to_bf16_loop(std::uint16_t* d, const float* s, std::size_t n) {
 #pragma omp simd
-  for (std::size_t i = 0; i < n; ++i) d[i] = std::uint16_t(bf16_bits(f32_bits(s[i])));
+  for (std::size_t i = 0; i < n; ++i) d[i] = std::uint16_t(bf16_bits_of_f32(f32_bits(s[i])));
 }
 
 TRIDENT_VECTOR_CLONES void from_bf16_loop(float* d, const std::uint16_t* s, std::size_t n) {
@@ -61,14 +54,14 @@ TRIDENT_VECTOR_CLONES void from_bf16_loop(float* d, const std::uint16_t* s, std:
 
 TRIDENT_VECTOR_CLONES void round_bf16_loop(float* x, std::size_t n) {
 #pragma omp simd
-  for (std::size_t i = 0; i < n; ++i) x[i] = f32_from_bits(bf16_bits(f32_bits(x[i])) << 16);
+  for (std::size_t i = 0; i < n; ++i) x[i] = f32_from_bits(bf16_bits_of_f32(f32_bits(x[i])) << 16);
 }
 
 TRIDENT_VECTOR_CLONES void round_pack_bf16_loop(float* d, std::uint16_t* bits, const float* s,
                                                std::size_t n) {
 #pragma omp simd
   for (std::size_t i = 0; i < n; ++i) {
-    const std::uint32_t b = bf16_bits(f32_bits(s[i]));
+    const std::uint32_t b = bf16_bits_of_f32(f32_bits(s[i]));
     d[i] = f32_from_bits(b << 16);
     bits[i] = std::uint16_t(b);
   }
