@@ -63,7 +63,7 @@ void BM_ProbabilityMatrixAttention(benchmark::State& st) {
 }  // namespace
 
 BENCHMARK(BM_FlashAttention)
-    ->ArgsProduct({{256, 1024}, {0, 1}})
+    ->ArgsProduct({{256, 512, 1024, 2048}, {0, 1}})
     ->ArgNames({"T", "bf16"})
     ->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_ProbabilityMatrixAttention)->Arg(256)->Arg(1024)->Unit(benchmark::kMillisecond);

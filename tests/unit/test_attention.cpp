@@ -81,9 +81,10 @@ Vec bf16_values(Vec x) {  // as a bf16 run holds q, k, v and dout
   return x;
 }
 
-constexpr int kTile = trident::cpu::kAttentionTile;
+constexpr int kTile = trident::cpu::kAttentionTile, kTileBf16 = trident::cpu::kAttentionTileBf16;
 const Shape kShapes[] = {{2, 1, 16, 2},          {1, 17, 32, 4},         {2, kTile, 32, 2},
-                         {1, kTile + 1, 48, 3},  {2, 2 * kTile + 5, 64, 2}, {1, 3 * kTile, 16, 1}};
+                         {1, kTile + 1, 48, 3},  {2, 2 * kTile + 5, 64, 2}, {1, 3 * kTile, 16, 1},
+                         {1, 2 * kTileBf16 + 5, 32, 2}};
 
 }  // namespace
 

@@ -27,7 +27,10 @@
 
 namespace trident::cpu {
 namespace {
-constexpr int kTile = kAttentionTile;
+// Queries and keys per tile (square tiles); bf16's AMX products gain more
+// from larger ones (perf/bench_attention: T 1024, one thread, 27 -> 22 ms;
+// f32 is a little slower at 256).
+int attention_tile(bool bf16_products) { return bf16_products ? kAttentionTileBf16 : kAttentionTile; }
 
 // rows x cols of x (leading dimension ld), which holds bf16 values, as their
 // bits (the high halves), rows contiguous.
@@ -76,15 +79,16 @@ bool bf16_tiles(bool bf16) {
 template <class T>
 TRIDENT_VECTOR_CLONES
 void attention_forward(T* out, T* lse, const T* qkv, int B, int T_, int C, int NH, bool bf16) {
-  const int hs = C / NH, C3 = 3 * C, tiles = (T_ + kTile - 1) / kTile;
+  const int hs = C / NH, C3 = 3 * C;
   const T scale = T(1) / std::sqrt(T(hs));
   const bool b16 = bf16_tiles<T>(bf16);
+  const int tile = attention_tile(b16), tiles = (T_ + tile - 1) / tile;
 #pragma omp parallel
   {
-    std::vector<T> S(kTile * kTile), acc(std::size_t(kTile) * hs), m(kTile), l(kTile);
+    std::vector<T> S(tile * tile), acc(std::size_t(tile) * hs), m(tile), l(tile);
     std::vector<std::uint16_t> q16, kv16, p16;  // bf16: Q_i, K and V up to the diagonal, P
-    if (b16) q16.resize(std::size_t(kTile) * hs), kv16.resize(2 * std::size_t(T_) * hs),
-        p16.resize(kTile * kTile);
+    if (b16) q16.resize(std::size_t(tile) * hs), kv16.resize(2 * std::size_t(T_) * hs),
+        p16.resize(tile * tile);
     int packed_head = -1, packed_rows = 0;  // the (b, h) whose K, V rows kv16 holds
     // Later query tiles see more keys: hand them out dynamically.
 #pragma omp for collapse(3) schedule(dynamic)
@@ -93,7 +97,7 @@ void attention_forward(T* out, T* lse, const T* qkv, int B, int T_, int C, int N
         for (int it = 0; it < tiles; ++it) {
           const T* q = qkv + static_cast<std::size_t>(b) * T_ * C3 + h * hs;
           const T *k = q + C, *v = q + 2 * C;
-          const int i0 = it * kTile, nq = std::min(kTile, T_ - i0);
+          const int i0 = it * tile, nq = std::min(tile, T_ - i0);
           std::fill(acc.begin(), acc.end(), T(0));
           std::fill(m.begin(), m.end(), -std::numeric_limits<T>::infinity());
           std::fill(l.begin(), l.end(), T(0));
@@ -108,17 +112,17 @@ void attention_forward(T* out, T* lse, const T* qkv, int B, int T_, int C, int N
                          C3);
             packed_rows = std::max(packed_rows, i0 + nq);
           }
-          for (int j0 = 0; j0 <= i0; j0 += kTile) {  // causal: key tiles up to the diagonal
-            const int nk = std::min(kTile, i0 + nq - j0);
+          for (int j0 = 0; j0 <= i0; j0 += tile) {  // causal: key tiles up to the diagonal
+            const int nk = std::min(tile, i0 + nq - j0);
             if (b16) {
               gemm_bf16_bits(false, true, nq, nk, hs, q16.data(), hs, k16 + std::size_t(j0) * hs,
-                             hs, false, f32(S.data()), kTile);  // scaled row by row below
+                             hs, false, f32(S.data()), tile);  // scaled row by row below
             } else {
               gemm(false, true, nq, nk, hs, scale, q + std::size_t(i0) * C3, C3,
-                   k + std::size_t(j0) * C3, C3, T(0), S.data(), kTile);  // S = s Q_i K_j^T
+                   k + std::size_t(j0) * C3, C3, T(0), S.data(), tile);  // S = s Q_i K_j^T
             }
             for (int r = 0; r < nq; ++r) {
-              T* row = S.data() + r * kTile;
+              T* row = S.data() + r * tile;
               const int n = std::min(nk, i0 + r + 1 - j0);  // keys <= t
               if (b16) scale_row(row, n, scale);
               const T mx = max_of(row, n, m[r]);
@@ -130,18 +134,18 @@ void attention_forward(T* out, T* lse, const T* qkv, int B, int T_, int C, int N
                 sum += row[c];
               }
               for (int c = n; c < nk; ++c) row[c] = 0;
-              if (b16) round_row_bf16(p16.data() + std::size_t(r) * kTile, row, nk);
+              if (b16) round_row_bf16(p16.data() + std::size_t(r) * tile, row, nk);
               l[r] = l[r] * corr + sum;
               m[r] = mx;
               T* a = acc.data() + std::size_t(r) * hs;
               for (int d = 0; d < hs; ++d) a[d] *= corr;
             }
             if (b16) {
-              gemm_bf16_bits(false, false, nq, hs, nk, p16.data(), kTile,
+              gemm_bf16_bits(false, false, nq, hs, nk, p16.data(), tile,
                              v16 + std::size_t(j0) * hs, hs, true,
                              f32(acc.data()), hs);
             } else {
-              gemm(false, false, nq, hs, nk, T(1), S.data(), kTile, v + std::size_t(j0) * C3, C3,
+              gemm(false, false, nq, hs, nk, T(1), S.data(), tile, v + std::size_t(j0) * C3, C3,
                    T(1), acc.data(), hs);  // acc += P V_j
             }
           }
@@ -166,12 +170,13 @@ void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, cons
   const int hs = C / NH, C3 = 3 * C;
   const T scale = T(1) / std::sqrt(T(hs));
   const bool b16 = bf16_tiles<T>(bf16);
+  const int tile = attention_tile(b16);
 #pragma omp parallel
   {
-    std::vector<T> P(kTile * kTile), dS(kTile * kTile), D(T_);
+    std::vector<T> P(tile * tile), dS(tile * tile), D(T_);
     std::vector<std::uint16_t> qkvo16, p16, ds16;  // bf16: Q, K, V, dO of a head; P and dS
-    if (b16) qkvo16.resize(4 * std::size_t(T_) * hs), p16.resize(kTile * kTile),
-        ds16.resize(kTile * kTile);
+    if (b16) qkvo16.resize(4 * std::size_t(T_) * hs), p16.resize(tile * tile),
+        ds16.resize(tile * tile);
 #pragma omp for collapse(2) schedule(dynamic)
     for (int b = 0; b < B; ++b) {
       for (int h = 0; h < NH; ++h) {
@@ -194,59 +199,59 @@ void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, cons
           bf16_bits_of(q16, f32(q), T_, hs, C3), bf16_bits_of(k16, f32(k), T_, hs, C3);
           bf16_bits_of(v16, f32(v), T_, hs, C3), bf16_bits_of(dO16, f32(dO), T_, hs, C);
         }
-        for (int j0 = 0; j0 < T_; j0 += kTile) {
-          const int nk = std::min(kTile, T_ - j0);
+        for (int j0 = 0; j0 < T_; j0 += tile) {
+          const int nk = std::min(tile, T_ - j0);
           const T *kj = k + std::size_t(j0) * C3, *vj = v + std::size_t(j0) * C3;
-          for (int i0 = j0; i0 < T_; i0 += kTile) {  // causal: query tiles from the diagonal
-            const int nq = std::min(kTile, T_ - i0);
+          for (int i0 = j0; i0 < T_; i0 += tile) {  // causal: query tiles from the diagonal
+            const int nq = std::min(tile, T_ - i0);
             const T *qi = q + std::size_t(i0) * C3, *dOi = dO + std::size_t(i0) * C;
             if (b16) {
               gemm_bf16_bits(false, true, nq, nk, hs, q16 + std::size_t(i0) * hs, hs,
-                             k16 + std::size_t(j0) * hs, hs, false, f32(P.data()), kTile);
+                             k16 + std::size_t(j0) * hs, hs, false, f32(P.data()), tile);
             } else {
-              gemm(false, true, nq, nk, hs, scale, qi, C3, kj, C3, T(0), P.data(), kTile);
+              gemm(false, true, nq, nk, hs, scale, qi, C3, kj, C3, T(0), P.data(), tile);
             }
             for (int r = 0; r < nq; ++r) {  // P from the saved log-sum-exp
-              T* row = P.data() + r * kTile;
+              T* row = P.data() + r * tile;
               const int n = std::min(nk, i0 + r + 1 - j0);
               const T lt = L[i0 + r];
               if (b16) scale_row(row, n, scale);
 #pragma omp simd
               for (int c = 0; c < n; ++c) row[c] = exp_k(row[c] - lt);
               for (int c = n; c < nk; ++c) row[c] = 0;
-              if (b16) round_row_bf16(p16.data() + std::size_t(r) * kTile, row, nk);
+              if (b16) round_row_bf16(p16.data() + std::size_t(r) * tile, row, nk);
             }
             if (b16) {
-              gemm_bf16_bits(true, false, nk, hs, nq, p16.data(), kTile,
+              gemm_bf16_bits(true, false, nk, hs, nq, p16.data(), tile,
                              dO16 + std::size_t(i0) * hs, hs, true, f32(dv + std::size_t(j0) * C3),
                              C3);
               gemm_bf16_bits(false, true, nq, nk, hs, dO16 + std::size_t(i0) * hs, hs,
-                             v16 + std::size_t(j0) * hs, hs, false, f32(dS.data()), kTile);
+                             v16 + std::size_t(j0) * hs, hs, false, f32(dS.data()), tile);
             } else {
-              gemm(true, false, nk, hs, nq, T(1), P.data(), kTile, dOi, C, T(1),
+              gemm(true, false, nk, hs, nq, T(1), P.data(), tile, dOi, C, T(1),
                    dv + std::size_t(j0) * C3, C3);  // dV_j += P^T dO_i
-              gemm(false, true, nq, nk, hs, T(1), dOi, C, vj, C3, T(0), dS.data(), kTile);
+              gemm(false, true, nq, nk, hs, T(1), dOi, C, vj, C3, T(0), dS.data(), tile);
             }
             for (int r = 0; r < nq; ++r) {  // dS = s P (dP - D), scale folded in
-              const T* p = P.data() + r * kTile;
-              T* ds = dS.data() + r * kTile;
+              const T* p = P.data() + r * tile;
+              T* ds = dS.data() + r * tile;
               const T Dt = D[i0 + r];
 #pragma omp simd
               for (int c = 0; c < nk; ++c) ds[c] = scale * p[c] * (ds[c] - Dt);
-              if (b16) round_row_bf16(ds16.data() + std::size_t(r) * kTile, ds, nk);
+              if (b16) round_row_bf16(ds16.data() + std::size_t(r) * tile, ds, nk);
             }
             if (b16) {
-              gemm_bf16_bits(false, false, nq, hs, nk, ds16.data(), kTile,
+              gemm_bf16_bits(false, false, nq, hs, nk, ds16.data(), tile,
                              k16 + std::size_t(j0) * hs, hs, true, f32(dq + std::size_t(i0) * C3),
                              C3);
-              gemm_bf16_bits(true, false, nk, hs, nq, ds16.data(), kTile,
+              gemm_bf16_bits(true, false, nk, hs, nq, ds16.data(), tile,
                              q16 + std::size_t(i0) * hs, hs, true, f32(dk + std::size_t(j0) * C3),
                              C3);
               continue;
             }
-            gemm(false, false, nq, hs, nk, T(1), dS.data(), kTile, kj, C3, T(1),
+            gemm(false, false, nq, hs, nk, T(1), dS.data(), tile, kj, C3, T(1),
                  dq + std::size_t(i0) * C3, C3);  // dQ_i += dS K_j
-            gemm(true, false, nk, hs, nq, T(1), dS.data(), kTile, qi, C3, T(1),
+            gemm(true, false, nk, hs, nq, T(1), dS.data(), tile, qi, C3, T(1),
                  dk + std::size_t(j0) * C3, C3);  // dK_j += dS^T Q_i
           }
         }

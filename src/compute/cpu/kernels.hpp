@@ -41,9 +41,9 @@ void matmul_backward(T* dinp, T* dw, T* dbias, const T* dout, const T* inp, cons
 // Causal attention, flash-style (attention.cpp): qkv (B, T, 3C) as [q | k | v],
 // out (B, T, C), lse (B, NH, T) the log-sum-exp of each row's scaled scores,
 // all backward needs besides q, k, v, out and dout (no T x T matrix).
-// Queries and keys per tile (larger tiles amortise the BLAS calls; at 128 one
-// thread's scores tile is 64 KiB).
-constexpr int kAttentionTile = 128;
+// Queries and keys per tile, f32 and with bf16 products (larger tiles
+// amortise the GEMM calls; at 256 one thread's scores tile is 256 KiB).
+constexpr int kAttentionTile = 128, kAttentionTileBf16 = 256;
 // bf16 (f32 only): the tile products on bf16 kernels (backend.hpp).
 template <class T>
 void attention_forward(T* out, T* lse, const T* qkv, int B, int T_, int C, int NH,
