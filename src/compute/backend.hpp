@@ -116,13 +116,13 @@ class ComputeBackend {
   // v (and dout) hold bf16 values, and the probabilities and score gradients
   // are rounded to bf16 for the tile products, which then run on bf16 kernels
   // with f32 sums (FlashAttention's bf16 path); a backend without them may
-  // compute in f32.
-  virtual void attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C,
+  // compute in f32. qkv and dout as for the linears (MatrixIn); dout's values
+  // are always given (backward reads them beside out).
+  virtual void attention_forward(float* out, float* lse, MatrixIn qkv, int B, int T, int C,
                                  int NH, bool bf16) = 0;
   // Recomputes the probabilities from q, k and lse.
-  virtual void attention_backward(float* dqkv, const float* dout, const float* qkv,
-                                  const float* out, const float* lse, int B, int T, int C,
-                                  int NH, bool bf16) = 0;
+  virtual void attention_backward(float* dqkv, MatrixIn dout, MatrixIn qkv, const float* out,
+                                  const float* lse, int B, int T, int C, int NH, bool bf16) = 0;
 
   virtual void gelu_forward(float* out, const float* inp, std::size_t n) = 0;
   virtual void gelu_backward(float* dinp, const float* inp, const float* dout, std::size_t n) = 0;

@@ -149,11 +149,12 @@ class GptModel {
   struct Block {  // activation pointers of one layer in one slot
     float *ln1, *ln1_mean, *ln1_rstd, *ln1_full, *qkv, *atty, *lse, *res2, *ln2, *ln2_mean,
         *ln2_rstd, *ln2_full, *fch, *fch_gelu, *res3;
-    // Saved 16-bit copies of GEMM inputs that forward's rounding writes
-    // itself and backward's weight GEMMs read as bf16 bits (null where not:
+    // Saved 16-bit copies of GEMM and attention inputs that forward's
+    // rounding writes itself and backward reads as bf16 bits (null where not:
     // f32 or f16 runs, recompute, SP's gathered norms, a backend without bf16
-    // operands). Backward unpacks none of them but atty, which attention reads.
-    std::uint16_t *ln1_16, *atty_16, *ln2_16, *fch_gelu_16;
+    // operands). Backward unpacks none of them but atty, whose values
+    // attention reads.
+    std::uint16_t *ln1_16, *qkv_16, *atty_16, *ln2_16, *fch_gelu_16;
   };
   // A block's activations: in the slot where saved, else in the working buffer.
   Block block(int slot, int l);

@@ -105,9 +105,9 @@ void GptModel::block_backward(int slot, int l, int wbuf, bool finalize) {
   be.zero(d_c, std::size_t(BT) * Cl * sizeof(float));
   be.matmul_backward(d_c, gw("attn.proj.w"), gw("attn.proj.b"), d_out,
                      saved_input(a.atty, a.atty_16), weight(p + "attn.proj.w"), BT, Cl, C);
-  round(d_c, std::size_t(BT) * Cl);
+  const MatrixIn d_att = gemm_operand(d_c, std::size_t(BT) * Cl);
   be.zero(d_3c, 3 * std::size_t(BT) * Cl * sizeof(float));
-  be.attention_backward(d_3c, d_c, a.qkv, a.atty, a.lse, B, T, Cl, NHl,
+  be.attention_backward(d_3c, d_att, saved_input(a.qkv, a.qkv_16), a.atty, a.lse, B, T, Cl, NHl,
                         policy_.store == DType::bf16);
   const MatrixIn d_qkv = gemm_operand(d_3c, 3 * std::size_t(BT) * Cl);
   keep("d_qkv", d_3c, 3 * std::size_t(BT) * Cl);

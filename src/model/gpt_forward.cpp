@@ -18,8 +18,8 @@ void GptModel::block_forward(const Block& a, const float* x, int l, bool recompu
   be.layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, P(p + "ln1.w"), P(p + "ln1.b"), BTl, C);
   const MatrixIn ln1 = gathered_operand(a.ln1, a.ln1_full, std::size_t(BTl) * C, a.ln1_16);
   be.matmul_forward(a.qkv, ln1, weight(p + "attn.qkv.w"), P(p + "attn.qkv.b"), BT, C, 3 * Cl);
-  round(a.qkv, std::size_t(BT) * 3 * Cl);
-  be.attention_forward(a.atty, a.lse, a.qkv, B, T, Cl, NHl, policy_.store == DType::bf16);
+  const MatrixIn qkv = gemm_operand(a.qkv, std::size_t(BT) * 3 * Cl, a.qkv_16);
+  be.attention_forward(a.atty, a.lse, qkv, B, T, Cl, NHl, policy_.store == DType::bf16);
   be.matmul_forward(full, gemm_operand(a.atty, std::size_t(BT) * Cl, a.atty_16), weight(p + "attn.proj.w"),
                     bias_here ? P(p + "attn.proj.b") : nullptr, BT, Cl, C);
   be.add(a.res2, x, reduce_row_parallel(full), std::size_t(BTl) * C);

@@ -11,10 +11,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <random>
 #include <vector>
 
+#include "compute/cpu/gemm_bf16.hpp"
 #include "compute/cpu/half_convert.hpp"
 #include "compute/cpu/kernels.hpp"
 #include "support/attention_reference.hpp"
@@ -161,4 +163,30 @@ TEST(FlashAttention, SameBitsAtAnyThreadCount) {
     EXPECT_EQ(one.lse, three.lse) << "bf16 " << bf16;
     EXPECT_EQ(one.dqkv, three.dqkv) << "bf16 " << bf16;
   }
+}
+
+// q, k, v and dout given as bf16 bits in place (a bf16 run's saved copies,
+// rows 3C and C apart) give what their values give: the bits only spare the
+// kernel its per-head packing.
+TEST(FlashAttention, Bf16BitsGiveWhatTheirValuesGive) {
+  if (!trident::cpu::cpu_has_bf16_kernels()) GTEST_SKIP() << "no bf16 instructions on this CPU";
+  const Shape s{2, 2 * kTileBf16 + 5, 64, 2};
+  const Vec qkv = bf16_values(random_normals(std::size_t(s.B) * s.T * 3 * s.C, 10, 1.5f));
+  const Vec dout = bf16_values(random_normals(std::size_t(s.B) * s.T * s.C, 11, 1.0f));
+  auto bits = [](const Vec& x) {
+    std::vector<std::uint16_t> b(x.size());
+    trident::cpu::to_16bit(b.data(), x.data(), x.size(), trident::DType::bf16);
+    return b;
+  };
+  const auto qkv16 = bits(qkv), dout16 = bits(dout);
+  const Result values = flash(qkv, dout, Vec(qkv.size(), 0.0f), s, true);
+  Result given{Vec(dout.size()), Vec(values.lse.size()), Vec(qkv.size(), 0.0f)};
+  trident::cpu::attention_forward<float>(given.out.data(), given.lse.data(), nullptr, s.B, s.T,
+                                         s.C, s.NH, true, qkv16.data());
+  trident::cpu::attention_backward<float>(given.dqkv.data(), dout.data(), nullptr,
+                                          given.out.data(), given.lse.data(), s.B, s.T, s.C, s.NH,
+                                          true, qkv16.data(), dout16.data());
+  EXPECT_EQ(given.out, values.out);
+  EXPECT_EQ(given.lse, values.lse);
+  EXPECT_EQ(given.dqkv, values.dqkv);
 }

@@ -48,6 +48,23 @@ TRIDENT_VECTOR_CLONES void bf16_bits_of(std::uint16_t* out, const float* x, int 
   }
 }
 
+// The same rows from bits the caller gave (a bf16 run's saved copy): copied
+// into the same contiguous layout, so the tile products, which run faster on
+// contiguous rows than on rows 3C apart, give the same bits either way.
+void bf16_bits_of(std::uint16_t* out, const std::uint16_t* x, int rows, int cols, std::size_t ld) {
+  for (int r = 0; r < rows; ++r)
+    std::memcpy(out + std::size_t(r) * cols, x + std::size_t(r) * ld, cols * sizeof *x);
+}
+
+// A head's rows of a (T, ld) tensor as bf16 bits: from the caller's bits
+// where given (`bits`, same layout as x), else from x's values.
+template <class T>
+void head_bits(std::uint16_t* out, const std::uint16_t* bits, const T* x, std::size_t offset,
+               int rows, int cols, std::size_t ld) {
+  if (bits) return bf16_bits_of(out, bits + offset, rows, cols, ld);
+  if constexpr (std::is_same_v<T, float>) bf16_bits_of(out, x + offset, rows, cols, ld);
+}
+
 // A tile row of n values rounded to bf16 bits, where the row was made (in
 // L1). Only float rows take the bf16 path; the double instance compiles it.
 template <class T>
@@ -78,7 +95,8 @@ bool bf16_tiles(bool bf16) {
 
 template <class T>
 TRIDENT_VECTOR_CLONES
-void attention_forward(T* out, T* lse, const T* qkv, int B, int T_, int C, int NH, bool bf16) {
+void attention_forward(T* out, T* lse, const T* qkv, int B, int T_, int C, int NH, bool bf16,
+                       const std::uint16_t* qkv16) {
   const int hs = C / NH, C3 = 3 * C;
   const T scale = T(1) / std::sqrt(T(hs));
   const bool b16 = bf16_tiles<T>(bf16);
@@ -95,21 +113,23 @@ void attention_forward(T* out, T* lse, const T* qkv, int B, int T_, int C, int N
     for (int b = 0; b < B; ++b) {
       for (int h = 0; h < NH; ++h) {
         for (int it = 0; it < tiles; ++it) {
-          const T* q = qkv + static_cast<std::size_t>(b) * T_ * C3 + h * hs;
-          const T *k = q + C, *v = q + 2 * C;
+          const std::size_t qo = static_cast<std::size_t>(b) * T_ * C3 + h * hs;
+          // With q, k, v given as bits only, their values are never read (null).
+          const T* q = qkv ? qkv + qo : nullptr;
+          const T *k = q ? q + C : nullptr, *v = q ? q + 2 * C : nullptr;
           const int i0 = it * tile, nq = std::min(tile, T_ - i0);
           std::fill(acc.begin(), acc.end(), T(0));
           std::fill(m.begin(), m.end(), -std::numeric_limits<T>::infinity());
           std::fill(l.begin(), l.end(), T(0));
           std::uint16_t *k16 = kv16.data(), *v16 = k16 + std::size_t(T_) * hs;
           if (b16) {  // a thread's next query tile is mostly the same head's next: keep its rows
-            const float* qf = f32(q);
             if (packed_head != b * NH + h) packed_head = b * NH + h, packed_rows = 0;
             const int r0 = packed_rows, rows = std::max(0, i0 + nq - r0);
-            bf16_bits_of(q16.data(), qf + std::size_t(i0) * C3, nq, hs, C3);
-            bf16_bits_of(k16 + std::size_t(r0) * hs, qf + C + std::size_t(r0) * C3, rows, hs, C3);
-            bf16_bits_of(v16 + std::size_t(r0) * hs, qf + 2 * C + std::size_t(r0) * C3, rows, hs,
-                         C3);
+            head_bits(q16.data(), qkv16, qkv, qo + std::size_t(i0) * C3, nq, hs, C3);
+            head_bits(k16 + std::size_t(r0) * hs, qkv16, qkv, qo + C + std::size_t(r0) * C3, rows,
+                      hs, C3);
+            head_bits(v16 + std::size_t(r0) * hs, qkv16, qkv, qo + 2 * C + std::size_t(r0) * C3,
+                      rows, hs, C3);
             packed_rows = std::max(packed_rows, i0 + nq);
           }
           for (int j0 = 0; j0 <= i0; j0 += tile) {  // causal: key tiles up to the diagonal
@@ -166,7 +186,8 @@ void attention_forward(T* out, T* lse, const T* qkv, int B, int T_, int C, int N
 template <class T>
 TRIDENT_VECTOR_CLONES
 void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const T* lse, int B,
-                        int T_, int C, int NH, bool bf16) {
+                        int T_, int C, int NH, bool bf16, const std::uint16_t* qkv16,
+                        const std::uint16_t* dout16) {
   const int hs = C / NH, C3 = 3 * C;
   const T scale = T(1) / std::sqrt(T(hs));
   const bool b16 = bf16_tiles<T>(bf16);
@@ -182,7 +203,9 @@ void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, cons
       for (int h = 0; h < NH; ++h) {
         const std::size_t qo = static_cast<std::size_t>(b) * T_ * C3 + h * hs;
         const std::size_t oo = static_cast<std::size_t>(b) * T_ * C + h * hs;
-        const T *q = qkv + qo, *k = q + C, *v = q + 2 * C, *dO = dout + oo;
+        // With q, k, v given as bits only, their values are never read (null).
+        const T* q = qkv ? qkv + qo : nullptr;
+        const T *k = q ? q + C : nullptr, *v = q ? q + 2 * C : nullptr, *dO = dout + oo;
         T *dq = dqkv + qo, *dk = dq + C, *dv = dq + 2 * C;
         const T* L = lse + (static_cast<std::size_t>(b) * NH + h) * T_;
         // D_t = dO_t . O_t = sum_j P_tj dP_tj (FA2 algorithm 2, line 4).
@@ -196,15 +219,18 @@ void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, cons
         const std::size_t Th = std::size_t(T_) * hs;
         std::uint16_t *q16 = qkvo16.data(), *k16 = q16 + Th, *v16 = k16 + Th, *dO16 = v16 + Th;
         if (b16) {
-          bf16_bits_of(q16, f32(q), T_, hs, C3), bf16_bits_of(k16, f32(k), T_, hs, C3);
-          bf16_bits_of(v16, f32(v), T_, hs, C3), bf16_bits_of(dO16, f32(dO), T_, hs, C);
+          head_bits(q16, qkv16, qkv, qo, T_, hs, C3), head_bits(k16, qkv16, qkv, qo + C, T_, hs, C3);
+          head_bits(v16, qkv16, qkv, qo + 2 * C, T_, hs, C3);
+          head_bits(dO16, dout16, dout, oo, T_, hs, C);
         }
         for (int j0 = 0; j0 < T_; j0 += tile) {
           const int nk = std::min(tile, T_ - j0);
-          const T *kj = k + std::size_t(j0) * C3, *vj = v + std::size_t(j0) * C3;
+          const T* kj = k ? k + std::size_t(j0) * C3 : nullptr;
+          const T* vj = v ? v + std::size_t(j0) * C3 : nullptr;
           for (int i0 = j0; i0 < T_; i0 += tile) {  // causal: query tiles from the diagonal
             const int nq = std::min(tile, T_ - i0);
-            const T *qi = q + std::size_t(i0) * C3, *dOi = dO + std::size_t(i0) * C;
+            const T* qi = q ? q + std::size_t(i0) * C3 : nullptr;
+            const T* dOi = dO + std::size_t(i0) * C;
             if (b16) {
               gemm_bf16_bits(false, true, nq, nk, hs, q16 + std::size_t(i0) * hs, hs,
                              k16 + std::size_t(j0) * hs, hs, false, f32(P.data()), tile);
@@ -260,12 +286,15 @@ void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, cons
   }
 }
 
-template void attention_forward<float>(float*, float*, const float*, int, int, int, int, bool);
+template void attention_forward<float>(float*, float*, const float*, int, int, int, int, bool,
+                                       const std::uint16_t*);
 template void attention_forward<double>(double*, double*, const double*, int, int, int, int,
-                                        bool);
+                                        bool, const std::uint16_t*);
 template void attention_backward<float>(float*, const float*, const float*, const float*,
-                                        const float*, int, int, int, int, bool);
+                                        const float*, int, int, int, int, bool,
+                                        const std::uint16_t*, const std::uint16_t*);
 template void attention_backward<double>(double*, const double*, const double*, const double*,
-                                         const double*, int, int, int, int, bool);
+                                         const double*, int, int, int, int, bool,
+                                         const std::uint16_t*, const std::uint16_t*);
 
 }  // namespace trident::cpu

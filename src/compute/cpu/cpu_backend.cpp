@@ -142,13 +142,14 @@ class CpuBackend final : public ComputeBackend {
                        MatrixIn w, int N, int IC, int OC) override {
     cpu::linear_backward(dinp, dw, dbias, dout, inp, w, N, IC, OC);
   }
-  void attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C,
-                         int NH, bool bf16) override {
-    cpu::attention_forward(out, lse, qkv, B, T, C, NH, bf16);
+  void attention_forward(float* out, float* lse, MatrixIn qkv, int B, int T, int C, int NH,
+                         bool bf16) override {
+    cpu::attention_forward(out, lse, qkv.values, B, T, C, NH, bf16, qkv.bf16);
   }
-  void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
+  void attention_backward(float* dqkv, MatrixIn dout, MatrixIn qkv, const float* out,
                           const float* lse, int B, int T, int C, int NH, bool bf16) override {
-    cpu::attention_backward(dqkv, dout, qkv, out, lse, B, T, C, NH, bf16);
+    cpu::attention_backward(dqkv, dout.values, qkv.values, out, lse, B, T, C, NH, bf16, qkv.bf16,
+                            dout.bf16);
   }
   void gelu_forward(float* out, const float* inp, std::size_t n) override {
     cpu::gelu_forward(out, inp, n);

@@ -44,13 +44,17 @@ void matmul_backward(T* dinp, T* dw, T* dbias, const T* dout, const T* inp, cons
 // Queries and keys per tile, f32 and with bf16 products (larger tiles
 // amortise the GEMM calls; at 256 one thread's scores tile is 256 KiB).
 constexpr int kAttentionTile = 128, kAttentionTileBf16 = 256;
-// bf16 (f32 only): the tile products on bf16 kernels (backend.hpp).
+// bf16 (f32 only): the tile products on bf16 kernels (backend.hpp), reading
+// qkv16 / dout16 (the same values as bf16 bits, same layout) where given
+// instead of packing a head's rows; with qkv16 given, qkv may be null.
 template <class T>
 void attention_forward(T* out, T* lse, const T* qkv, int B, int T_, int C, int NH,
-                       bool bf16 = false);
+                       bool bf16 = false, const std::uint16_t* qkv16 = nullptr);
 template <class T>
 void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const T* lse, int B,
-                        int T_, int C, int NH, bool bf16 = false);
+                        int T_, int C, int NH, bool bf16 = false,
+                        const std::uint16_t* qkv16 = nullptr,
+                        const std::uint16_t* dout16 = nullptr);
 template <class T>
 void gelu_forward(T* out, const T* inp, std::size_t n);
 template <class T>

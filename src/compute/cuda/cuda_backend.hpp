@@ -71,9 +71,9 @@ class CudaBackend final : public ComputeBackend {
                       int OC) override;
   void matmul_backward(float* dinp, float* dw, float* dbias, MatrixIn dout, MatrixIn inp,
                        MatrixIn w, int N, int IC, int OC) override;
-  void attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C,
-                         int NH, bool bf16) override;
-  void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
+  void attention_forward(float* out, float* lse, MatrixIn qkv, int B, int T, int C, int NH,
+                         bool bf16) override;
+  void attention_backward(float* dqkv, MatrixIn dout, MatrixIn qkv, const float* out,
                           const float* lse, int B, int T, int C, int NH, bool bf16) override;
   void gelu_forward(float* out, const float* inp, std::size_t n) override;
   void gelu_backward(float* dinp, const float* inp, const float* dout, std::size_t n) override;

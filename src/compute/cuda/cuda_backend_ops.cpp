@@ -72,8 +72,9 @@ void CudaBackend::matmul_backward(float* dinp, float* dw, float* dbias, MatrixIn
 // only; what crosses the seam is the log-sum-exp, from which backward
 // rebuilds them (a GEMM and an element-wise pass instead of keeping T*T).
 // bf16 is not used: the tile products run in f32 (see backend.hpp).
-void CudaBackend::attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C,
+void CudaBackend::attention_forward(float* out, float* lse, MatrixIn qkv_m, int B, int T, int C,
                                     int NH, bool /*bf16*/) {
+  const float* qkv = qkv_m.values;
   const int hs = C / NH, C3 = 3 * C;
   const float scale = 1.0f / std::sqrt(float(hs));
   const long long TT = (long long)T * T;
@@ -91,9 +92,10 @@ void CudaBackend::attention_forward(float* out, float* lse, const float* qkv, in
   });
 }
 
-void CudaBackend::attention_backward(float* dqkv, const float* dout, const float* qkv,
+void CudaBackend::attention_backward(float* dqkv, MatrixIn dout_m, MatrixIn qkv_m,
                                      const float* out, const float* lse, int B, int T, int C,
                                      int NH, bool /*bf16*/) {
+  const float *dout = dout_m.values, *qkv = qkv_m.values;
   (void)out;  // the softmax backward takes rowsum(P * dP), which equals dO . O
   const int hs = C / NH, C3 = 3 * C;
   const float scale = 1.0f / std::sqrt(float(hs));
