@@ -143,10 +143,12 @@ class ComputeBackend {
   // Optimizer-side vector ops.
   virtual double sum_squares(const float* x, std::size_t n) = 0;
   virtual void scale(float* x, float s, std::size_t n) = 0;
-  // Decoupled AdamW (PyTorch semantics); bc1/bc2 are 1 - beta^t.
+  // Decoupled AdamW (PyTorch semantics) on grad * grad_scale (the clipping
+  // factor); bc1/bc2 are 1 - beta^t. Where weights_bf16 is not null it gets
+  // the updated parameters' bf16 bits (16-bit weights in the same pass).
   virtual void adamw(float* param, const float* grad, float* m, float* v, std::size_t n, float lr,
-                     float beta1, float beta2, float eps, float weight_decay, float bc1,
-                     float bc2) = 0;
+                     float beta1, float beta2, float eps, float weight_decay, float bc1, float bc2,
+                     float grad_scale, std::uint16_t* weights_bf16) = 0;
 };
 
 // threads <= 0: pick from the cores available to this rank.

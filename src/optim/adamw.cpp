@@ -33,15 +33,17 @@ void AdamW::step(Arena& params, const Arena& grads, float lr, float grad_scale,
     backend_.convert(master_.f32(*frozen), DType::f32,
                      static_cast<const char*>(params.data()) + frozen->offset * dtype_size(params.dtype()),
                      params.dtype(), frozen->numel);
+  // bf16 weights are the masters' rounding, written by the update itself.
+  auto* bf16 = params.dtype() == DType::bf16 ? static_cast<std::uint16_t*>(params.data()) : nullptr;
   for (const TensorInfo& t : table_.tensors()) {
     if (frozen && t.offset == frozen->offset) continue;
     view_.for_chunks(grads, t.offset, t.numel, [&](float* g, std::size_t off, std::size_t n) {
-      if (grad_scale != 1.0f) backend_.scale(g, grad_scale, n);
       backend_.adamw(target.f32(t) + off, g, m_.f32(t) + off, v_.f32(t) + off, n, lr, cfg_.beta1,
-                     cfg_.beta2, cfg_.eps, t.weight_decay ? cfg_.weight_decay : 0.0f, bc1, bc2);
+                     cfg_.beta2, cfg_.eps, t.weight_decay ? cfg_.weight_decay : 0.0f, bc1, bc2,
+                     grad_scale, bf16 ? bf16 + t.offset + off : nullptr);
     });
   }
-  refresh_weights(params);  // 16-bit weights: the masters' rounding
+  if (!bf16) refresh_weights(params);  // f16 weights: the masters' rounding
 }
 
 }  // namespace trident

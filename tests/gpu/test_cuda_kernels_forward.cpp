@@ -166,9 +166,11 @@ TEST_F(CudaForward, AdamWOverSeveralSteps) {
   for (int t = 1; t <= 5; ++t) {
     const auto g = random_vector(n, 100 + t, -0.1f, 0.1f);
     const float bc1 = 1.0f - std::pow(0.9f, float(t)), bc2 = 1.0f - std::pow(0.95f, float(t));
+    const float clip = t == 3 ? 0.5f : 1.0f;  // a clipped step among them
     cpu->adamw(p.data(), g.data(), m.data(), v.data(), n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, bc1,
-               bc2);
-    gpu->adamw(gp, d.upload(g), gm, gv, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, bc1, bc2);
+               bc2, clip, nullptr);
+    gpu->adamw(gp, d.upload(g), gm, gv, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, bc1, bc2, clip,
+               nullptr);
   }
   EXPECT_TRUE(matches_cpu(d.download(gp, n), p)) << "params";
   EXPECT_TRUE(matches_cpu(d.download(gm, n), m)) << "first moment";

@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdint>
+#include <vector>
 
 #include "compute/backend.hpp"
 #include "memory/arena.hpp"
@@ -131,6 +133,28 @@ TEST(AdamW, MatchesTheFormulaAndDecaysOnlyMarkedTensors) {
   }
   for (int i = 0; i < 3; ++i) EXPECT_NEAR(p.f32(t.at("w"))[i], pw[i], 1e-6);
   for (int i = 0; i < 2; ++i) EXPECT_NEAR(p.f32(t.at("b"))[i], pb[i], 1e-6);
+}
+
+// The clipping factor and the bf16 weights come out of the update's own pass
+// with the bits of the separate passes (scale the gradients, update, round).
+TEST(AdamW, FusedScaleAndBf16WeightsEqualSeparatePasses) {
+  auto be = make_cpu_backend(0);
+  const std::size_t n = 100003;  // several threads' parts and a tail
+  std::vector<float> p(n), g(n), m(n, 0.01f), v(n, 0.02f);
+  for (std::size_t i = 0; i < n; ++i)
+    p[i] = std::sin(0.37f * float(i)), g[i] = 0.1f * std::cos(0.11f * float(i));
+  auto p2 = p, g2 = g, m2 = m, v2 = v;
+  std::vector<std::uint16_t> fused(n), separate(n);
+  be->adamw(p.data(), g.data(), m.data(), v.data(), n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.19f,
+            0.0975f, 0.37f, fused.data());
+  be->scale(g2.data(), 0.37f, n);
+  be->adamw(p2.data(), g2.data(), m2.data(), v2.data(), n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f,
+            0.19f, 0.0975f, 1.0f, nullptr);
+  be->convert(separate.data(), DType::bf16, p2.data(), DType::f32, n);
+  EXPECT_EQ(p, p2);
+  EXPECT_EQ(m, m2);
+  EXPECT_EQ(v, v2);
+  EXPECT_EQ(fused, separate);
 }
 
 TEST(Clip, ScalesOnlyAboveTheThreshold) {

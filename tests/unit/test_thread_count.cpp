@@ -91,7 +91,7 @@ TEST(ThreadCount, LayerNormSumOfSquaresAndAdamW) {
                           mean.data(), rstd.data(), N, C);
     auto p = x, m = std::vector<float>(x.size()), v = m;
     be.adamw(p.data(), dy.data(), m.data(), v.data(), p.size(), 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f,
-             0.1f, 0.05f);
+             0.1f, 0.05f, 0.5f, nullptr);
     y.insert(y.end(), dx.begin(), dx.end());
     y.insert(y.end(), dw.begin(), dw.end());
     y.insert(y.end(), p.begin(), p.end());

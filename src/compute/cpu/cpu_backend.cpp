@@ -176,8 +176,9 @@ class CpuBackend final : public ComputeBackend {
   double sum_squares(const float* x, std::size_t n) override { return cpu::sum_squares(x, n); }
   void scale(float* x, float s, std::size_t n) override { cpu::scale(x, s, n); }
   void adamw(float* p, const float* g, float* m, float* v, std::size_t n, float lr, float beta1,
-             float beta2, float eps, float wd, float bc1, float bc2) override {
-    cpu::adamw(p, g, m, v, n, lr, beta1, beta2, eps, wd, bc1, bc2);
+             float beta2, float eps, float wd, float bc1, float bc2, float grad_scale,
+             std::uint16_t* weights_bf16) override {
+    cpu::adamw(p, g, m, v, n, lr, beta1, beta2, eps, wd, bc1, bc2, grad_scale, weights_bf16);
   }
 
  private:

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "compute/cpu/vector_clones.hpp"
+#include "core/half.hpp"
 
 namespace trident::cpu {
 namespace {
@@ -24,15 +25,27 @@ TRIDENT_VECTOR_CLONES void scale(float* x, float s, std::size_t n) {
 
 TRIDENT_VECTOR_CLONES void adamw(float* p, const float* g, float* m, float* v, std::size_t n,
                                  float lr, float beta1, float beta2, float eps, float wd,
-                                 float bc1, float bc2) {
+                                 float bc1, float bc2, float grad_scale,
+                                 std::uint16_t* weights_bf16) {
   const float step = lr / bc1;
   const float inv_sqrt_bc2 = 1.0f / std::sqrt(bc2);
+  // One loop per variant, so each vectorises without a branch inside.
+  auto update = [&](std::size_t i) {
+    const float gi = g[i] * grad_scale;  // exact when grad_scale is 1
+    p[i] *= 1.0f - lr * wd;
+    m[i] = beta1 * m[i] + (1.0f - beta1) * gi;
+    v[i] = beta2 * v[i] + (1.0f - beta2) * gi * gi;
+    p[i] -= step * m[i] / (std::sqrt(v[i]) * inv_sqrt_bc2 + eps);
+  };
+  if (!weights_bf16) {
+#pragma omp parallel for simd schedule(static) if (n > 65536)
+    for (std::size_t i = 0; i < n; ++i) update(i);
+    return;
+  }
 #pragma omp parallel for simd schedule(static) if (n > 65536)
   for (std::size_t i = 0; i < n; ++i) {
-    p[i] *= 1.0f - lr * wd;
-    m[i] = beta1 * m[i] + (1.0f - beta1) * g[i];
-    v[i] = beta2 * v[i] + (1.0f - beta2) * g[i] * g[i];
-    p[i] -= step * m[i] / (std::sqrt(v[i]) * inv_sqrt_bc2 + eps);
+    update(i);
+    weights_bf16[i] = std::uint16_t(bf16_bits_of_f32(f32_bits(p[i])));
   }
 }
 

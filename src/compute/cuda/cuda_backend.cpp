@@ -226,8 +226,12 @@ void CudaBackend::add(float* out, const float* a, const float* b, std::size_t n)
 }
 
 void CudaBackend::adamw(float* p, const float* g, float* m, float* v, std::size_t n, float lr,
-                        float beta1, float beta2, float eps, float wd, float bc1, float bc2) {
-  run("adamw", [&] { gpu::adamw(p, g, m, v, n, lr, beta1, beta2, eps, wd, bc1, bc2, stream_); });
+                        float beta1, float beta2, float eps, float wd, float bc1, float bc2,
+                        float grad_scale, std::uint16_t* weights_bf16) {
+  run("adamw", [&] {
+    gpu::adamw(p, g, m, v, n, lr, beta1, beta2, eps, wd, bc1, bc2, grad_scale, stream_);
+  });
+  if (weights_bf16) convert(weights_bf16, DType::bf16, p, DType::f32, n);  // its own kernel
 }
 
 std::unique_ptr<CudaBackend> make_cuda_backend(const CudaBackendOptions& options) {

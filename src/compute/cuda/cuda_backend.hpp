@@ -87,8 +87,8 @@ class CudaBackend final : public ComputeBackend {
   double sum_squares(const float* x, std::size_t n) override;
   void scale(float* x, float s, std::size_t n) override;
   void adamw(float* param, const float* grad, float* m, float* v, std::size_t n, float lr,
-             float beta1, float beta2, float eps, float weight_decay, float bc1,
-             float bc2) override;
+             float beta1, float beta2, float eps, float weight_decay, float bc1, float bc2,
+             float grad_scale, std::uint16_t* weights_bf16) override;
 
  private:
   // Runs one op's launches between the timer's marks and checks the launch.

@@ -47,9 +47,9 @@ __global__ void scale_kernel(S* x, float factor, std::size_t n) {
 template <class S>
 __global__ void adamw_kernel(S* param, const S* grad, float* m, float* v, std::size_t n, float lr,
                              float beta1, float beta2, float eps, float wd, float step,
-                             float inv_sqrt_bc2) {
+                             float inv_sqrt_bc2, float grad_scale) {
   TRIDENT_GRID_STRIDE(i, n) {
-    const float g = to_f32(grad[i]);
+    const float g = to_f32(grad[i]) * grad_scale;
     float p = to_f32(param[i]) * (1.0f - lr * wd);
     const float mi = beta1 * m[i] + (1.0f - beta1) * g;
     const float vi = beta2 * v[i] + (1.0f - beta2) * g * g;
@@ -86,11 +86,12 @@ void scale(S* x, float factor, std::size_t n, cudaStream_t s) {
 
 template <class S>
 void adamw(S* param, const S* grad, float* m, float* v, std::size_t n, float lr, float beta1,
-           float beta2, float eps, float weight_decay, float bc1, float bc2, cudaStream_t s) {
+           float beta2, float eps, float weight_decay, float bc1, float bc2, float grad_scale,
+           cudaStream_t s) {
   if (!n) return;
   const float step = lr / bc1, inv_sqrt_bc2 = 1.0f / sqrtf(bc2);
   adamw_kernel<<<elementwise_blocks(n, kThreads), kThreads, 0, s>>>(
-      param, grad, m, v, n, lr, beta1, beta2, eps, weight_decay, step, inv_sqrt_bc2);
+      param, grad, m, v, n, lr, beta1, beta2, eps, weight_decay, step, inv_sqrt_bc2, grad_scale);
 }
 
 #define TRIDENT_INSTANTIATE(S)                                                               \
@@ -99,7 +100,7 @@ void adamw(S* param, const S* grad, float* m, float* v, std::size_t n, float lr,
   template void add<S>(S*, const S*, const S*, std::size_t, cudaStream_t);                    \
   template void scale<S>(S*, float, std::size_t, cudaStream_t);                               \
   template void adamw<S>(S*, const S*, float*, float*, std::size_t, float, float, float, float, \
-                         float, float, float, cudaStream_t);
+                         float, float, float, float, cudaStream_t);
 TRIDENT_GPU_STORAGE_TYPES(TRIDENT_INSTANTIATE)
 #undef TRIDENT_INSTANTIATE
 

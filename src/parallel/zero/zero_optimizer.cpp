@@ -113,9 +113,9 @@ void ZeroOptimizer::step(float lr, float grad_scale) {
         const std::size_t g0 = storage_.owned_grads_first(u) + off;
         const Arena& grads = storage_.owned_grads_arena();
         view_.for_chunks(grads, g0, n, [&](float* g, std::size_t o, std::size_t c) {
-          if (grad_scale != 1.0f) backend_.scale(g, grad_scale, c);
           backend_.adamw(p + o, g, m + at + o, v + at + o, c, lr, cfg_.beta1, cfg_.beta2, cfg_.eps,
-                         t.weight_decay ? cfg_.weight_decay : 0.0f, bc1, bc2);
+                         t.weight_decay ? cfg_.weight_decay : 0.0f, bc1, bc2, grad_scale,
+                         nullptr);
         });
       });
       if (masters) round_weights(a, k, master + (a - first), block);
