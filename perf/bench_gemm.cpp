@@ -65,7 +65,7 @@ void BM_BackendMatmulBackward(benchmark::State& st) {
   std::vector<float> dx(x.size()), dw(w.size()), db(s.OC);
   for (auto _ : st)
     backend().matmul_backward(dx.data(), dw.data(), db.data(), dy.data(), x.data(), w.data(), s.N,
-                              s.IC, s.OC);
+                              s.IC, s.OC, trident::InputGrad::write);
   set_counters(st, s, 2);
 }
 

@@ -34,6 +34,11 @@ struct MatrixIn {
   explicit operator bool() const { return values || bf16; }
 };
 
+// How matmul_backward leaves the input gradient: added to what the buffer
+// holds (branches meeting there, pieces summed), or written over it (no
+// zeroing pass first).
+enum class InputGrad { add, write };
+
 class ComputeBackend {
  public:
   virtual ~ComputeBackend() = default;
@@ -105,9 +110,10 @@ class ComputeBackend {
   // out (N, OC) = inp (N, IC) * w^T (w is OC x IC) + bias (may be null).
   virtual void matmul_forward(float* out, MatrixIn inp, MatrixIn w, const float* bias, int N,
                               int IC, int OC) = 0;
-  // Any of dinp (then w may be null), dw (then inp may be null) and dbias may be null.
+  // Any of dinp (then w may be null), dw (then inp may be null) and dbias may
+  // be null; dw and dbias are added to, dinp as `dinp_mode` says.
   virtual void matmul_backward(float* dinp, float* dw, float* dbias, MatrixIn dout, MatrixIn inp,
-                               MatrixIn w, int N, int IC, int OC) = 0;
+                               MatrixIn w, int N, int IC, int OC, InputGrad dinp_mode) = 0;
 
   // Causal multi-head attention. qkv is (B, T, 3C) as [q | k | v]; out is
   // (B, T, C); lse (B, NH, T) gets each query's log-sum-exp of its scaled

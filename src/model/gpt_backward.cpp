@@ -65,7 +65,6 @@ void GptModel::block_backward(int slot, int l, int wbuf, bool finalize) {
   const int Cl = tp_.local_width(cfg_), NHl = tp_.local_heads(cfg_), Fl = tp_.local_ff(cfg_);
   ComputeBackend& be = backend_;
   ModelStorage& st = *storage_;
-  const std::size_t nC = std::size_t(BT) * C * sizeof(float);
   const std::size_t nF = std::size_t(BT) * Fl * sizeof(float);
   float *d_res = scratch("d_res"), *d_c = scratch("d_c"), *d_3c = scratch("d_3c");
   float* full = scratch("full_c");
@@ -84,17 +83,16 @@ void GptModel::block_backward(int slot, int l, int wbuf, bool finalize) {
   // d_res holds dLoss/d(res3) for this rank's tokens.
   MatrixIn d_out = projection_grad(d_res, full);
   keep("d_proj", d_out.values, std::size_t(BT) * C);
-  be.zero(d_ff_a, nF);
   be.matmul_backward(d_ff_a, gw("mlp.proj.w"), gw("mlp.proj.b"), d_out,
-                     saved_input(a.fch_gelu, a.fch_gelu_16), weight(p + "mlp.proj.w"), BT, Fl, C);
+                     saved_input(a.fch_gelu, a.fch_gelu_16), weight(p + "mlp.proj.w"), BT, Fl, C,
+                     InputGrad::write);
   round(d_ff_a, std::size_t(BT) * Fl);
   be.zero(d_ff_b, nF);
   be.gelu_backward(d_ff_b, a.fch, d_ff_a, std::size_t(BT) * Fl);
   const MatrixIn d_fc = gemm_operand(d_ff_b, std::size_t(BT) * Fl);
   keep("d_fc", d_ff_b, std::size_t(BT) * Fl);
-  be.zero(d_c, nC);
   be.matmul_backward(d_c, gw("mlp.fc.w"), gw("mlp.fc.b"), d_fc, saved_input(a.ln2_full, a.ln2_16),
-                     weight(p + "mlp.fc.w"), BT, C, Fl);
+                     weight(p + "mlp.fc.w"), BT, C, Fl, InputGrad::write);
   round(d_c, std::size_t(BT) * C);
   const float* d_ln2 = reduce_row_parallel(d_c);
   be.layernorm_backward(d_res, G(p + "ln2.w"), G(p + "ln2.b"), d_ln2, a.res2, P(p + "ln2.w"),
@@ -102,18 +100,18 @@ void GptModel::block_backward(int slot, int l, int wbuf, bool finalize) {
   // d_res now holds dLoss/d(res2).
   d_out = projection_grad(d_res, full);
   keep("d_attn", d_out.values, std::size_t(BT) * C);
-  be.zero(d_c, std::size_t(BT) * Cl * sizeof(float));
   be.matmul_backward(d_c, gw("attn.proj.w"), gw("attn.proj.b"), d_out,
-                     saved_input(a.atty, a.atty_16), weight(p + "attn.proj.w"), BT, Cl, C);
+                     saved_input(a.atty, a.atty_16), weight(p + "attn.proj.w"), BT, Cl, C,
+                     InputGrad::write);
   const MatrixIn d_att = gemm_operand(d_c, std::size_t(BT) * Cl);
   be.zero(d_3c, 3 * std::size_t(BT) * Cl * sizeof(float));
   be.attention_backward(d_3c, d_att, saved_input(a.qkv, a.qkv_16), a.atty, a.lse, B, T, Cl, NHl,
                         policy_.store == DType::bf16);
   const MatrixIn d_qkv = gemm_operand(d_3c, 3 * std::size_t(BT) * Cl);
   keep("d_qkv", d_3c, 3 * std::size_t(BT) * Cl);
-  be.zero(d_c, nC);
   be.matmul_backward(d_c, gw("attn.qkv.w"), gw("attn.qkv.b"), d_qkv,
-                     saved_input(a.ln1_full, a.ln1_16), weight(p + "attn.qkv.w"), BT, C, 3 * Cl);
+                     saved_input(a.ln1_full, a.ln1_16), weight(p + "attn.qkv.w"), BT, C, 3 * Cl,
+                     InputGrad::write);
   round(d_c, std::size_t(BT) * C);
   const float* d_ln1 = reduce_row_parallel(d_c);
   be.layernorm_backward(d_res, G(p + "ln1.w"), G(p + "ln1.b"), d_ln1, x_in, P(p + "ln1.w"),
@@ -210,13 +208,17 @@ void GptModel::backward_weights(int slot, int wbuf, const GradsReadyFn& ready, b
     }
     st.need_grads(u);
     be.matmul_backward(nullptr, G(p + "mlp.proj.w"), G(p + "mlp.proj.b"), d("d_proj"),
-                       saved_input(a.fch_gelu, a.fch_gelu_16), nullptr, BT, Fl, C);
+                       saved_input(a.fch_gelu, a.fch_gelu_16), nullptr, BT, Fl, C,
+                       InputGrad::add);
     be.matmul_backward(nullptr, G(p + "mlp.fc.w"), G(p + "mlp.fc.b"), d("d_fc"),
-                       saved_input(a.ln2_full, a.ln2_16), nullptr, BT, C, Fl);
+                       saved_input(a.ln2_full, a.ln2_16), nullptr, BT, C, Fl,
+                       InputGrad::add);
     be.matmul_backward(nullptr, G(p + "attn.proj.w"), G(p + "attn.proj.b"), d("d_attn"),
-                       saved_input(a.atty, a.atty_16), nullptr, BT, Cl, C);
+                       saved_input(a.atty, a.atty_16), nullptr, BT, Cl, C,
+                       InputGrad::add);
     be.matmul_backward(nullptr, G(p + "attn.qkv.w"), G(p + "attn.qkv.b"), d("d_qkv"),
-                       saved_input(a.ln1_full, a.ln1_16), nullptr, BT, C, 3 * Cl);
+                       saved_input(a.ln1_full, a.ln1_16), nullptr, BT, C, 3 * Cl,
+                       InputGrad::add);
     finish_block_grads(l, finalize);
     notify(p + "ln1.w");
   }

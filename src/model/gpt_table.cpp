@@ -91,7 +91,8 @@ void GptModel::logits_backward(int slot, float* d_lnf, const float* lnf_all, boo
     if (weight_grads) st.need_grads(unit("wte"));
     if (!st.table_in_windows())
       return backend_.matmul_backward(d_lnf, weight_grads ? G("wte") : nullptr, nullptr, dlogits,
-                                      lnf_all, d_lnf ? P("wte") : nullptr, BT_, C, Vl);
+                                      lnf_all, d_lnf ? P("wte") : nullptr, BT_, C, Vl,
+                                      InputGrad::add);
   }
   // A cut table's units each leave now and the embedding's backward starts
   // its own gradients: holding them until then would hold the whole table.
@@ -107,7 +108,7 @@ void GptModel::logits_backward(int slot, float* d_lnf, const float* lnf_all, boo
       const std::size_t n = std::size_t(rows) * C;
       backend_.matmul_backward(d_lnf, weight_grads ? st.grad_rows(w, at, n) : nullptr, nullptr,
                                part, lnf_all, d_lnf ? st.param_rows(w, at, n) : nullptr, BT_, C,
-                               rows);
+                               rows, InputGrad::add);
       if (weight_grads) st.done_grad_rows(w, at, n);
     });
     if (cut && d_lnf) st.done_params(u.unit);

@@ -10,10 +10,10 @@ namespace trident {
 FullStorage::FullStorage(const TensorTable& table, ComputeBackend& backend, MemoryLedger& ledger,
                          DType weights, DType grads)
     : units_(unit_ranges(table)),
-      bits_only_(units_.size()),
       params_(backend, ledger, MemCategory::parameters, table.size(), weights),
       grads_(backend, ledger, MemCategory::gradients, table.size(), grads),
       backend_(backend) {
+  bits_only_.resize(units_.size());
   if (weights != DType::f32) {
     const bool window = WorkingCopies::can_window_table(table);
     working_ = WorkingCopies(backend, ledger, table, window);

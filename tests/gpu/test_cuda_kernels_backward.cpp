@@ -88,11 +88,13 @@ TEST_F(CudaBackward, Matmul) {
       auto dx = random_vector(x.size(), 16), dw = random_vector(w.size(), 17);
       auto db = random_vector(OC, 18);
       float *gdx = d.upload(dx), *gdw = d.upload(dw), *gdb = d.upload(db);
+      // dinp over random contents: added to them where with_dbias, written over else.
+      const InputGrad mode = with_dbias ? InputGrad::add : InputGrad::write;
       cpu->matmul_backward(with_dinp ? dx.data() : nullptr, dw.data(),
                            with_dbias ? db.data() : nullptr, dout.data(), x.data(), w.data(), N,
-                           IC, OC);
+                           IC, OC, mode);
       gpu->matmul_backward(with_dinp ? gdx : nullptr, gdw, with_dbias ? gdb : nullptr,
-                           d.upload(dout), d.upload(x), d.upload(w), N, IC, OC);
+                           d.upload(dout), d.upload(x), d.upload(w), N, IC, OC, mode);
       const std::string what = std::string(with_dinp ? "with" : "without") + " dinp, " +
                                (with_dbias ? "with" : "without") + " dbias";
       EXPECT_TRUE(matches_cpu(d.download(gdx, dx.size()), dx)) << "dinp " << what;
@@ -139,7 +141,7 @@ TEST_F(CudaBackward, BiasGradientIsDeterministic) {
   std::vector<std::vector<float>> runs;
   for (int r = 0; r < 3; ++r) {
     float *gdw = d.zeros(w.size()), *gdb = d.zeros(OC);
-    gpu->matmul_backward(nullptr, gdw, gdb, gdo, gx, gw, N, IC, OC);
+    gpu->matmul_backward(nullptr, gdw, gdb, gdo, gx, gw, N, IC, OC, InputGrad::add);
     runs.push_back(d.download(gdb, OC));
   }
   EXPECT_EQ(runs[0], runs[1]);

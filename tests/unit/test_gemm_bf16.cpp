@@ -4,6 +4,7 @@
 // GEMMs of a linear layer, with the tiles of C at full size and at the edges.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <vector>
@@ -123,17 +124,22 @@ TEST(GemmBf16, LinearOnBitsEqualsLinearOnValues) {
   EXPECT_EQ(forward({x.data(), xb.data()}, {nullptr, wb.data()}), y_values);
   EXPECT_EQ(forward(x.data(), {nullptr, wb.data()}), y_values);
 
-  auto backward = [&](MatrixIn d, MatrixIn in, MatrixIn weight) {
+  auto backward = [&](MatrixIn d, MatrixIn in, MatrixIn weight,
+                      InputGrad mode = InputGrad::add, float dinp0 = 0.5f) {
     std::vector<float> g(std::size_t(N) * IC + std::size_t(OC) * IC + OC, 0.5f);
+    std::fill_n(g.begin(), std::size_t(N) * IC, dinp0);
     be->matmul_backward(g.data(), g.data() + std::size_t(N) * IC,
                         g.data() + std::size_t(N) * IC + std::size_t(OC) * IC, d, in, weight, N,
-                        IC, OC);
+                        IC, OC, mode);
     return g;
   };
   const auto g_values = backward(dy.data(), x.data(), w.data());
   EXPECT_EQ(backward({dy.data(), dyb.data()}, {nullptr, xb.data()}, {nullptr, wb.data()}),
             g_values);
   EXPECT_EQ(backward({nullptr, dyb.data()}, x.data(), {nullptr, wb.data()}), g_values);
+  // Written over: as added to zeros, whatever the buffer held.
+  EXPECT_EQ(backward({dy.data(), dyb.data()}, x.data(), {nullptr, wb.data()}, InputGrad::write, 7.0f),
+            backward(dy.data(), x.data(), w.data(), InputGrad::add, 0.0f));
 
   // An input that is not bf16-valued: f32 GEMMs, the weight widened from its bits.
   auto x32 = trident::testing::random_normals(std::size_t(N) * IC, 5);

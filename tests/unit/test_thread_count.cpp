@@ -49,7 +49,7 @@ TEST(ThreadCount, LinearLayerForwardAndBackward) {
       std::vector<float> y(std::size_t(s.N) * s.OC), dx(x.size()), dw(w.size()), db(s.OC);
       be.matmul_forward(y.data(), x.data(), w.data(), b.data(), s.N, s.IC, s.OC);
       be.matmul_backward(dx.data(), dw.data(), db.data(), dy.data(), x.data(), w.data(), s.N, s.IC,
-                         s.OC);
+                         s.OC, InputGrad::add);
       y.insert(y.end(), dx.begin(), dx.end());
       y.insert(y.end(), dw.begin(), dw.end());
       y.insert(y.end(), db.begin(), db.end());
@@ -71,7 +71,8 @@ TEST(ThreadCount, LinearLayerOnBf16Values) {
   expect_same_bits(on_threads([&](ComputeBackend& be) {
     std::vector<float> y(std::size_t(N) * OC), dx(x.size()), dw(w.size());
     be.matmul_forward(y.data(), x.data(), w.data(), nullptr, N, IC, OC);
-    be.matmul_backward(dx.data(), dw.data(), nullptr, dy.data(), x.data(), w.data(), N, IC, OC);
+    be.matmul_backward(dx.data(), dw.data(), nullptr, dy.data(), x.data(), w.data(), N, IC, OC,
+                       InputGrad::add);
     y.insert(y.end(), dx.begin(), dx.end());
     y.insert(y.end(), dw.begin(), dw.end());
     return y;

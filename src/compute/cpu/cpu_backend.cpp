@@ -139,8 +139,8 @@ class CpuBackend final : public ComputeBackend {
     cpu::linear_forward(out, inp, w, bias, N, IC, OC);
   }
   void matmul_backward(float* dinp, float* dw, float* dbias, MatrixIn dout, MatrixIn inp,
-                       MatrixIn w, int N, int IC, int OC) override {
-    cpu::linear_backward(dinp, dw, dbias, dout, inp, w, N, IC, OC);
+                       MatrixIn w, int N, int IC, int OC, InputGrad dinp_mode) override {
+    cpu::linear_backward(dinp, dw, dbias, dout, inp, w, N, IC, OC, dinp_mode);
   }
   void attention_forward(float* out, float* lse, MatrixIn qkv, int B, int T, int C, int NH,
                          bool bf16) override {

@@ -35,7 +35,8 @@ void linear_forward(float* out, MatrixIn inp, MatrixIn w, const float* bias, int
 }
 
 void linear_backward(float* dinp, float* dw, float* dbias, MatrixIn dout, MatrixIn inp,
-                     MatrixIn w, int N, int IC, int OC) {
+                     MatrixIn w, int N, int IC, int OC, InputGrad dinp_mode) {
+  const bool add = dinp_mode == InputGrad::add;
   // dout feeds both products: packed once when it comes as values.
   thread_local std::vector<std::uint16_t> dout16;
   Bf16Operand d = operand(dout);
@@ -43,9 +44,9 @@ void linear_backward(float* dinp, float* dw, float* dbias, MatrixIn dout, Matrix
     d.bits = dout16.data();
   thread_local std::vector<float> dv, xv, wv;
   const std::size_t n_dout = std::size_t(N) * OC;
-  if (dinp && !gemm_bf16(false, false, N, IC, OC, d, OC, operand(w), IC, true, dinp, IC))
+  if (dinp && !gemm_bf16(false, false, N, IC, OC, d, OC, operand(w), IC, add, dinp, IC))
     gemm(false, false, N, IC, OC, 1.0f, values_of(dout, n_dout, dv), OC,
-         values_of(w, std::size_t(OC) * IC, wv), IC, 1.0f, dinp, IC);
+         values_of(w, std::size_t(OC) * IC, wv), IC, add ? 1.0f : 0.0f, dinp, IC);
   if (dw && !gemm_bf16(true, false, OC, IC, N, d, OC, operand(inp), IC, true, dw, IC))
     gemm(true, false, OC, IC, N, 1.0f, values_of(dout, n_dout, dv), OC,
          values_of(inp, std::size_t(N) * IC, xv), IC, 1.0f, dw, IC);

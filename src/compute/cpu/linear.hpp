@@ -10,6 +10,6 @@ namespace trident::cpu {
 void linear_forward(float* out, MatrixIn inp, MatrixIn w, const float* bias, int N, int IC,
                     int OC);
 void linear_backward(float* dinp, float* dw, float* dbias, MatrixIn dout, MatrixIn inp,
-                     MatrixIn w, int N, int IC, int OC);
+                     MatrixIn w, int N, int IC, int OC, InputGrad dinp_mode);
 
 }  // namespace trident::cpu

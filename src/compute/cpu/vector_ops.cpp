@@ -29,22 +29,26 @@ TRIDENT_VECTOR_CLONES void adamw(float* p, const float* g, float* m, float* v, s
                                  std::uint16_t* weights_bf16) {
   const float step = lr / bc1;
   const float inv_sqrt_bc2 = 1.0f / std::sqrt(bc2);
-  // One loop per variant, so each vectorises without a branch inside.
-  auto update = [&](std::size_t i) {
-    const float gi = g[i] * grad_scale;  // exact when grad_scale is 1
-    p[i] *= 1.0f - lr * wd;
-    m[i] = beta1 * m[i] + (1.0f - beta1) * gi;
-    v[i] = beta2 * v[i] + (1.0f - beta2) * gi * gi;
-    p[i] -= step * m[i] / (std::sqrt(v[i]) * inv_sqrt_bc2 + eps);
-  };
+  // One loop per variant, written out, so each vectorises (the scale is
+  // exact when it is 1).
   if (!weights_bf16) {
 #pragma omp parallel for simd schedule(static) if (n > 65536)
-    for (std::size_t i = 0; i < n; ++i) update(i);
+    for (std::size_t i = 0; i < n; ++i) {
+      const float gi = g[i] * grad_scale;
+      p[i] *= 1.0f - lr * wd;
+      m[i] = beta1 * m[i] + (1.0f - beta1) * gi;
+      v[i] = beta2 * v[i] + (1.0f - beta2) * gi * gi;
+      p[i] -= step * m[i] / (std::sqrt(v[i]) * inv_sqrt_bc2 + eps);
+    }
     return;
   }
 #pragma omp parallel for simd schedule(static) if (n > 65536)
   for (std::size_t i = 0; i < n; ++i) {
-    update(i);
+    const float gi = g[i] * grad_scale;
+    p[i] *= 1.0f - lr * wd;
+    m[i] = beta1 * m[i] + (1.0f - beta1) * gi;
+    v[i] = beta2 * v[i] + (1.0f - beta2) * gi * gi;
+    p[i] -= step * m[i] / (std::sqrt(v[i]) * inv_sqrt_bc2 + eps);
     weights_bf16[i] = std::uint16_t(bf16_bits_of_f32(f32_bits(p[i])));
   }
 }

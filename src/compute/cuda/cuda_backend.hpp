@@ -70,7 +70,7 @@ class CudaBackend final : public ComputeBackend {
   void matmul_forward(float* out, MatrixIn inp, MatrixIn w, const float* bias, int N, int IC,
                       int OC) override;
   void matmul_backward(float* dinp, float* dw, float* dbias, MatrixIn dout, MatrixIn inp,
-                       MatrixIn w, int N, int IC, int OC) override;
+                       MatrixIn w, int N, int IC, int OC, InputGrad dinp_mode) override;
   void attention_forward(float* out, float* lse, MatrixIn qkv, int B, int T, int C, int NH,
                          bool bf16) override;
   void attention_backward(float* dqkv, MatrixIn dout, MatrixIn qkv, const float* out,

@@ -54,12 +54,14 @@ void CudaBackend::matmul_forward(float* out, MatrixIn inp_m, MatrixIn w_m, const
 }
 
 void CudaBackend::matmul_backward(float* dinp, float* dw, float* dbias, MatrixIn dout_m,
-                                  MatrixIn inp_m, MatrixIn w_m, int N, int IC, int OC) {
+                                  MatrixIn inp_m, MatrixIn w_m, int N, int IC, int OC,
+                                  InputGrad dinp_mode) {
+  const float dinp_beta = dinp_mode == InputGrad::add ? 1.0f : 0.0f;
   const float *dout = dout_m.values, *inp = inp_m.values, *w = w_m.values;
   float* s = dbias ? static_cast<float*>(scratch(gpu::bias_backward_scratch(N, OC) * sizeof(float)))
                    : nullptr;
   run("matmul_backward", [&] {
-    if (dinp) gemms_->gemm(false, false, N, IC, OC, 1.0f, dout, OC, w, IC, 1.0f, dinp, IC);
+    if (dinp) gemms_->gemm(false, false, N, IC, OC, 1.0f, dout, OC, w, IC, dinp_beta, dinp, IC);
     if (dw) gemms_->gemm(true, false, OC, IC, N, 1.0f, dout, OC, inp, IC, 1.0f, dw, IC);
     if (dbias) gpu::bias_backward(dbias, dout, N, OC, s, stream_);
   });
