@@ -31,7 +31,6 @@ struct MatrixIn {
   const std::uint16_t* bf16 = nullptr;
   MatrixIn(const float* v) : values(v) {}  // implicit: an f32 matrix as before
   MatrixIn(const float* v, const std::uint16_t* bits) : values(v), bf16(bits) {}
-  explicit operator bool() const { return values || bf16; }
 };
 
 // How matmul_backward leaves the input gradient: added to what the buffer
