@@ -66,8 +66,35 @@ float* WorkingCopies::find(int unit) {
 
 float* WorkingCopies::acquire(int unit, const void* bits, DType type, std::size_t n) {
   return acquire_filled(unit, n, [&](float* copy) {
-    backend_->convert(copy, DType::f32, bits, type, n);
+    // The gaps between the skipped ranges.
+    const auto* from = static_cast<const char*>(bits);
+    std::size_t at = 0;
+    auto convert = [&](std::size_t end) {
+      if (end > at)
+        backend_->convert(copy + at, DType::f32, from + at * dtype_size(type), type, end - at);
+    };
+    if (auto it = skipped_.find(unit); it != skipped_.end())
+      for (const auto& [first, count] : it->second) {
+        convert(first);
+        at = first + count;
+      }
+    convert(n);
   });
+}
+
+void WorkingCopies::skip(int unit, std::size_t first, std::size_t n) {
+  if (skipped(unit, first)) return;
+  auto& ranges = skipped_[unit];
+  ranges.push_back({first, n});
+  std::sort(ranges.begin(), ranges.end());
+}
+
+bool WorkingCopies::skipped(int unit, std::size_t first) const {
+  const auto it = skipped_.find(unit);
+  if (it == skipped_.end()) return false;
+  for (const auto& range : it->second)
+    if (range.first == first) return true;
+  return false;
 }
 
 float* WorkingCopies::acquire_filled(int unit, std::size_t n,

@@ -17,6 +17,8 @@
 // the head's backward).
 #pragma once
 #include <functional>
+#include <map>
+#include <utility>
 #include <vector>
 
 #include "compute/backend.hpp"
@@ -46,8 +48,13 @@ class WorkingCopies {
   void window_back(void* bits, DType type, std::size_t n);
 
   // Counts a user of `unit` and returns its f32 copy; the first user's call
-  // converts n elements of `bits` (of type `type`) into a free slot.
+  // converts n elements of `bits` (of type `type`) into a free slot, less the
+  // skipped ones.
   float* acquire(int unit, const void* bits, DType type, std::size_t n);
+  // Elements [first, first + n) of unit's copy are never read (the model
+  // reads that tensor as bf16 bits): acquire leaves them unconverted.
+  void skip(int unit, std::size_t first, std::size_t n);
+  bool skipped(int unit, std::size_t first) const;
   // As acquire, the first user's copy (n elements) written by fill(copy): a
   // unit whose resident elements are pieces, not one range.
   float* acquire_filled(int unit, std::size_t n, const std::function<void(float*)>& fill);
@@ -65,6 +72,7 @@ class WorkingCopies {
   };
   ComputeBackend* backend_ = nullptr;
   std::vector<Slot> slots_;
+  std::map<int, std::vector<std::pair<std::size_t, std::size_t>>> skipped_;  // sorted per unit
   Arena window_;
 };
 

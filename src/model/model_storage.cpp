@@ -13,7 +13,6 @@ FullStorage::FullStorage(const TensorTable& table, ComputeBackend& backend, Memo
       params_(backend, ledger, MemCategory::parameters, table.size(), weights),
       grads_(backend, ledger, MemCategory::gradients, table.size(), grads),
       backend_(backend) {
-  bits_only_.resize(units_.size());
   if (weights != DType::f32) {
     const bool window = WorkingCopies::can_window_table(table);
     working_ = WorkingCopies(backend, ledger, table, window);
@@ -52,7 +51,7 @@ float* FullStorage::param(const TensorInfo& t) {
   if (params_.dtype() == DType::f32) return params_.f32(t);
   if (t.unit == table_unit_)
     throw std::logic_error("parameters of " + t.name + " are read through param_rows");
-  if (bits_only(t))
+  if (working_.skipped(t.unit, t.offset - units_[t.unit].begin))
     throw std::logic_error("parameters of " + t.name + " are read as bf16 bits (param_bf16)");
   float* w = working_.find(t.unit);
   if (!w) throw std::logic_error("parameters of " + t.name + " used before need_params");
@@ -86,34 +85,12 @@ void FullStorage::done_grad_rows(const TensorInfo& t, std::size_t element, std::
 }
 
 void FullStorage::read_as_bits(const TensorInfo& t) {
-  if (param_bf16(t) && !bits_only(t)) bits_only_[t.unit].push_back({t.offset, t.numel});
-  std::sort(bits_only_[t.unit].begin(), bits_only_[t.unit].end());
-}
-
-bool FullStorage::bits_only(const TensorInfo& t) const {
-  for (const auto& [offset, n] : bits_only_[t.unit])
-    if (offset == t.offset) return true;
-  return false;
+  if (param_bf16(t)) working_.skip(t.unit, t.offset - units_[t.unit].begin, t.numel);
 }
 
 void FullStorage::need_params(int unit, Pass) {
   if (params_.dtype() == DType::f32 || unit == table_unit_) return;
-  const UnitRange& u = units_[unit];
-  const auto* bits = static_cast<const std::uint16_t*>(unit_bytes(params_, unit));
-  working_.acquire_filled(unit, u.size(), [&](float* copy) {
-    // The unit's f32 copy less the tensors read as bits: the gaps between them.
-    std::size_t at = u.begin;
-    auto convert = [&](std::size_t end) {
-      if (end > at)
-        backend_.convert(copy + (at - u.begin), DType::f32, bits + (at - u.begin),
-                         params_.dtype(), end - at);
-    };
-    for (const auto& [offset, n] : bits_only_[unit]) {
-      convert(offset);
-      at = offset + n;
-    }
-    convert(u.begin + u.size());
-  });
+  working_.acquire(unit, unit_bytes(params_, unit), params_.dtype(), units_[unit].size());
 }
 
 void FullStorage::done_params(int unit) {

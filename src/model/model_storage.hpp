@@ -92,9 +92,6 @@ class FullStorage : public ModelStorage {
   std::vector<UnitRange> units_;
   Arena params_, grads_;
   WorkingCopies working_, grad_working_;  // 16-bit weights, 16-bit gradients
-  // Per unit, the (offset, elements) of its tensors read as bits alone.
-  std::vector<std::vector<std::pair<std::size_t, std::size_t>>> bits_only_;
-  bool bits_only(const TensorInfo& t) const;
   int table_unit_ = -1;       // the token embedding, read through a window
   int grad_table_unit_ = -1;  // its 16-bit gradients, added to through a window
   void* unit_bytes(Arena& a, int unit) {

@@ -149,6 +149,8 @@ float* ZeroStorage::param_at(const TensorInfo& t, std::size_t element) {
       throw std::logic_error("ZeRO: parameters of " + t.name + " are read through param_rows");
     float* w = working_.find(u);
     if (!w) throw std::logic_error("ZeRO: parameters of " + t.name + " used before need_params");
+    if (working_.skipped(u, U.range.packed_index(t.offset)))
+      throw std::logic_error("ZeRO: parameters of " + t.name + " are read as bf16 bits");
     return w + i;
   }
   if (stage_ <= 2) return p_full_.f32() + off;
@@ -161,6 +163,11 @@ float* ZeroStorage::param_at(const TensorInfo& t, std::size_t element) {
 const std::uint16_t* ZeroStorage::param_bf16(const TensorInfo& t) {
   if (weights_ != DType::bf16 || stage_ > 2 || t.unit == table_unit_) return nullptr;
   return reinterpret_cast<const std::uint16_t*>(param_bytes(p_full_, t.offset));
+}
+
+void ZeroStorage::read_as_bits(const TensorInfo& t) {
+  const int u = plan_.unit_of_offset(t.offset);
+  if (param_bf16(t)) working_.skip(u, plan_.units()[u].range.packed_index(t.offset), t.numel);
 }
 
 const float* ZeroStorage::param_rows(const TensorInfo& t, std::size_t element, std::size_t n) {

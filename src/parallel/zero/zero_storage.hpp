@@ -79,6 +79,7 @@ class ZeroStorage final : public ModelStorage {
   float* param_at(const TensorInfo& t, std::size_t element) override;
   // Stages 1-2 hold the 16-bit weights whole; stage 3's are gathered per unit.
   const std::uint16_t* param_bf16(const TensorInfo& t) override;
+  void read_as_bits(const TensorInfo& t) override;
   float* grad_at(const TensorInfo& t, std::size_t element) override;
   bool table_in_windows() const override { return table_unit_ >= 0; }
   const float* param_rows(const TensorInfo& t, std::size_t element, std::size_t n) override;
