@@ -30,7 +30,9 @@ namespace {
 // Queries and keys per tile (square tiles); bf16's AMX products gain more
 // from larger ones (perf/bench_attention: T 1024, one thread, 27 -> 22 ms;
 // f32 is a little slower at 256).
-int attention_tile(bool bf16_products) { return bf16_products ? kAttentionTileBf16 : kAttentionTile; }
+int attention_tile(bool bf16_products) {
+  return bf16_products ? kAttentionTileBf16 : kAttentionTile;
+}
 
 // rows x cols of x (leading dimension ld), which holds bf16 values, as their
 // bits (the high halves), rows contiguous.
@@ -219,7 +221,8 @@ void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, cons
         const std::size_t Th = std::size_t(T_) * hs;
         std::uint16_t *q16 = qkvo16.data(), *k16 = q16 + Th, *v16 = k16 + Th, *dO16 = v16 + Th;
         if (b16) {
-          head_bits(q16, qkv16, qkv, qo, T_, hs, C3), head_bits(k16, qkv16, qkv, qo + C, T_, hs, C3);
+          head_bits(q16, qkv16, qkv, qo, T_, hs, C3);
+          head_bits(k16, qkv16, qkv, qo + C, T_, hs, C3);
           head_bits(v16, qkv16, qkv, qo + 2 * C, T_, hs, C3);
           head_bits(dO16, dout16, dout, oo, T_, hs, C);
         }
