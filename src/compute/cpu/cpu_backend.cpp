@@ -128,10 +128,7 @@ class CpuBackend final : public ComputeBackend {
   }
   bool reads_bf16_operands() const override { return cpu::cpu_has_bf16_kernels(); }
   void round_to_bf16(float* dst, std::uint16_t* bits, const float* src, std::size_t n) override {
-    if (!bits) {
-      if (dst != src) std::copy(src, src + n, dst);
-      return cpu::round_to_16bit(dst, n, DType::bf16);
-    }
+    if (!bits) return ComputeBackend::round_to_bf16(dst, bits, src, n);  // copy and round
     cpu::round_to_bf16(dst, bits, src, n);
   }
   void matmul_forward(float* out, MatrixIn inp, MatrixIn w, const float* bias, int N, int IC,

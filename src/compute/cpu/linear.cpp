@@ -25,7 +25,6 @@ const float* values_of(MatrixIn m, std::size_t n, std::vector<float>& widened) {
 
 void linear_forward(float* out, MatrixIn inp, MatrixIn w, const float* bias, int N, int IC,
                     int OC) {
-  if (!inp.bf16 && !w.bf16) return matmul_forward(out, inp.values, w.values, bias, N, IC, OC);
   if (!gemm_bf16(false, true, N, OC, IC, operand(inp), IC, operand(w), IC, false, out, OC)) {
     thread_local std::vector<float> x, wv;
     gemm(false, true, N, OC, IC, 1.0f, values_of(inp, std::size_t(N) * IC, x), IC,
