@@ -32,6 +32,7 @@ Grid::Grid(MPI_Comm parent, GridShape shape) : shape_(shape) {
   }
   coord_ = grid_coord_of(shape_, rank_);
   const auto& c = coord_;
+  MPI_Comm_dup(parent, &host_comm_);
   MPI_Comm_dup(parent, &world_comm_);
   // Each group is the grid with one axis (or two, for model) left free.
   MPI_Comm_split(parent, c.dp + shape.dp * c.pp, c.tp, &tensor_comm_);
@@ -46,6 +47,8 @@ Grid::Grid(MPI_Comm parent, GridShape shape) : shape_(shape) {
   MPI_Comm_size(node, &local_size_);
   MPI_Comm_free(&node);
   board_ = std::make_unique<MpiWaitBoard>(parent);
+  host_ = make_communicator(host_comm_, "host");
+  host_->set_wait_observer(board_.get());
   make_communicators(make_communicator);
 }
 
@@ -70,15 +73,15 @@ void Grid::use_communicators(const CommunicatorFactory& make) {
 }
 
 Grid::~Grid() {
-  world_.reset(); tensor_.reset(); data_.reset(); pipeline_.reset(); model_.reset();
+  host_.reset(); world_.reset(); tensor_.reset(); data_.reset(); pipeline_.reset(); model_.reset();
   embedding_.reset();
-  for (MPI_Comm* c : {&world_comm_, &tensor_comm_, &data_comm_, &pipeline_comm_, &model_comm_,
+  for (MPI_Comm* c : {&host_comm_, &world_comm_, &tensor_comm_, &data_comm_, &pipeline_comm_, &model_comm_,
                       &embedding_comm_})
     if (*c != MPI_COMM_NULL) MPI_Comm_free(c);
 }
 
 void Grid::set_timeout_seconds(double s) {
-  for (Communicator* c : {world_.get(), tensor_.get(), data_.get(), pipeline_.get(), model_.get(),
+  for (Communicator* c : {host_.get(), world_.get(), tensor_.get(), data_.get(), pipeline_.get(), model_.get(),
                           embedding_.get()})
     if (c) c->set_timeout_seconds(s);
 }

@@ -55,6 +55,9 @@ class Grid {
   int local_size() const { return local_size_; }
 
   Communicator& world() { return *world_; }
+  // All ranks over plain MPI on host memory, whatever use_communicators put
+  // in the groups: parallel HDF5 and error agreement need an MPI_Comm.
+  Communicator& host() { return *host_; }
   Communicator& data() { return *data_; }
   Communicator& tensor() { return *tensor_; }
   Communicator& pipeline() { return *pipeline_; }
@@ -77,10 +80,10 @@ class Grid {
   GridCoord coord_;
   int rank_ = 0;
   int local_rank_ = 0, local_size_ = 1;
-  MPI_Comm world_comm_ = MPI_COMM_NULL, data_comm_ = MPI_COMM_NULL,
+  MPI_Comm host_comm_ = MPI_COMM_NULL, world_comm_ = MPI_COMM_NULL, data_comm_ = MPI_COMM_NULL,
            tensor_comm_ = MPI_COMM_NULL, pipeline_comm_ = MPI_COMM_NULL,
            model_comm_ = MPI_COMM_NULL, embedding_comm_ = MPI_COMM_NULL;
-  std::unique_ptr<Communicator> world_, data_, tensor_, pipeline_, model_, embedding_;
+  std::unique_ptr<Communicator> host_, world_, data_, tensor_, pipeline_, model_, embedding_;
 };
 
 }  // namespace trident

@@ -70,7 +70,7 @@ std::vector<LoadItem> plan_set(Grid& grid, const TensorTable& global, const Tens
 CheckpointIo load_checkpoint(Grid& grid, const std::string& path, const GptConfig& model,
                              const TensorTable& global, const std::vector<TensorSet>& sets,
                              CheckpointMeta& meta) {
-  Communicator& world = grid.world();
+  Communicator& world = grid.host();
   const double t0 = now_seconds();
   CheckpointReader r(world, path);
   meta = r.meta();

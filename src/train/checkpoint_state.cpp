@@ -114,7 +114,7 @@ CheckpointMeta training_meta(const Deck& deck, Grid& grid, Trainer& trainer, int
   m.tokens_seen = tokens_seen;
   // Ranks without an optimizer (gather mode) learn its step count from the others.
   const std::int64_t own = trainer.optimizer_steps();
-  m.optimizer_steps = grid.world().all_reduce_value(own, ReduceOp::max);
+  m.optimizer_steps = grid.host().all_reduce_value(own, ReduceOp::max);
   m.train_window = std::int64_t(step) * deck.train.batch;
   m.val_window = 0;  // every evaluation reads the first eval_sequences windows
   m.deck_path = deck.path;
@@ -130,7 +130,7 @@ CheckpointMeta training_meta(const Deck& deck, Grid& grid, Trainer& trainer, int
 CheckpointIo save_checkpoint(Grid& grid, const std::string& dir, int keep,
                              const CheckpointMeta& meta, const TensorTable& global,
                              const std::vector<TensorSet>& sets) {
-  Communicator& world = grid.world();
+  Communicator& world = grid.host();
   const double t0 = now_seconds();
   const long step = meta.step;
   run_agreed(world, [&] {

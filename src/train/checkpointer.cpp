@@ -31,7 +31,7 @@ Checkpointer::Checkpointer(const Deck& deck, Grid& grid, Trainer& trainer)
 
 int Checkpointer::resume(const std::string& what) {
   std::string path = what;
-  run_agreed(grid_.world(), [&] {
+  run_agreed(grid_.host(), [&] {
     if (what != "latest") return;
     const std::string& dir = deck_.checkpoint.dir;
     if (dir.empty())
@@ -45,13 +45,13 @@ int Checkpointer::resume(const std::string& what) {
     path = *latest;
   });
   // Which sets to read depends on the precision that wrote the file.
-  CheckpointMeta meta = CheckpointReader(grid_.world(), path).meta();
+  CheckpointMeta meta = CheckpointReader(grid_.host(), path).meta();
   const std::vector<TensorSet> sets = resume_sets(trainer_, grid_.coord(), meta);
   const CheckpointIo io =
       load_checkpoint(grid_, path, deck_.model, build_gpt_param_table(deck_.model), sets, meta);
   trainer_.refresh_weights_from_masters();
   restore_scaler_state(trainer_, meta);
-  run_agreed(grid_.world(), [&] {
+  run_agreed(grid_.host(), [&] {
     if (meta.step > deck_.train.steps)
       throw InputError(fmt::format("{}: the checkpoint is at step {}, past train.steps = {} of "
                                    "{}; raise train.steps to continue", path, meta.step,
@@ -79,7 +79,7 @@ bool Checkpointer::after_step(int done) {
   std::int32_t flags[2] = {StopSignalGuard::received(), 0};
   const double minutes = deck_.checkpoint.minutes;
   if (grid_.is_root() && minutes > 0 && now_seconds() - last_save_s_ >= 60 * minutes) flags[1] = 1;
-  grid_.world().all_reduce(flags, 2, DType::i32, ReduceOp::max);
+  grid_.host().all_reduce(flags, 2, DType::i32, ReduceOp::max);
   const int every = deck_.checkpoint.every;
   const bool last = done == deck_.train.steps;
   if (last || flags[0] || flags[1] || (every > 0 && done % every == 0)) save(done);

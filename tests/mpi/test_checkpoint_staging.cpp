@@ -11,6 +11,7 @@
 
 #include "checkpoint/checkpoint_dir.hpp"
 #include "checkpoint/checkpoint_reader.hpp"
+#include "comm/mpi_communicator.hpp"
 #include "io/deck.hpp"
 #include "io/token_shard.hpp"
 #include "support/test_support.hpp"
@@ -28,7 +29,81 @@ Deck staging_deck(const std::string& shard, int seed) {
                     {"model.layers=2", "train.seed=" + std::to_string(seed)});
 }
 
+// Passes every operation to an MPI communicator without being one, as the
+// NCCL and host-staged communicators that replace a GPU job's groups.
+class ForwardingCommunicator final : public Communicator {
+ public:
+  ForwardingCommunicator(MPI_Comm c, std::string name)
+      : Communicator(name), inner_(make_communicator(c, name)) {
+    set_max_tag(inner_->max_tag());
+  }
+  int rank() const override { return inner_->rank(); }
+  int size() const override { return inner_->size(); }
+  Request iall_reduce(void* b, std::size_t n, DType t, ReduceOp op) override {
+    return inner_->iall_reduce(b, n, t, op);
+  }
+  Request ireduce(void* b, std::size_t n, DType t, ReduceOp op, int root) override {
+    return inner_->ireduce(b, n, t, op, root);
+  }
+  Request ireduce_scatter(const void* s, void* r, std::size_t n, DType t, ReduceOp op) override {
+    return inner_->ireduce_scatter(s, r, n, t, op);
+  }
+  Request iall_gather(const void* s, void* r, std::size_t n, DType t) override {
+    return inner_->iall_gather(s, r, n, t);
+  }
+  Request ibroadcast(void* b, std::size_t n, DType t, int root) override {
+    return inner_->ibroadcast(b, n, t, root);
+  }
+  Request isend(const void* b, std::size_t n, DType t, int peer, int tag) override {
+    return inner_->isend(b, n, t, peer, tag);
+  }
+  Request irecv(void* b, std::size_t n, DType t, int peer, int tag) override {
+    return inner_->irecv(b, n, t, peer, tag);
+  }
+  Request ibarrier() override { return inner_->ibarrier(); }
+
+ private:
+  std::unique_ptr<Communicator> inner_;
+};
+
 }  // namespace
+
+// A GPU job replaces every group's communicator (world included); checkpoints
+// go through the grid's host communicator and work the same.
+TEST(CheckpointStaging, GroupsThatAreNotMpiSaveAndLoad) {
+  MPI_Comm comm = trident::testing::first_ranks(2);
+  if (comm == MPI_COMM_NULL) return;
+  const std::string dir = trident::testing::scratch_dir("forwarding_data");
+  const std::string shard = trident::testing::make_text_shard(dir, "train.bin", 20000);
+  const std::string ckpt = trident::testing::scratch_dir("forwarding_ckpt");
+  {
+    Deck d = staging_deck(shard, 1);
+    Grid grid(comm, resolve_layout(d, 2));
+    grid.use_communicators([](MPI_Comm c, std::string name) {
+      return std::make_unique<ForwardingCommunicator>(c, std::move(name));
+    });
+    ASSERT_EQ(dynamic_cast<MpiCommunicator*>(&grid.world()), nullptr);
+    auto be = make_cpu_backend(1);
+    MemoryLedger ledger, ledger2;
+    TokenDataset data(d.data.train, d.model.seq_len, "data.train");
+    Trainer trained(d, grid, *be, ledger, data, nullptr);
+    for (int s = 0; s < 2; ++s) trained.step(s);
+    const TensorTable global = build_gpt_param_table(d.model);
+    save_checkpoint(grid, ckpt, 0, training_meta(d, grid, trained, 2, 0), global,
+                    training_sets(trained, grid.coord()));
+
+    Deck other = staging_deck(shard, 2);
+    resolve_layout(other, 2);
+    Trainer loaded(other, grid, *be, ledger2, data, nullptr);
+    std::vector<TensorSet> into = training_sets(loaded, grid.coord());
+    CheckpointMeta read_meta;
+    load_checkpoint(grid, ckpt + "/" + checkpoint_name(2), other.model, global, into, read_meta);
+    loaded.set_optimizer_steps(read_meta.optimizer_steps);
+    const double want = trained.step(2).loss, got = loaded.step(2).loss;
+    EXPECT_EQ(std::memcmp(&want, &got, sizeof want), 0) << got << " vs " << want;
+  }
+  MPI_Comm_free(&comm);
+}
 
 TEST(CheckpointStaging, StagedSlicesSaveAndLoadTheSameState) {
   MPI_Comm comm = trident::testing::first_ranks(2);
