@@ -1,42 +1,82 @@
 #!/usr/bin/env bash
 # GPT-2 124M (12 layers, d_model 768, 12 heads, seq 1024, vocab 50257) training
-# on one GPU: tokens/s, MFU, and the device time of every backend op.
-#   usage: perf/gpu_gpt2.sh [MICRO_BATCH] [STEPS] [TF32]
-# Build first (sm_90 for H100): cmake --preset cuda -DCMAKE_CUDA_ARCHITECTURES=90 &&
-#   cmake --build build-cuda -j
-# MFU here counts 6 N + 6 L d T FLOPs per token (N parameters; attention scores
-# and mixing at the causal half of 12 L d T) against 989 TFLOP/s, the H100 SXM
-# dense bf16 peak. The run keeps the deck's fp32 precision (TF32 with
-# TF32=true), so the figure is a baseline against the bf16 peak, not a claim.
-# (Trident's own MFU line uses 12 L d T, as PaLM's appendix B.)
-set -euo pipefail
+# on one GPU, Trident against PyTorch on the same GPU at the same micro-batch:
+# tokens/s, MFU, peak memory, the ratio, and Trident's per-kernel device time.
+#   usage: perf/gpu_gpt2.sh [MICRO_BATCH] [STEPS] [LOG_DIR]
+# Trident: bf16 weights and activations, fp32 masters (precision.dtype = bf16).
+# PyTorch (perf/pytorch_gpt.py, the python3 that has torch): the same GPT with
+# SDPA, bf16 autocast, fused AdamW, eager and torch.compile; vocab padded to
+# 50304 as nanoGPT does (Trident pads to a multiple of 128 in its kernels).
+# MFU counts 6 N + 6 L d T FLOPs per token (N parameters; attention at its
+# causal half of 12 L d T) against the device's dense bf16 peak (989 TFLOP/s
+# for H100 SXM and H200; PEAK_TFLOPS overrides).
+set -uo pipefail
 mb=${1:-8}
 steps=${2:-20}
-tf32=${3:-false}
-bin=${TRIDENT_BIN:-build-cuda/src/trident}
-peak_tflops=989
+logs=$(realpath -m "${3:-gpu-gpt2}")
+here=$(cd "$(dirname "$0")/.." && pwd)
+bin=${TRIDENT_BIN:-$here/build-cuda/src/trident}
+[ -x "$bin" ] || bin=$(command -v trident)
+peak_tflops=${PEAK_TFLOPS:-989}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-[ -f data/corpus_train.bin ] || bash input/make_corpus.sh "$bin" data >/dev/null
+mkdir -p "$logs"
+data=${DATA_DIR:-$here/data}
+[ -f "$data/corpus_train.bin" ] || bash "$here/input/make_corpus.sh" "$bin" "$data" >/dev/null
 
-echo "machine: $(hostname), $(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null | head -1)"
-echo "versions: $("$bin" --version), $(nvcc --version 2>/dev/null | tail -1)"
-args=(train input/gpt2-124m.toml --set system.device=cuda --set "system.allow_tf32=$tf32"
-      --set "train.batch=$mb" --set "train.micro_batch=$mb" --set "train.steps=$((steps + 1))"
-      --set train.warmup=0 --set 'data.val=[]' --set 'output.metrics=""' --set output.log_every=5
-      --set "system.peak_tflops=$peak_tflops")
-echo "command: TRIDENT_KERNEL_TIMES=1 mpirun -np 1 $bin ${args[*]}"
-out=$(TRIDENT_KERNEL_TIMES=1 mpirun -np 1 "$bin" "${args[@]}")
-echo "$out"
+echo "machine: $(hostname), $(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | head -1)"
+echo "trident: $("$bin" --version)"
+args=(train "$here/input/gpt2-124m.toml" --set system.device=cuda --set precision.dtype=bf16
+      --set "data.train=$data/corpus_train.bin" --set 'data.val=[]'
+      --set "train.batch=$mb" --set "train.micro_batch=$mb" --set train.warmup=0
+      --set "output.metrics=$logs/trident.jsonl" --set output.log_every=5
+      --set "checkpoint.dir=$logs/ckpt" --set checkpoint.every=0 --set checkpoint.minutes=0)
+"$bin" estimate "$here/input/gpt2-124m.toml" --set precision.dtype=bf16 \
+  --set "train.batch=$mb" --set "train.micro_batch=$mb" >"$logs/estimate.txt" 2>&1
+echo "command: mpirun -np 1 $bin ${args[*]} --set train.steps=$((steps + 1))"
+timeout 300 mpirun -np 1 "$bin" "${args[@]}" --set "train.steps=$((steps + 1))" \
+  >"$logs/trident.log" 2>&1
+grep -E "^(FOM|memory per rank)" "$logs/trident.log"
+# Where the device time goes: a short run with per-kernel timing (events
+# around every op slow it, so it is not the timed run).
+TRIDENT_KERNEL_TIMES=1 timeout 120 mpirun -np 1 "$bin" "${args[@]}" --set train.steps=4 \
+  >"$logs/trident_kernels.log" 2>&1
 
-# Throughput of the steady steps (the FOM line leaves step 0 out) and MFU.
-tps=$(sed -nE 's/^FOM: ([0-9.]+) tokens\/s.*/\1/p' <<<"$out")
-python3 - "$tps" "$peak_tflops" <<'PY'
-import sys
-tps, peak = float(sys.argv[1]), float(sys.argv[2])
+# PyTorch from the node's own environment (the bundle's libraries stay out).
+pytorch() {
+  env -u LD_LIBRARY_PATH timeout 300 python3 "$here/perf/pytorch_gpt.py" --device cuda --bf16 \
+    --layers 12 --d-model 768 --heads 12 --seq-len 1024 --vocab 50304 --micro-batch "$mb" \
+    --steps "$steps" --warmup-steps 3 "$@"
+}
+pytorch >"$logs/pytorch_eager.log" 2>&1
+pytorch --compile >"$logs/pytorch_compiled.log" 2>&1
+
+python3 - "$logs" "$peak_tflops" "$mb" <<'PY'
+import json, re, sys
+logs, peak, mb = sys.argv[1], float(sys.argv[2]), int(sys.argv[3])
 L, d, T, V = 12, 768, 1024, 50257
 N = V * d + T * d + L * (12 * d * d + 13 * d) + 2 * d  # GPT-2 small, tied head
 flops = 6 * N + 6 * L * d * T
-print(f"GPT-2 124M: N = {N / 1e6:.1f} M parameters, {flops / 1e9:.3f} GFLOP/token")
-print(f"throughput {tps:.0f} tokens/s | MFU {100 * tps * flops / (peak * 1e12):.2f}% "
-      f"of {peak:.0f} TFLOP/s (dense bf16; this run is fp32)")
+rows = []
+recs = [json.loads(l) for l in open(f"{logs}/trident.jsonl") if l.strip()]
+steady = [r for r in recs if r.get("step", 0) > 1 and "tokens_per_s" in r]
+if steady:
+    tps = len(steady) / sum(1 / r["tokens_per_s"] for r in steady)  # time-weighted mean
+    rows.append(("trident bf16", tps, max(r["peak_mem_bytes"] for r in steady) / 2**30))
+for mode in ("eager", "compiled"):
+    text = open(f"{logs}/pytorch_{mode}.log").read()
+    m = re.search(r"tokens_per_s=([0-9.]+).*?peak_gib=([0-9.]+)", text)
+    if m:
+        rows.append((f"pytorch {mode}", float(m.group(1)), float(m.group(2))))
+    else:
+        print(f"pytorch {mode}: no result (see {logs}/pytorch_{mode}.log)")
+print(f"GPT-2 124M, micro-batch {mb} x 1024 tokens: {flops / 1e9:.3f} GFLOP/token, "
+      f"peak {peak:.0f} TFLOP/s")
+print(f"{'run':<18}{'tokens/s':>12}{'MFU':>8}{'peak GiB':>10}")
+for name, tps, gib in rows:
+    print(f"{name:<18}{tps:>12,.0f}{100 * tps * flops / (peak * 1e12):>7.1f}%{gib:>10.2f}")
+torch_best = max((r for r in rows if r[0].startswith("pytorch")), key=lambda r: r[1], default=None)
+if steady and torch_best:
+    print(f"ratio trident / best pytorch ({torch_best[0]}): {rows[0][1] / torch_best[1]:.2f}")
 PY
+echo "per-kernel device time (4-step run):"
+sed -n '/^device time per op/,/^total/p' "$logs/trident_kernels.log"

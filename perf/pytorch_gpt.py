@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
-"""PyTorch CPU baseline for Trident's throughput benchmark.
+"""PyTorch baseline for Trident's throughput benchmarks (CPU or one GPU).
 
 Trains the same GPT as Trident (float32, tied embeddings, pre-LayerNorm
 blocks, fused qkv, tanh-GELU, causal attention, AdamW, grad clip 1.0) on
 random tokens, written the way a PyTorch 2.x user would: nn.Linear,
 F.scaled_dot_product_attention(is_causal=True), fused AdamW, and optionally
-torch.compile. perf/compare_pytorch.sh runs it from PyPI's current PyTorch.
+torch.compile. perf/compare_pytorch.sh runs it from PyPI's current PyTorch on
+the CPU, perf/gpu_gpt2.sh on the GPU (--device cuda).
 
 Example:
   python perf/pytorch_gpt.py --layers 4 --d-model 256 --heads 4 --seq-len 128 \
@@ -80,7 +81,7 @@ def make_optimizer(model, lr, weight_decay):
 
 
 def parse_args():
-    ap = argparse.ArgumentParser(description="PyTorch CPU GPT training baseline")
+    ap = argparse.ArgumentParser(description="PyTorch GPT training baseline")
     ap.add_argument("--layers", type=int, required=True)
     ap.add_argument("--d-model", type=int, required=True)
     ap.add_argument("--heads", type=int, required=True)
@@ -89,7 +90,8 @@ def parse_args():
     ap.add_argument("--micro-batch", type=int, required=True)
     ap.add_argument("--steps", type=int, required=True, help="timed steps")
     ap.add_argument("--warmup-steps", type=int, default=2, help="untimed steps first")
-    ap.add_argument("--threads", type=int, required=True)
+    ap.add_argument("--threads", type=int, default=0, help="CPU threads (0: PyTorch's default)")
+    ap.add_argument("--device", default="cpu", help="cpu or cuda")
     ap.add_argument("--lr", type=float, default=3e-4)
     ap.add_argument("--weight-decay", type=float, default=0.1)
     ap.add_argument("--seed", type=int, default=1234)
@@ -106,9 +108,11 @@ def parse_args():
 
 def main():
     args = parse_args()
-    torch.set_num_threads(args.threads)
+    if args.threads > 0:
+        torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
-    model = GPT(args.layers, args.d_model, args.heads, args.seq_len, args.vocab)
+    dev = torch.device(args.device)
+    model = GPT(args.layers, args.d_model, args.heads, args.seq_len, args.vocab).to(dev)
     model.train()
     forward = torch.compile(model) if args.compile else model
     opt = make_optimizer(model, args.lr, args.weight_decay)
@@ -116,12 +120,12 @@ def main():
     # Pre-generate every batch so token sampling is not part of the timing.
     total = args.warmup_steps + args.steps
     shape = (total, args.micro_batch, args.seq_len)
-    tokens = torch.randint(0, args.vocab, shape)
-    targets = torch.randint(0, args.vocab, shape)
+    tokens = torch.randint(0, args.vocab, shape, device=dev)
+    targets = torch.randint(0, args.vocab, shape, device=dev)
 
     def train_step(i):
         opt.zero_grad(set_to_none=True)
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.bf16):
+        with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=args.bf16):
             loss = forward(tokens[i], targets[i])
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -130,6 +134,9 @@ def main():
 
     for i in range(args.warmup_steps):
         train_step(i)
+    if dev.type == "cuda":
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
 
     start = time.perf_counter()
     for i in range(args.warmup_steps, total):
@@ -139,8 +146,10 @@ def main():
 
     tokens_per_s = args.steps * args.micro_batch * args.seq_len / elapsed
     step_ms = 1000.0 * elapsed / args.steps
+    peak = (f" peak_gib={torch.cuda.max_memory_allocated() / 2**30:.2f}"
+            if dev.type == "cuda" else "")
     print(f"pytorch tokens_per_s={tokens_per_s:.2f} step_ms={step_ms:.3f} "
-          f"threads={args.threads} torch={torch.__version__} "
+          f"threads={args.threads} device={args.device}{peak} torch={torch.__version__} "
           f"mode={'compiled' if args.compile else 'eager'} "
           f"dtype={'bf16-autocast' if args.bf16 else 'fp32'}")
 

@@ -36,6 +36,7 @@ DEFAULT = dict(dp=1, tp=1, pp=1, schedule="1f1b", sp=False, zero=0, dp_mode="all
                bucket="large", offload="none")
 MAX_RANKS = 8
 SWAP_DIR = "/tmp"  # offload.nvme_path of nvme layouts (run_matrix sets a scratch directory)
+EXTRA_SETS = []  # --set options every run adds (run_matrix --set), e.g. system.device=cuda
 
 PRECISION_KEYS = {
     "fp32": ["precision.dtype=fp32"],
@@ -89,7 +90,7 @@ def overrides(layout, batch):
             else ("none", "", o)
         out += [f"offload.params={params}", f"offload.optimizer={optimizer or 'none'}",
                 f"offload.nvme_path={SWAP_DIR}", "offload.block_mb=0.0078125"]
-    return out + PRECISION_KEYS[v["precision"]]
+    return out + PRECISION_KEYS[v["precision"]] + EXTRA_SETS
 
 
 def describe(layout):

@@ -1,0 +1,74 @@
+#!/usr/bin/env python3
+"""Compares two Trident runs: their metrics files step by step, or two
+checkpoints dataset by dataset. Prints the worst relative error and exits 1
+when it is above the tolerance (0: bit for bit).
+
+  run_compare.py metrics A.jsonl B.jsonl --tol 1e-4 [--from-step N]
+  run_compare.py checkpoint A.h5 B.h5          (every dataset bit for bit; needs h5py)
+"""
+import argparse
+import json
+import sys
+
+
+def read_metrics(path, from_step):
+    with open(path) as f:
+        recs = [json.loads(line) for line in f if line.strip()]
+    return {r["step"]: r for r in recs if "loss" in r and r["step"] >= from_step}
+
+
+def compare_metrics(args):
+    a, b = read_metrics(args.a, args.from_step), read_metrics(args.b, args.from_step)
+    if not a or sorted(a) != sorted(b):
+        print(f"steps differ: {sorted(a)} vs {sorted(b)}")
+        return 1
+    worst = {"loss": 0.0, "grad_norm": 0.0}
+    for step in sorted(a):
+        for key in worst:
+            x, y = a[step][key], b[step][key]
+            err = abs(x - y) / max(abs(x), 1e-30)
+            worst[key] = max(worst[key], err)
+    ok = all(v <= args.tol for v in worst.values())
+    print(f"{len(a)} steps from {min(a)}: worst relative error loss {worst['loss']:.2e}, "
+          f"grad_norm {worst['grad_norm']:.2e} (tolerance {args.tol:g}): "
+          f"{'pass' if ok else 'FAIL'}")
+    return 0 if ok else 1
+
+
+def compare_checkpoints(args):
+    import h5py
+    import numpy as np
+
+    def datasets(path):
+        out = {}
+        with h5py.File(path, "r") as f:
+            f.visititems(lambda name, obj: out.__setitem__(name, obj[()])
+                         if isinstance(obj, h5py.Dataset) else None)
+        return out
+
+    a, b = datasets(args.a), datasets(args.b)
+    if sorted(a) != sorted(b):
+        print(f"dataset names differ: {sorted(set(a) ^ set(b))}")
+        return 1
+    differ = [n for n in a if np.asarray(a[n]).tobytes() != np.asarray(b[n]).tobytes()]
+    print(f"{len(a)} datasets, {len(differ)} differ" + (f": {differ[:5]}" if differ else ""))
+    return 1 if differ else 0
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="what", required=True)
+    m = sub.add_parser("metrics")
+    m.add_argument("a")
+    m.add_argument("b")
+    m.add_argument("--tol", type=float, required=True)
+    m.add_argument("--from-step", type=int, default=0)
+    c = sub.add_parser("checkpoint")
+    c.add_argument("a")
+    c.add_argument("b")
+    args = p.parse_args()
+    return compare_metrics(args) if args.what == "metrics" else compare_checkpoints(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
