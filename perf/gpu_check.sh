@@ -96,16 +96,18 @@ for t in gpu_kernels gpu_model gpu_nccl_np1; do
 done
 check gpu_staged_np4 120 "$mpirun_cmd -np 4 $tests/gpu_staged_np4"
 
-# The GPU trains what the CPU trains: fp32 within cuBLAS's summation order
-# (1e-4 per step over 20 Adam steps, as gpu_model); bf16 and fp16 within
-# their rounding.
+# The GPU trains what the CPU trains, compared over the first 10 steps (the
+# deck's warm-up): from its peak learning rate on, some batches of the small
+# corpus spike the gradient norm ~100x, and the two GEMM libraries' summation
+# orders then part by 1e-5 (fp32) to 1e-1 (bf16) on those steps alone.
+# Tolerances: fp32 loss 1e-6, grad_norm 1e-5; bf16 and fp16 1e-3 and 1e-2.
 check cpu_fp32 120 "train cpu_fp32 1 --set system.device=cpu"
 check gpu_fp32 120 "train gpu_fp32 1 --set system.device=$dev && \
-  $compare metrics $logs/cpu_fp32.jsonl $logs/gpu_fp32.jsonl --tol 1e-4"
+  $compare metrics $logs/cpu_fp32.jsonl $logs/gpu_fp32.jsonl --tol 1e-6 --grad-tol 1e-5 --to-step 10"
 for p in bf16 fp16; do
   check "cpu_$p" 120 "train cpu_$p 1 --set system.device=cpu --set precision.dtype=$p"
   check "gpu_$p" 120 "train gpu_$p 1 --set system.device=$dev --set precision.dtype=$p && \
-    $compare metrics $logs/cpu_$p.jsonl $logs/gpu_$p.jsonl --tol 5e-3"
+    $compare metrics $logs/cpu_$p.jsonl $logs/gpu_$p.jsonl --tol 1e-3 --grad-tol 1e-2 --to-step 10"
 done
 # NCCL at one rank per communicator: the same run as the staged one, bit for bit.
 check gpu_nccl_train 120 "train gpu_nccl 1 --set system.device=$dev $nccl && \

@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # GPT-2 124M (12 layers, d_model 768, 12 heads, seq 1024, vocab 50257) training
 # on one GPU, Trident against PyTorch on the same GPU at the same micro-batch:
-# tokens/s, MFU, peak memory, the ratio, and Trident's per-kernel device time.
+# tokens/s, MFU, peak memory, the ratio, and Trident's per-kernel device time;
+# then ZeRO-Offload's cost: ZeRO-1 with the optimizer on the host (offload.
+# optimizer = "cpu": fp32 masters and Adam moments in pinned host memory, the
+# Adam step on the CPU) against ZeRO-1 without.
 #   usage: perf/gpu_gpt2.sh [MICRO_BATCH] [STEPS] [LOG_DIR]
 # Trident: bf16 weights and activations, fp32 masters (precision.dtype = bf16).
 # PyTorch (perf/pytorch_gpt.py, the python3 that has torch): the same GPT with
@@ -28,18 +31,24 @@ echo "trident: $("$bin" --version)"
 args=(train "$here/input/gpt2-124m.toml" --set system.device=cuda --set precision.dtype=bf16
       --set "data.train=$data/corpus_train.bin" --set 'data.val=[]'
       --set "train.batch=$mb" --set "train.micro_batch=$mb" --set train.warmup=0
-      --set "output.metrics=$logs/trident.jsonl" --set output.log_every=5
+      --set output.log_every=5
       --set "checkpoint.dir=$logs/ckpt" --set checkpoint.every=0 --set checkpoint.minutes=0)
 "$bin" estimate "$here/input/gpt2-124m.toml" --set precision.dtype=bf16 \
   --set "train.batch=$mb" --set "train.micro_batch=$mb" >"$logs/estimate.txt" 2>&1
-echo "command: mpirun -np 1 $bin ${args[*]} --set train.steps=$((steps + 1))"
-timeout 300 mpirun -np 1 "$bin" "${args[@]}" --set "train.steps=$((steps + 1))" \
-  >"$logs/trident.log" 2>&1
-grep -E "^(FOM|memory per rank)" "$logs/trident.log"
+# trident_run NAME SETS...: the timed run, its metrics in NAME.jsonl.
+trident_run() {
+  local name=$1
+  shift
+  echo "command: mpirun -np 1 $bin ${args[*]} --set train.steps=$((steps + 1)) $*"
+  timeout 300 mpirun -np 1 "$bin" "${args[@]}" --set "train.steps=$((steps + 1))" \
+    --set "output.metrics=$logs/$name.jsonl" "$@" >"$logs/$name.log" 2>&1
+  grep -E "^(FOM|memory per rank)" "$logs/$name.log"
+}
+trident_run trident
 # Where the device time goes: a short run with per-kernel timing (events
 # around every op slow it, so it is not the timed run).
 TRIDENT_KERNEL_TIMES=1 timeout 120 mpirun -np 1 "$bin" "${args[@]}" --set train.steps=4 \
-  >"$logs/trident_kernels.log" 2>&1
+  --set 'output.metrics=""' >"$logs/trident_kernels.log" 2>&1
 
 # PyTorch from the node's own environment (the bundle's libraries stay out).
 pytorch() {
@@ -49,6 +58,8 @@ pytorch() {
 }
 pytorch >"$logs/pytorch_eager.log" 2>&1
 pytorch --compile >"$logs/pytorch_compiled.log" 2>&1
+trident_run zero1 --set zero.stage=1
+trident_run zero1_offload --set zero.stage=1 --set offload.optimizer=cpu
 
 python3 - "$logs" "$peak_tflops" "$mb" <<'PY'
 import json, re, sys
@@ -57,11 +68,20 @@ L, d, T, V = 12, 768, 1024, 50257
 N = V * d + T * d + L * (12 * d * d + 13 * d) + 2 * d  # GPT-2 small, tied head
 flops = 6 * N + 6 * L * d * T
 rows = []
-recs = [json.loads(l) for l in open(f"{logs}/trident.jsonl") if l.strip()]
-steady = [r for r in recs if r.get("step", 0) > 1 and "tokens_per_s" in r]
+def trident(name):
+    """Tokens/s over the steady steps (time-weighted) and peak GiB, or None."""
+    try:
+        recs = [json.loads(l) for l in open(f"{logs}/{name}.jsonl") if l.strip()]
+    except OSError:
+        return None
+    steady = [r for r in recs if r.get("step", 0) > 1 and "tokens_per_s" in r]
+    if not steady:
+        return None
+    return (len(steady) / sum(1 / r["tokens_per_s"] for r in steady),
+            max(r["peak_mem_bytes"] for r in steady) / 2**30)
+steady = trident("trident")
 if steady:
-    tps = len(steady) / sum(1 / r["tokens_per_s"] for r in steady)  # time-weighted mean
-    rows.append(("trident bf16", tps, max(r["peak_mem_bytes"] for r in steady) / 2**30))
+    rows.append(("trident bf16", *steady))
 for mode in ("eager", "compiled"):
     text = open(f"{logs}/pytorch_{mode}.log").read()
     m = re.search(r"tokens_per_s=([0-9.]+).*?peak_gib=([0-9.]+)", text)
@@ -77,6 +97,10 @@ for name, tps, gib in rows:
 torch_best = max((r for r in rows if r[0].startswith("pytorch")), key=lambda r: r[1], default=None)
 if steady and torch_best:
     print(f"ratio trident / best pytorch ({torch_best[0]}): {rows[0][1] / torch_best[1]:.2f}")
+z, zo = trident("zero1"), trident("zero1_offload")
+if z and zo:
+    print(f"ZeRO-1 {z[0]:,.0f} tokens/s, {z[1]:.2f} GiB; with offload.optimizer = cpu "
+          f"{zo[0]:,.0f} tokens/s, {zo[1]:.2f} GiB: step time x{z[0] / zo[0]:.2f}")
 PY
 echo "per-kernel device time (4-step run):"
 sed -n '/^device time per op/,/^total/p' "$logs/trident_kernels.log"

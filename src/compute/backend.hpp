@@ -46,6 +46,7 @@ class ComputeBackend {
   // Device time per op as a table, when the backend was asked to time its
   // kernels (the CUDA backend with TRIDENT_KERNEL_TIMES=1); otherwise empty.
   virtual std::string kernel_report() { return {}; }
+  virtual void reset_kernel_times() {}  // from here on (the steady steps)
   // The device's peak dense FLOP/s for compute in `dtype` (the MFU
   // denominator) and where it comes from; 0 when unknown (MFU not printed).
   virtual double peak_flops(DType dtype) const = 0;

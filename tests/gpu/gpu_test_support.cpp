@@ -53,6 +53,12 @@ std::int32_t* DeviceArrays::upload(const std::vector<std::int32_t>& h) {
   return d;
 }
 
+std::uint16_t* DeviceArrays::upload(const std::vector<std::uint16_t>& h) {
+  auto* d = static_cast<std::uint16_t*>(alloc(h.size() * sizeof(std::uint16_t)));
+  be_.copy_from_host(d, h.data(), h.size() * sizeof(std::uint16_t));
+  return d;
+}
+
 float* DeviceArrays::poisoned(std::size_t n) { return upload(nan_vector(n)); }
 
 float* DeviceArrays::zeros(std::size_t n) { return upload(std::vector<float>(n, 0.0f)); }

@@ -27,6 +27,7 @@ class DeviceArrays {
   DeviceArrays& operator=(const DeviceArrays&) = delete;
   float* upload(const std::vector<float>& h);
   std::int32_t* upload(const std::vector<std::int32_t>& h);
+  std::uint16_t* upload(const std::vector<std::uint16_t>& h);  // bf16 bits
   float* poisoned(std::size_t n);  // every element NaN
   float* zeros(std::size_t n);
   std::vector<float> download(const float* d, std::size_t n);

@@ -5,6 +5,7 @@
 
 #include <random>
 
+#include "core/half.hpp"
 #include "gpu/gpu_test_support.hpp"
 
 using namespace trident;
@@ -102,6 +103,56 @@ TEST_F(CudaBackward, Matmul) {
       EXPECT_TRUE(matches_cpu(d.download(gdb, OC), db)) << "dbias " << what;
     }
   }
+}
+
+// bf16 runs hand the linears bf16 bits (weights, saved inputs, rounded
+// gradients), some with their values too: products of two bit operands run
+// on bf16 tensor cores, the others in f32 on widened values. Either way the
+// products of bf16 values are exact, so the GPU matches the CPU to f32 sums.
+TEST_F(CudaBackward, MatmulOnBf16Operands) {
+  const int N = 300, IC = 64, OC = 96;
+  auto bf16_values = [](std::size_t n, std::uint64_t seed, std::vector<std::uint16_t>& bits) {
+    auto v = random_vector(n, seed);
+    bits.resize(n);
+    for (std::size_t i = 0; i < n; ++i) v[i] = bf16_to_f32(bits[i] = f32_to_bf16(v[i]));
+    return v;
+  };
+  std::vector<std::uint16_t> xb, wb, db;
+  const auto x = bf16_values(std::size_t(N) * IC, 21, xb);
+  const auto w = bf16_values(std::size_t(OC) * IC, 22, wb);
+  const auto dout = bf16_values(std::size_t(N) * OC, 23, db);
+  const auto b = random_vector(OC, 24);
+  const std::uint16_t *gx = d.upload(xb), *gw = d.upload(wb), *gd = d.upload(db);
+  for (bool weight_bits : {true, false}) {  // false: values only (the f32 path)
+    const MatrixIn cw = weight_bits ? MatrixIn(nullptr, wb.data()) : MatrixIn(w.data());
+    const MatrixIn gwm = weight_bits ? MatrixIn(nullptr, gw) : MatrixIn(d.upload(w));
+    const std::string what = weight_bits ? "weight as bits" : "weight as values";
+    auto out = nan_vector(std::size_t(N) * OC);
+    cpu->matmul_forward(out.data(), MatrixIn(nullptr, xb.data()), cw, b.data(), N, IC, OC);
+    float* go = d.poisoned(out.size());
+    gpu->matmul_forward(go, MatrixIn(nullptr, gx), gwm, d.upload(b), N, IC, OC);
+    EXPECT_TRUE(matches_cpu(d.download(go, out.size()), out)) << "forward, " << what;
+
+    auto dx = random_vector(x.size(), 25), dw = random_vector(w.size(), 26);
+    auto dbias = random_vector(OC, 27);
+    float *gdx = d.upload(dx), *gdw = d.upload(dw), *gdb = d.upload(dbias);
+    cpu->matmul_backward(dx.data(), dw.data(), dbias.data(), MatrixIn(dout.data(), db.data()),
+                         MatrixIn(nullptr, xb.data()), cw, N, IC, OC, InputGrad::add);
+    gpu->matmul_backward(gdx, gdw, gdb, MatrixIn(d.upload(dout), gd), MatrixIn(nullptr, gx), gwm,
+                         N, IC, OC, InputGrad::add);
+    EXPECT_TRUE(matches_cpu(d.download(gdx, dx.size()), dx)) << "dinp, " << what;
+    EXPECT_TRUE(matches_cpu(d.download(gdw, dw.size()), dw)) << "dw, " << what;
+    EXPECT_TRUE(matches_cpu(d.download(gdb, OC), dbias)) << "dbias, " << what;
+  }
+  // Attention reads q, k, v given as bits only (a saved 16-bit copy).
+  const int B = 2, T = 33, C = 32, NH = 4;
+  std::vector<std::uint16_t> qb;
+  const auto qkv = bf16_values(std::size_t(B) * T * 3 * C, 28, qb);
+  auto out = nan_vector(std::size_t(B) * T * C), lse = nan_vector(std::size_t(B) * NH * T);
+  cpu->attention_forward(out.data(), lse.data(), qkv.data(), B, T, C, NH, false);
+  float *go = d.poisoned(out.size()), *gl = d.poisoned(lse.size());
+  gpu->attention_forward(go, gl, MatrixIn(nullptr, d.upload(qb)), B, T, C, NH, false);
+  EXPECT_TRUE(matches_cpu(d.download(go, out.size()), out)) << "attention from bits";
 }
 
 TEST_F(CudaBackward, CausalAttention) {

@@ -192,3 +192,23 @@ TEST_F(CudaForward, MemoryOps) {
   EXPECT_EQ(h, std::vector<float>(1024, 0.0f));
   gpu->release(fresh, 4096);
 }
+
+// A GEMM operand's rounding: the same bf16 values and bits as the CPU's, in
+// place and into another buffer.
+TEST_F(CudaForward, RoundToBf16WithBits) {
+  const std::size_t n = 4099;
+  auto x = random_vector(n, 19, -3e3f, 3e3f);
+  x[0] = 1.0f + 1.0f / 256;  // a tie: rounds to even
+  auto want = nan_vector(n);
+  std::vector<std::uint16_t> want_bits(n), got_bits(n);
+  cpu->round_to_bf16(want.data(), want_bits.data(), x.data(), n);
+  float *src = d.upload(x), *dst = d.poisoned(n);
+  auto* bits = static_cast<std::uint16_t*>(gpu->allocate(n * sizeof(std::uint16_t)));
+  gpu->round_to_bf16(dst, bits, src, n);
+  gpu->copy_to_host(got_bits.data(), bits, n * sizeof(std::uint16_t));
+  EXPECT_EQ(d.download(dst, n), want);
+  EXPECT_EQ(got_bits, want_bits);
+  gpu->round_to_bf16(src, nullptr, src, n);  // in place, no bits
+  EXPECT_EQ(d.download(src, n), want);
+  gpu->release(bits, n * sizeof(std::uint16_t));
+}

@@ -23,6 +23,17 @@ __global__ void round_kernel(float* x, std::size_t n) {
     x[i] = to_f32(from_f32<H>(x[i]));
 }
 
+// dst = src rounded to bf16 values, and their bits where bits is not null.
+__global__ void round_bf16_kernel(float* dst, std::uint16_t* bits, const float* src,
+                                  std::size_t n) {
+  for (std::size_t i = std::size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += std::size_t(gridDim.x) * blockDim.x) {
+    const __nv_bfloat16 h = from_f32<__nv_bfloat16>(src[i]);
+    dst[i] = to_f32(h);
+    if (bits) bits[i] = __bfloat16_as_ushort(h);
+  }
+}
+
 template <class D, class S>
 void launch_convert(void* dst, const void* src, std::size_t n, cudaStream_t s) {
   convert_kernel<<<elementwise_blocks(n, kThreads), kThreads, 0, s>>>(
@@ -48,6 +59,12 @@ bool round_to(float* x, int kind, std::size_t n, cudaStream_t s) {
   else if (kind == kF16) round_kernel<__half><<<elementwise_blocks(n, kThreads), kThreads, 0, s>>>(x, n);
   else return false;
   return true;
+}
+
+void round_to_bf16(float* dst, std::uint16_t* bits, const float* src, std::size_t n,
+                   cudaStream_t s) {
+  if (!n) return;
+  round_bf16_kernel<<<elementwise_blocks(n, kThreads), kThreads, 0, s>>>(dst, bits, src, n);
 }
 
 }  // namespace trident::gpu

@@ -41,6 +41,8 @@ CudaBackend::~CudaBackend() {
   cudaStreamSynchronize(stream_);
   gemms_.reset();
   if (scratch_) cudaFree(scratch_);
+  for (void* w : widen_)
+    if (w) cudaFree(w);
   if (host_result_) cudaFreeHost(host_result_);
   cudaStreamDestroy(stream_);
 }
@@ -185,6 +187,11 @@ void CudaBackend::convert(void* dst, DType dt, const void* src, DType st, std::s
 
 void CudaBackend::round_to(float* x, DType t, std::size_t n) {
   run("round_to", [&] { gpu::round_to(x, storage_kind(t), n, stream_); });
+}
+
+void CudaBackend::round_to_bf16(float* dst, std::uint16_t* bits, const float* src,
+                                std::size_t n) {
+  run("round_to_bf16", [&] { gpu::round_to_bf16(dst, bits, src, n, stream_); });
 }
 
 void CudaBackend::synchronize() {

@@ -37,6 +37,7 @@ class CudaBackend final : public ComputeBackend {
   double peak_flops(DType dtype) const override;
   std::string peak_source(DType dtype) const override;
   std::string kernel_report() override { return timer_.report(); }
+  void reset_kernel_times() override { timer_.reset(); }
   cudaStream_t stream() const { return stream_; }
   const CudaSite& site() const { return site_; }
 
@@ -54,6 +55,7 @@ class CudaBackend final : public ComputeBackend {
   void convert(void* dst, DType dst_type, const void* src, DType src_type,
                std::size_t n) override;
   void round_to(float* x, DType type, std::size_t n) override;
+  void round_to_bf16(float* dst, std::uint16_t* bits, const float* src, std::size_t n) override;
 
   void embedding_forward(float* out, const std::int32_t* tokens, const float* wte, int lo,
                          int count, int N, int C) override;
@@ -66,7 +68,9 @@ class CudaBackend final : public ComputeBackend {
   void layernorm_backward(float* dinp, float* dw, float* db, const float* dout, const float* inp,
                           const float* w, const float* mean, const float* rstd, int N,
                           int C) override;
-  // Reads MatrixIn::values (reads_bf16_operands() is false).
+  // Products whose operands both come as bf16 bits run on bf16 tensor cores;
+  // the others in f32, on values (widened from the bits where only those come).
+  bool reads_bf16_operands() const override { return true; }
   void matmul_forward(float* out, MatrixIn inp, MatrixIn w, const float* bias, int N, int IC,
                       int OC) override;
   void matmul_backward(float* dinp, float* dw, float* dbias, MatrixIn dout, MatrixIn inp,
@@ -101,6 +105,9 @@ class CudaBackend final : public ComputeBackend {
   }
   // Device scratch of at least `bytes` (grown on demand, kept for the run).
   void* scratch(std::size_t bytes);
+  // m's n f32 values: given, or widened from its bits into widen slot `slot`
+  // (one per operand of a product: 0 dout or qkv, 1 weight, 2 input).
+  const float* values_of(MatrixIn m, std::size_t n, int slot);
 
   CudaSite site_;
   bool allow_tf32_;
@@ -109,6 +116,8 @@ class CudaBackend final : public ComputeBackend {
   KernelTimer timer_;
   void* scratch_ = nullptr;
   std::size_t scratch_bytes_ = 0;
+  void* widen_[3] = {};
+  std::size_t widen_bytes_[3] = {};
   double* host_result_ = nullptr;  // pinned: sum_squares' value on its way to the host
 };
 

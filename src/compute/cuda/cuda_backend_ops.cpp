@@ -43,27 +43,52 @@ void CudaBackend::layernorm_backward(float* dinp, float* dw, float* db, const fl
   });
 }
 
-void CudaBackend::matmul_forward(float* out, MatrixIn inp_m, MatrixIn w_m, const float* bias,
-                                 int N, int IC, int OC) {
-  const float *inp = inp_m.values, *w = w_m.values;
+const float* CudaBackend::values_of(MatrixIn m, std::size_t n, int slot) {
+  if (m.values) return m.values;
+  if (widen_bytes_[slot] < n * sizeof(float)) {
+    if (widen_[slot]) cuda_check(cudaFree(widen_[slot]), site_, "cudaFree (widened operand)");
+    cuda_check(cudaMalloc(&widen_[slot], n * sizeof(float)), site_, "cudaMalloc (widened operand)");
+    widen_bytes_[slot] = n * sizeof(float);
+  }
+  gpu::convert(widen_[slot], gpu::kF32, m.bf16, gpu::kBF16, n, stream_);
+  return static_cast<const float*>(widen_[slot]);
+}
+
+void CudaBackend::matmul_forward(float* out, MatrixIn inp, MatrixIn w, const float* bias, int N,
+                                 int IC, int OC) {
   run("matmul_forward", [&] {
-    if (gemms_->linear(out, inp, w, bias, N, IC, OC)) return;
-    gemms_->gemm(false, true, N, OC, IC, 1.0f, inp, IC, w, IC, 0.0f, out, OC);
+    if (inp.bf16 && w.bf16) {
+      gemms_->gemm_bf16(false, true, N, OC, IC, inp.bf16, IC, w.bf16, IC, 0.0f, out, OC);
+      if (bias) gpu::add_bias(out, bias, N, OC, stream_);
+      return;
+    }
+    const float* x = values_of(inp, std::size_t(N) * IC, 2);
+    const float* wv = values_of(w, std::size_t(OC) * IC, 1);
+    if (gemms_->linear(out, x, wv, bias, N, IC, OC)) return;
+    gemms_->gemm(false, true, N, OC, IC, 1.0f, x, IC, wv, IC, 0.0f, out, OC);
     if (bias) gpu::add_bias(out, bias, N, OC, stream_);
   });
 }
 
-void CudaBackend::matmul_backward(float* dinp, float* dw, float* dbias, MatrixIn dout_m,
-                                  MatrixIn inp_m, MatrixIn w_m, int N, int IC, int OC,
+void CudaBackend::matmul_backward(float* dinp, float* dw, float* dbias, MatrixIn dout,
+                                  MatrixIn inp, MatrixIn w, int N, int IC, int OC,
                                   InputGrad dinp_mode) {
   const float dinp_beta = dinp_mode == InputGrad::add ? 1.0f : 0.0f;
-  const float *dout = dout_m.values, *inp = inp_m.values, *w = w_m.values;
   float* s = dbias ? static_cast<float*>(scratch(gpu::bias_backward_scratch(N, OC) * sizeof(float)))
                    : nullptr;
+  const std::size_t n_dout = std::size_t(N) * OC;
   run("matmul_backward", [&] {
-    if (dinp) gemms_->gemm(false, false, N, IC, OC, 1.0f, dout, OC, w, IC, dinp_beta, dinp, IC);
-    if (dw) gemms_->gemm(true, false, OC, IC, N, 1.0f, dout, OC, inp, IC, 1.0f, dw, IC);
-    if (dbias) gpu::bias_backward(dbias, dout, N, OC, s, stream_);
+    if (dinp && dout.bf16 && w.bf16)
+      gemms_->gemm_bf16(false, false, N, IC, OC, dout.bf16, OC, w.bf16, IC, dinp_beta, dinp, IC);
+    else if (dinp)
+      gemms_->gemm(false, false, N, IC, OC, 1.0f, values_of(dout, n_dout, 0), OC,
+                   values_of(w, std::size_t(OC) * IC, 1), IC, dinp_beta, dinp, IC);
+    if (dw && dout.bf16 && inp.bf16)
+      gemms_->gemm_bf16(true, false, OC, IC, N, dout.bf16, OC, inp.bf16, IC, 1.0f, dw, IC);
+    else if (dw)
+      gemms_->gemm(true, false, OC, IC, N, 1.0f, values_of(dout, n_dout, 0), OC,
+                   values_of(inp, std::size_t(N) * IC, 2), IC, 1.0f, dw, IC);
+    if (dbias) gpu::bias_backward(dbias, values_of(dout, n_dout, 0), N, OC, s, stream_);
   });
 }
 
@@ -76,12 +101,12 @@ void CudaBackend::matmul_backward(float* dinp, float* dw, float* dbias, MatrixIn
 // bf16 is not used: the tile products run in f32 (see backend.hpp).
 void CudaBackend::attention_forward(float* out, float* lse, MatrixIn qkv_m, int B, int T, int C,
                                     int NH, bool /*bf16*/) {
-  const float* qkv = qkv_m.values;
   const int hs = C / NH, C3 = 3 * C;
   const float scale = 1.0f / std::sqrt(float(hs));
   const long long TT = (long long)T * T;
   float* P = static_cast<float*>(scratch(std::size_t(NH) * TT * sizeof(float)));
   run("attention_forward", [&] {
+    const float* qkv = values_of(qkv_m, std::size_t(B) * T * C3, 0);
     for (int b = 0; b < B; ++b) {
       const float* q = qkv + std::size_t(b) * T * C3;
       gemms_->gemm_strided(false, true, T, T, hs, scale, q, C3, hs, q + C, C3, hs, 0.0f, P, T, TT,
@@ -97,7 +122,6 @@ void CudaBackend::attention_forward(float* out, float* lse, MatrixIn qkv_m, int 
 void CudaBackend::attention_backward(float* dqkv, MatrixIn dout_m, MatrixIn qkv_m,
                                      const float* out, const float* lse, int B, int T, int C,
                                      int NH, bool /*bf16*/) {
-  const float *dout = dout_m.values, *qkv = qkv_m.values;
   (void)out;  // the softmax backward takes rowsum(P * dP), which equals dO . O
   const int hs = C / NH, C3 = 3 * C;
   const float scale = 1.0f / std::sqrt(float(hs));
@@ -105,6 +129,8 @@ void CudaBackend::attention_backward(float* dqkv, MatrixIn dout_m, MatrixIn qkv_
   float* P = static_cast<float*>(scratch(2 * std::size_t(NH) * TT * sizeof(float)));
   float* dP = P + std::size_t(NH) * TT;
   run("attention_backward", [&] {
+    const float* dout = values_of(dout_m, std::size_t(B) * T * C, 1);
+    const float* qkv = values_of(qkv_m, std::size_t(B) * T * C3, 0);
     for (int b = 0; b < B; ++b) {
       const float *q = qkv + std::size_t(b) * T * C3, *k = q + C, *v = q + 2 * C;
       float *dq = dqkv + std::size_t(b) * T * C3, *dk = dq + C, *dv = dq + 2 * C;

@@ -54,6 +54,15 @@ void Gemms::gemm(bool ta, bool tb, int M, int N, int K, float alpha, const float
                site_, "cublasGemmEx");
 }
 
+void Gemms::gemm_bf16(bool ta, bool tb, int M, int N, int K, const std::uint16_t* A, int lda,
+                      const std::uint16_t* B, int ldb, float beta, float* C, int ldc) {
+  const float alpha = 1.0f;
+  cublas_check(cublasGemmEx(blas_, op(tb), op(ta), N, M, K, &alpha, B, CUDA_R_16BF, ldb, A,
+                            CUDA_R_16BF, lda, &beta, C, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F,
+                            CUBLAS_GEMM_DEFAULT),
+               site_, "cublasGemmEx (bf16)");
+}
+
 void Gemms::gemm_strided(bool ta, bool tb, int M, int N, int K, float alpha, const float* A,
                          int lda, long long sa, const float* B, int ldb, long long sb, float beta,
                          float* C, int ldc, long long sc, int count) {
@@ -125,8 +134,9 @@ bool Gemms::linear(float* out, const float* inp, const float* w, const float* bi
 std::string Gemms::describe() const {
   int version = 0;
   cublas_check(cublasGetVersion(blas_, &version), site_, "cublasGetVersion");
-  return fmt::format("cuBLAS {}.{}.{}, {} GEMMs", version / 10000, (version / 100) % 100,
-                     version % 100, tf32_ ? "TF32 tensor-core" : "fp32");
+  return fmt::format("cuBLAS {}.{}.{}, {} GEMMs (bf16 tensor-core for bf16 operands)",
+                     version / 10000, (version / 100) % 100, version % 100,
+                     tf32_ ? "TF32 tensor-core" : "fp32");
 }
 
 }  // namespace trident

@@ -1,8 +1,9 @@
 // The backend's GEMMs: cuBLAS for general and strided-batched products (in
 // the CPU backend's row-major convention, so the CUDA code mirrors cpu::gemm
 // call for call) and cuBLASLt for the linear layer's forward, with the bias
-// added in the GEMM's epilogue. fp32 throughout; TF32 tensor cores only when
-// the deck sets system.allow_tf32.
+// added in the GEMM's epilogue. fp32, with TF32 tensor cores only when the
+// deck sets system.allow_tf32; bf16 tensor cores with fp32 sums for products
+// whose operands both come as bf16 (gemm_bf16).
 #pragma once
 #include <cublasLt.h>
 #include <cublas_v2.h>
@@ -27,6 +28,10 @@ class Gemms {
   // Row-major C = alpha op(A) op(B) + beta C, op(A) M x K, op(B) K x N.
   void gemm(bool ta, bool tb, int M, int N, int K, float alpha, const float* A, int lda,
             const float* B, int ldb, float beta, float* C, int ldc);
+  // The same product of bf16 matrices, alpha 1, fp32 sums and C (bf16 x bf16
+  // products are exact in fp32: the f32 GEMM of the same values up to order).
+  void gemm_bf16(bool ta, bool tb, int M, int N, int K, const std::uint16_t* A, int lda,
+                 const std::uint16_t* B, int ldb, float beta, float* C, int ldc);
   // `count` such products; operand i starts at A + i sa, B + i sb, C + i sc.
   void gemm_strided(bool ta, bool tb, int M, int N, int K, float alpha, const float* A, int lda,
                     long long sa, const float* B, int ldb, long long sb, float beta, float* C,

@@ -60,6 +60,12 @@ void KernelTimer::resolve() {
   marks_.clear();
 }
 
+void KernelTimer::reset() {
+  if (!enabled_) return;
+  resolve();
+  totals_.clear();
+}
+
 std::string KernelTimer::report() {
   if (!enabled_) return {};
   resolve();

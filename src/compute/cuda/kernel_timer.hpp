@@ -26,6 +26,7 @@ class KernelTimer {
   void end();
   // "op calls total_ms mean_us share" rows, largest total first; empty when off.
   std::string report();
+  void reset();  // drops what was timed so far (set-up and warm-up)
 
  private:
   struct Mark {

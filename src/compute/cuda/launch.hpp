@@ -77,6 +77,10 @@ constexpr int kF32 = 0, kBF16 = 1, kF16 = 2;
 bool convert(void* dst, int dst_kind, const void* src, int src_kind, std::size_t n,
              cudaStream_t s);
 bool round_to(float* x, int kind, std::size_t n, cudaStream_t s);
+// dst = src rounded to bf16 (dst may be src) and, where bits is not null,
+// the bf16 bits: one pass.
+void round_to_bf16(float* dst, std::uint16_t* bits, const float* src, std::size_t n,
+                   cudaStream_t s);
 
 // Vocab-parallel cross-entropy, one block per token (xent.cu).
 template <class S>
