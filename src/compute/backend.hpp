@@ -25,12 +25,20 @@ namespace trident {
 // 16-bit arena, or the packed copy of a rounded activation), or both when
 // they are the same values. A backend that reads bf16 operands
 // (reads_bf16_operands()) takes the bits and skips packing; one that does
-// not reads the values, which callers then always give.
+// not reads the values, which callers then always give. bf16_values: the
+// values are bf16 values (rounded, or widened bf16 weights), so a backend may
+// pack them for bf16 kernels without checking each one.
 struct MatrixIn {
   const float* values = nullptr;
   const std::uint16_t* bf16 = nullptr;
+  bool bf16_values = false;
   MatrixIn(const float* v) : values(v) {}  // implicit: an f32 matrix as before
-  MatrixIn(const float* v, const std::uint16_t* bits) : values(v), bf16(bits) {}
+  MatrixIn(const float* v, const std::uint16_t* bits) : values(v), bf16(bits), bf16_values(true) {}
+  static MatrixIn of_bf16_values(const float* v, bool are = true) {
+    MatrixIn m(v);
+    m.bf16_values = are;
+    return m;
+  }
 };
 
 // How matmul_backward leaves the input gradient: added to what the buffer
@@ -148,6 +156,12 @@ class ComputeBackend {
 
   // Optimizer-side vector ops.
   virtual double sum_squares(const float* x, std::size_t n) = 0;
+  // out[i] = sum_squares(xs[i], ns[i]) for `count` arrays: the same values,
+  // with one wait for all of them instead of one each.
+  virtual void sum_squares_each(const float* const* xs, const std::size_t* ns, std::size_t count,
+                                double* out) {
+    for (std::size_t i = 0; i < count; ++i) out[i] = sum_squares(xs[i], ns[i]);
+  }
   virtual void scale(float* x, float s, std::size_t n) = 0;
   // Decoupled AdamW (PyTorch semantics) on grad * grad_scale (the clipping
   // factor); bc1/bc2 are 1 - beta^t. Where weights_bf16 is not null it gets

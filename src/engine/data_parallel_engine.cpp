@@ -47,11 +47,10 @@ GradSpan DataParallelEngine::tied_grads() {
 
 double DataParallelEngine::grad_sum_squares() {
   if (!optimizer_ || grid_.coord().dp != 0) return 0.0;  // the replicas hold the same sums
-  double s = 0;
+  std::vector<std::pair<std::size_t, std::size_t>> counted;
   for (const TensorInfo& t : model_->param_table().tensors())
-    if (counts_copy(t, grid_.coord(), true))
-      s += optimizer_->grad_sum_squares(model_->grads(), t.offset, t.numel);
-  return s;
+    if (counts_copy(t, grid_.coord(), true)) counted.emplace_back(t.offset, t.numel);
+  return optimizer_->grad_sum_squares(model_->grads(), counted);
 }
 
 bool DataParallelEngine::grads_nonfinite() {

@@ -139,7 +139,7 @@ MatrixIn GptModel::gathered_operand(float* x, float* full, std::size_t n, std::u
 MatrixIn GptModel::weight(const std::string& name) {
   const TensorInfo& t = table_.at(name);
   const std::uint16_t* bits = packs_bits() ? storage_->param_bf16(t) : nullptr;
-  return bits ? MatrixIn(nullptr, bits) : MatrixIn(storage_->param(t));
+  return bits ? MatrixIn(nullptr, bits) : bf16_valued(storage_->param(t));
 }
 
 void GptModel::sum_partial_grads(const std::vector<std::string>& names) {

@@ -204,6 +204,15 @@ class GptModel {
     return bits ? MatrixIn(nullptr, bits) : MatrixIn(values);
   }
   MatrixIn weight(const std::string& name);
+  // The tied table's bits for the head's GEMMs where the storage holds them
+  // whole and the backend reads bits (one GEMM each way, no windows).
+  const std::uint16_t* table_bits() {
+    return packs_bits() ? storage_->table_bf16(table_.at("wte")) : nullptr;
+  }
+  // Values a bf16 run holds as bf16 values (rounded activations, its weights).
+  MatrixIn bf16_valued(const float* x) const {
+    return MatrixIn::of_bf16_values(x, policy_.store == DType::bf16);
+  }
   std::uint16_t* gemm_bits() {
     return packs_bits() ? reinterpret_cast<std::uint16_t*>(scratch("gemm_bits")) : nullptr;
   }

@@ -59,8 +59,12 @@ void GptModel::logits_forward(float* logits, const float* lnf) {
   const bool cut = table_cut();
   if (!cut) {
     st.need_params(unit("wte"), Pass::forward);  // held until the head's backward
+    if (const std::uint16_t* bits = table_bits())
+      return backend_.matmul_forward(logits, bf16_valued(lnf), MatrixIn(nullptr, bits), nullptr,
+                                     BT_, C, Vl);
     if (!st.table_in_windows())
-      return backend_.matmul_forward(logits, lnf, P("wte"), nullptr, BT_, C, Vl);
+      return backend_.matmul_forward(logits, bf16_valued(lnf), bf16_valued(P("wte")), nullptr, BT_,
+                                     C, Vl);
   }
   const TensorInfo& w = table_.at("wte");
   float* part = scratch("full_c");
@@ -68,8 +72,9 @@ void GptModel::logits_forward(float* logits, const float* lnf) {
     if (cut) st.need_params(u.unit, Pass::forward);
     for_each_row_block(u.rows, C, [&](int row, int rows) {
       const std::size_t at = std::size_t(row) * C;
-      backend_.matmul_forward(part, lnf, st.param_rows(w, at, std::size_t(rows) * C), nullptr, BT_,
-                              C, rows);
+      backend_.matmul_forward(part, bf16_valued(lnf),
+                              bf16_valued(st.param_rows(w, at, std::size_t(rows) * C)), nullptr,
+                              BT_, C, rows);
       backend_.copy_2d(logits + row, std::size_t(Vl), part, std::size_t(rows), std::size_t(BT_),
                        std::size_t(rows));
     });
@@ -89,10 +94,14 @@ void GptModel::logits_backward(int slot, float* d_lnf, const float* lnf_all, boo
   const bool cut = table_cut();
   if (!cut) {  // the whole table is still held from forward
     if (weight_grads) st.need_grads(unit("wte"));
-    if (!st.table_in_windows())
-      return backend_.matmul_backward(d_lnf, weight_grads ? G("wte") : nullptr, nullptr, dlogits,
-                                      lnf_all, d_lnf ? P("wte") : nullptr, BT_, C, Vl,
+    const std::uint16_t* bits = table_bits();
+    if (bits || !st.table_in_windows()) {
+      const MatrixIn w = !d_lnf ? MatrixIn(nullptr) : bits ? MatrixIn(nullptr, bits)
+                                                           : bf16_valued(P("wte"));
+      return backend_.matmul_backward(d_lnf, weight_grads ? G("wte") : nullptr, nullptr,
+                                      bf16_valued(dlogits), bf16_valued(lnf_all), w, BT_, C, Vl,
                                       InputGrad::add);
+    }
   }
   // A cut table's units each leave now and the embedding's backward starts
   // its own gradients: holding them until then would hold the whole table.
@@ -107,7 +116,8 @@ void GptModel::logits_backward(int slot, float* d_lnf, const float* lnf_all, boo
                        std::size_t(rows));
       const std::size_t n = std::size_t(rows) * C;
       backend_.matmul_backward(d_lnf, weight_grads ? st.grad_rows(w, at, n) : nullptr, nullptr,
-                               part, lnf_all, d_lnf ? st.param_rows(w, at, n) : nullptr, BT_, C,
+                               bf16_valued(part), bf16_valued(lnf_all),
+                               bf16_valued(d_lnf ? st.param_rows(w, at, n) : nullptr), BT_, C,
                                rows, InputGrad::add);
       if (weight_grads) st.done_grad_rows(w, at, n);
     });

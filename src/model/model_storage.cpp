@@ -63,6 +63,12 @@ const std::uint16_t* FullStorage::param_bf16(const TensorInfo& t) {
   return static_cast<const std::uint16_t*>(params_.data()) + t.offset;
 }
 
+const std::uint16_t* FullStorage::table_bf16(const TensorInfo& t) {
+  if (params_.dtype() != DType::bf16 || t.unit != table_unit_ || grad_table_unit_ >= 0)
+    return nullptr;
+  return static_cast<const std::uint16_t*>(params_.data()) + t.offset;
+}
+
 const float* FullStorage::param_rows(const TensorInfo& t, std::size_t element, std::size_t n) {
   if (t.unit != table_unit_) return param(t) + element;
   return working_.window(static_cast<char*>(params_.data()) +

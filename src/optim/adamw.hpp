@@ -38,6 +38,10 @@ class AdamW {
   double grad_sum_squares(const Arena& grads, std::size_t first, std::size_t n) {
     return view_.sum_squares(grads, first, n);
   }
+  double grad_sum_squares(const Arena& grads,
+                          const std::vector<std::pair<std::size_t, std::size_t>>& ranges) {
+    return view_.sum_squares(grads, ranges);
+  }
   std::int64_t steps_taken() const { return t_; }
   void set_steps_taken(std::int64_t t) { t_ = t; }  // restoring a checkpoint
   Arena& first_moment() { return m_; }

@@ -5,6 +5,8 @@
 // loss scale in place would underflow) and no f32 copy of the whole arena exists.
 #pragma once
 #include <algorithm>
+#include <utility>
+#include <vector>
 
 #include "compute/backend.hpp"
 #include "memory/arena.hpp"
@@ -38,6 +40,22 @@ class GradView {
       backend_->convert(buf_.data(), DType::f32, bits + off * dtype_size(stored_), stored_, k);
       f(buf_.f32(), off, k);
     }
+  }
+  // The sum over ranges (first, n) of sum_squares, added in range order; f32
+  // gradients in one backend call (one wait).
+  double sum_squares(const Arena& grads, const std::vector<std::pair<std::size_t, std::size_t>>& r) {
+    double s = 0;
+    if (stored_ != DType::f32) {
+      for (const auto& [first, n] : r) s += sum_squares(grads, first, n);
+      return s;
+    }
+    std::vector<const float*> xs;
+    std::vector<std::size_t> ns;
+    for (const auto& [first, n] : r) xs.push_back(grads.f32() + first), ns.push_back(n);
+    std::vector<double> each(r.size());
+    backend_->sum_squares_each(xs.data(), ns.data(), r.size(), each.data());
+    for (double e : each) s += e;
+    return s;
   }
   double sum_squares(const Arena& grads, std::size_t first, std::size_t n) {
     double s = 0;

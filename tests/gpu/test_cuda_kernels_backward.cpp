@@ -106,8 +106,9 @@ TEST_F(CudaBackward, Matmul) {
 }
 
 // bf16 runs hand the linears bf16 bits (weights, saved inputs, rounded
-// gradients), some with their values too: products of two bit operands run
-// on bf16 tensor cores, the others in f32 on widened values. Either way the
+// gradients), some with their values too, or values marked as bf16 values:
+// products of two such operands run on bf16 tensor cores, the others in f32
+// on (widened) values. Either way the
 // products of bf16 values are exact, so the GPU matches the CPU to f32 sums.
 TEST_F(CudaBackward, MatmulOnBf16Operands) {
   const int N = 300, IC = 64, OC = 96;
@@ -123,10 +124,15 @@ TEST_F(CudaBackward, MatmulOnBf16Operands) {
   const auto dout = bf16_values(std::size_t(N) * OC, 23, db);
   const auto b = random_vector(OC, 24);
   const std::uint16_t *gx = d.upload(xb), *gw = d.upload(wb), *gd = d.upload(db);
-  for (bool weight_bits : {true, false}) {  // false: values only (the f32 path)
-    const MatrixIn cw = weight_bits ? MatrixIn(nullptr, wb.data()) : MatrixIn(w.data());
-    const MatrixIn gwm = weight_bits ? MatrixIn(nullptr, gw) : MatrixIn(d.upload(w));
-    const std::string what = weight_bits ? "weight as bits" : "weight as values";
+  // The weight as bits, as values marked bf16 (packed for the bf16 kernels),
+  // as plain values (the f32 products).
+  for (int mode : {0, 1, 2}) {
+    const MatrixIn cw = mode == 0 ? MatrixIn(nullptr, wb.data()) : MatrixIn(w.data());
+    const MatrixIn gwm = mode == 0   ? MatrixIn(nullptr, gw)
+                         : mode == 1 ? MatrixIn::of_bf16_values(d.upload(w))
+                                     : MatrixIn(d.upload(w));
+    const std::string what = mode == 0 ? "weight as bits" : mode == 1 ? "weight as bf16 values"
+                                                                      : "weight as values";
     auto out = nan_vector(std::size_t(N) * OC);
     cpu->matmul_forward(out.data(), MatrixIn(nullptr, xb.data()), cw, b.data(), N, IC, OC);
     float* go = d.poisoned(out.size());
@@ -171,6 +177,38 @@ TEST_F(CudaBackward, CausalAttention) {
     gpu->attention_backward(gdqkv, d.upload(dout), d.upload(qkv), d.upload(out), d.upload(lse),
                             s.B, s.T, s.C, s.NH, false);
     EXPECT_TRUE(matches_cpu(d.download(gdqkv, dqkv.size()), dqkv)) << "dqkv, T " << s.T;
+  }
+}
+
+// bf16 attention: q, k, v and dout bf16 values (bits only, and values only,
+// as a bf16 run hands them), probabilities and score gradients rounded to
+// bf16 for the products. The CPU rounds its tiles' unnormalised
+// probabilities and the GPU the normalised ones: the two agree to bf16's
+// rounding, 1e-2 here; a wrong stride or a missed product is off by O(1).
+TEST_F(CudaBackward, CausalAttentionInBf16) {
+  struct Shape { int B, T, C, NH; };
+  for (Shape s : {Shape{2, 19, 24, 3}, Shape{1, 300, 128, 2}}) {
+    const std::size_t n_qkv = std::size_t(s.B) * s.T * 3 * s.C, n_out = std::size_t(s.B) * s.T * s.C;
+    auto qkv = random_vector(n_qkv, 29, -2, 2), dout = random_vector(n_out, 30);
+    std::vector<std::uint16_t> qb(n_qkv);
+    for (std::size_t i = 0; i < n_qkv; ++i) qkv[i] = bf16_to_f32(qb[i] = f32_to_bf16(qkv[i]));
+    for (float& x : dout) x = bf16_to_f32(f32_to_bf16(x));
+    const std::size_t n_lse = std::size_t(s.B) * s.NH * s.T;
+    auto out = nan_vector(n_out), lse = nan_vector(n_lse);
+    cpu->attention_forward(out.data(), lse.data(), MatrixIn(qkv.data(), qb.data()), s.B, s.T, s.C,
+                           s.NH, true);
+    float *go = d.poisoned(n_out), *gl = d.poisoned(n_lse);
+    const std::uint16_t* gq = d.upload(qb);
+    gpu->attention_forward(go, gl, MatrixIn(nullptr, gq), s.B, s.T, s.C, s.NH, true);
+    EXPECT_TRUE(matches_cpu(d.download(go, n_out), out, 1e-2)) << "out, T " << s.T;
+    EXPECT_TRUE(matches_cpu(d.download(gl, n_lse), lse, 1e-5)) << "log-sum-exp, T " << s.T;
+    auto dqkv = random_vector(n_qkv, 31);
+    float* gdqkv = d.upload(dqkv);
+    cpu->attention_backward(dqkv.data(), dout.data(), MatrixIn(qkv.data(), qb.data()), out.data(),
+                            lse.data(), s.B, s.T, s.C, s.NH, true);
+    gpu->attention_backward(gdqkv, d.upload(dout), MatrixIn(nullptr, gq), d.upload(out), gl, s.B,
+                            s.T, s.C, s.NH, true);
+    EXPECT_TRUE(matches_cpu(d.download(gdqkv, n_qkv), dqkv, 1e-2)) << "dqkv, T " << s.T;
   }
 }
 

@@ -5,6 +5,7 @@
 
 #include <random>
 
+#include "core/half.hpp"
 #include "gpu/gpu_test_support.hpp"
 
 using namespace trident;
@@ -159,6 +160,20 @@ TEST_F(CudaForward, SumSquaresInDoubleAndDeterministic) {
   }
 }
 
+// Many sums with one wait: each the very value sum_squares gives alone.
+TEST_F(CudaForward, SumSquaresEachEqualsOneByOne) {
+  const std::vector<std::size_t> ns = {1, 1000, (std::size_t(1) << 20) + 7, 33};
+  std::vector<const float*> xs;
+  std::vector<double> alone;
+  for (std::size_t i = 0; i < ns.size(); ++i) {
+    xs.push_back(d.upload(random_vector(ns[i], 40 + i, -3, 3)));
+    alone.push_back(gpu->sum_squares(xs.back(), ns[i]));
+  }
+  std::vector<double> each(ns.size(), -1.0);
+  gpu->sum_squares_each(xs.data(), ns.data(), ns.size(), each.data());
+  EXPECT_EQ(each, alone);
+}
+
 TEST_F(CudaForward, AdamWOverSeveralSteps) {
   const std::size_t n = 5003;
   auto p = random_vector(n, 17), m = std::vector<float>(n, 0.0f), v = m;
@@ -175,6 +190,16 @@ TEST_F(CudaForward, AdamWOverSeveralSteps) {
   EXPECT_TRUE(matches_cpu(d.download(gp, n), p)) << "params";
   EXPECT_TRUE(matches_cpu(d.download(gm, n), m)) << "first moment";
   EXPECT_TRUE(matches_cpu(d.download(gv, n), v)) << "second moment";
+  // bf16 weights written by the update: the rounding of the GPU's own masters.
+  const auto g = random_vector(n, 200, -0.1f, 0.1f);
+  auto* bits = static_cast<std::uint16_t*>(gpu->allocate(n * sizeof(std::uint16_t)));
+  gpu->adamw(gp, d.upload(g), gm, gv, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.5f, 0.5f, 1.0f, bits);
+  const auto masters = d.download(gp, n);
+  std::vector<std::uint16_t> got(n), want(n);
+  gpu->copy_to_host(got.data(), bits, n * sizeof(std::uint16_t));
+  for (std::size_t i = 0; i < n; ++i) want[i] = f32_to_bf16(masters[i]);
+  EXPECT_EQ(got, want) << "bf16 weights";
+  gpu->release(bits, n * sizeof(std::uint16_t));
 }
 
 TEST_F(CudaForward, MemoryOps) {

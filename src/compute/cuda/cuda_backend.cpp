@@ -3,6 +3,7 @@
 #include <cuda_runtime_api.h>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 
@@ -224,6 +225,24 @@ double CudaBackend::sum_squares(const float* x, std::size_t n) {
   return *host_result_;
 }
 
+void CudaBackend::sum_squares_each(const float* const* xs, const std::size_t* ns,
+                                   std::size_t count, double* out) {
+  if (!count) return;
+  std::size_t partials = 0;
+  for (std::size_t i = 0; i < count; ++i)
+    partials = std::max(partials, gpu::sum_squares_scratch(ns[i]));
+  auto* s = static_cast<double*>(scratch((partials + count) * sizeof(double)));
+  run("sum_squares", [&] {
+    // One partials buffer for all: each sum is done with it before the next starts.
+    for (std::size_t i = 0; i < count; ++i)
+      gpu::sum_squares(s + partials + i, xs[i], ns[i], s, stream_);
+    cuda_check(cudaMemcpyAsync(out, s + partials, count * sizeof(double), cudaMemcpyDeviceToHost,
+                               stream_),
+               site_, "sum_squares (copy)");
+  });
+  cuda_check(cudaStreamSynchronize(stream_), site_, "sum_squares (synchronize)");
+}
+
 void CudaBackend::scale(float* x, float s, std::size_t n) {
   run("scale", [&] { gpu::scale(x, s, n, stream_); });
 }
@@ -235,10 +254,10 @@ void CudaBackend::add(float* out, const float* a, const float* b, std::size_t n)
 void CudaBackend::adamw(float* p, const float* g, float* m, float* v, std::size_t n, float lr,
                         float beta1, float beta2, float eps, float wd, float bc1, float bc2,
                         float grad_scale, std::uint16_t* weights_bf16) {
-  run("adamw", [&] {
-    gpu::adamw(p, g, m, v, n, lr, beta1, beta2, eps, wd, bc1, bc2, grad_scale, stream_);
+  run("adamw", [&] {  // the bf16 weights written in the same pass
+    gpu::adamw(p, g, m, v, n, lr, beta1, beta2, eps, wd, bc1, bc2, grad_scale, weights_bf16,
+               stream_);
   });
-  if (weights_bf16) convert(weights_bf16, DType::bf16, p, DType::f32, n);  // its own kernel
 }
 
 std::unique_ptr<CudaBackend> make_cuda_backend(const CudaBackendOptions& options) {

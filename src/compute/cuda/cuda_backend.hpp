@@ -68,8 +68,9 @@ class CudaBackend final : public ComputeBackend {
   void layernorm_backward(float* dinp, float* dw, float* db, const float* dout, const float* inp,
                           const float* w, const float* mean, const float* rstd, int N,
                           int C) override;
-  // Products whose operands both come as bf16 bits run on bf16 tensor cores;
-  // the others in f32, on values (widened from the bits where only those come).
+  // Products whose operands both come as bf16 (bits, or values marked as bf16
+  // values, packed first) run on bf16 tensor cores; the others in f32, on
+  // values (widened from the bits where only those come).
   bool reads_bf16_operands() const override { return true; }
   void matmul_forward(float* out, MatrixIn inp, MatrixIn w, const float* bias, int N, int IC,
                       int OC) override;
@@ -89,6 +90,8 @@ class CudaBackend final : public ComputeBackend {
                    const float* packed, const std::int32_t* targets, int lo, int N, int V,
                    int valid, float dloss) override;
   double sum_squares(const float* x, std::size_t n) override;
+  void sum_squares_each(const float* const* xs, const std::size_t* ns, std::size_t count,
+                        double* out) override;
   void scale(float* x, float s, std::size_t n) override;
   void adamw(float* param, const float* grad, float* m, float* v, std::size_t n, float lr,
              float beta1, float beta2, float eps, float weight_decay, float bc1, float bc2,
@@ -108,6 +111,12 @@ class CudaBackend final : public ComputeBackend {
   // m's n f32 values: given, or widened from its bits into widen slot `slot`
   // (one per operand of a product: 0 dout or qkv, 1 weight, 2 input).
   const float* values_of(MatrixIn m, std::size_t n, int slot);
+  // m's bf16 bits: given, or its bf16 values packed into widen slot `slot`;
+  // null when m is f32 values (the product then runs in f32).
+  const std::uint16_t* bits_of(MatrixIn m, std::size_t n, int slot);
+  void* widen_slot(int slot, std::size_t bytes);
+  void attention_backward_bf16(float* dqkv, MatrixIn dout, MatrixIn qkv, const float* lse, int B,
+                               int T, int C, int NH);
 
   CudaSite site_;
   bool allow_tf32_;

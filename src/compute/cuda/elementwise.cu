@@ -47,7 +47,7 @@ __global__ void scale_kernel(S* x, float factor, std::size_t n) {
 template <class S>
 __global__ void adamw_kernel(S* param, const S* grad, float* m, float* v, std::size_t n, float lr,
                              float beta1, float beta2, float eps, float wd, float step,
-                             float inv_sqrt_bc2, float grad_scale) {
+                             float inv_sqrt_bc2, float grad_scale, std::uint16_t* bf16) {
   TRIDENT_GRID_STRIDE(i, n) {
     const float g = to_f32(grad[i]) * grad_scale;
     float p = to_f32(param[i]) * (1.0f - lr * wd);
@@ -56,6 +56,7 @@ __global__ void adamw_kernel(S* param, const S* grad, float* m, float* v, std::s
     p -= step * mi / (sqrtf(vi) * inv_sqrt_bc2 + eps);
     m[i] = mi, v[i] = vi;
     param[i] = from_f32<S>(p);
+    if (bf16) bf16[i] = __bfloat16_as_ushort(from_f32<__nv_bfloat16>(p));
   }
 }
 
@@ -87,11 +88,12 @@ void scale(S* x, float factor, std::size_t n, cudaStream_t s) {
 template <class S>
 void adamw(S* param, const S* grad, float* m, float* v, std::size_t n, float lr, float beta1,
            float beta2, float eps, float weight_decay, float bc1, float bc2, float grad_scale,
-           cudaStream_t s) {
+           std::uint16_t* bf16, cudaStream_t s) {
   if (!n) return;
   const float step = lr / bc1, inv_sqrt_bc2 = 1.0f / sqrtf(bc2);
   adamw_kernel<<<elementwise_blocks(n, kThreads), kThreads, 0, s>>>(
-      param, grad, m, v, n, lr, beta1, beta2, eps, weight_decay, step, inv_sqrt_bc2, grad_scale);
+      param, grad, m, v, n, lr, beta1, beta2, eps, weight_decay, step, inv_sqrt_bc2, grad_scale,
+      bf16);
 }
 
 #define TRIDENT_INSTANTIATE(S)                                                               \
@@ -100,7 +102,7 @@ void adamw(S* param, const S* grad, float* m, float* v, std::size_t n, float lr,
   template void add<S>(S*, const S*, const S*, std::size_t, cudaStream_t);                    \
   template void scale<S>(S*, float, std::size_t, cudaStream_t);                               \
   template void adamw<S>(S*, const S*, float*, float*, std::size_t, float, float, float, float, \
-                         float, float, float, float, cudaStream_t);
+                         float, float, float, float, std::uint16_t*, cudaStream_t);
 TRIDENT_GPU_STORAGE_TYPES(TRIDENT_INSTANTIATE)
 #undef TRIDENT_INSTANTIATE
 

@@ -72,6 +72,16 @@ void Gemms::gemm_strided(bool ta, bool tb, int M, int N, int K, float alpha, con
                site_, "cublasGemmStridedBatchedEx");
 }
 
+void Gemms::gemm_strided_bf16(bool ta, bool tb, int M, int N, int K, float alpha,
+                              const std::uint16_t* A, int lda, long long sa,
+                              const std::uint16_t* B, int ldb, long long sb, float beta, float* C,
+                              int ldc, long long sc, int count) {
+  cublas_check(cublasGemmStridedBatchedEx(blas_, op(tb), op(ta), N, M, K, &alpha, B, CUDA_R_16BF,
+                                          ldb, sb, A, CUDA_R_16BF, lda, sa, &beta, C, CUDA_R_32F,
+                                          ldc, sc, count, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+               site_, "cublasGemmStridedBatchedEx (bf16)");
+}
+
 // Column-major view: D (OC x N, ld OC) = op(A) B with A the weight buffer seen
 // as IC x OC (ld IC), transposed; B the input as IC x N (ld IC).
 Gemms::LtPlan& Gemms::plan(const LtKey& key) {

@@ -32,6 +32,11 @@ class Gemms {
   // products are exact in fp32: the f32 GEMM of the same values up to order).
   void gemm_bf16(bool ta, bool tb, int M, int N, int K, const std::uint16_t* A, int lda,
                  const std::uint16_t* B, int ldb, float beta, float* C, int ldc);
+  // `count` products of bf16 matrices, as gemm_strided (fp32 sums and C).
+  void gemm_strided_bf16(bool ta, bool tb, int M, int N, int K, float alpha,
+                         const std::uint16_t* A, int lda, long long sa, const std::uint16_t* B,
+                         int ldb, long long sb, float beta, float* C, int ldc, long long sc,
+                         int count);
   // `count` such products; operand i starts at A + i sa, B + i sb, C + i sc.
   void gemm_strided(bool ta, bool tb, int M, int N, int K, float alpha, const float* A, int lda,
                     long long sa, const float* B, int ldb, long long sb, float beta, float* C,

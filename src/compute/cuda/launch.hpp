@@ -69,7 +69,7 @@ void scale(S* x, float factor, std::size_t n, cudaStream_t s);
 template <class S>
 void adamw(S* param, const S* grad, float* m, float* v, std::size_t n, float lr, float beta1,
            float beta2, float eps, float weight_decay, float bc1, float bc2, float grad_scale,
-           cudaStream_t s);
+           std::uint16_t* bf16, cudaStream_t s);
 
 // Storage conversions (convert.cu). Kinds: kF32, kBF16, kF16; false for a
 // pair that is not f32 <-> 16-bit.
