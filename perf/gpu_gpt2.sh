@@ -33,7 +33,7 @@ args=(train "$here/input/gpt2-124m.toml" --set system.device=cuda --set precisio
       --set "train.batch=$mb" --set "train.micro_batch=$mb" --set train.warmup=0
       --set output.log_every=5
       --set "checkpoint.dir=$logs/ckpt" --set checkpoint.every=0 --set checkpoint.minutes=0)
-"$bin" estimate "$here/input/gpt2-124m.toml" --set precision.dtype=bf16 \
+"$bin" estimate "$here/input/gpt2-124m.toml" --world 1 --set precision.dtype=bf16 \
   --set "train.batch=$mb" --set "train.micro_batch=$mb" >"$logs/estimate.txt" 2>&1
 # trident_run NAME SETS...: the timed run, its metrics in NAME.jsonl.
 trident_run() {
