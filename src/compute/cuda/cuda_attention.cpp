@@ -40,8 +40,7 @@ void CudaBackend::attention_forward(float* out, float* lse, MatrixIn qkv_m, int 
         gemms_->gemm_strided_bf16(false, true, T, T, hs, scale, q, C3, hs, q + C, C3, hs, 0.0f, P,
                                   T, TT, NH);  // S = scale Q K^T
         gpu::causal_softmax_forward(P, lse + std::size_t(b) * NH * T, std::size_t(NH) * T, T,
-                                    stream_);
-        gpu::convert(P16, gpu::kBF16, P, gpu::kF32, n_att, stream_);
+                                    stream_, P16);
         gemms_->gemm_strided_bf16(false, false, T, hs, T, 1.0f, P16, T, TT, q + 2 * C, C3, hs,
                                   0.0f, out + std::size_t(b) * T * C, C, hs, NH);  // O = P V
       }
@@ -81,14 +80,12 @@ void CudaBackend::attention_backward_bf16(float* dqkv, MatrixIn dout_m, MatrixIn
     gemms_->gemm_strided_bf16(false, true, T, T, hs, scale, q, C3, hs, k, C3, hs, 0.0f, P, T, TT,
                               NH);  // S = scale Q K^T, again
     gpu::causal_softmax_recompute(P, lse + std::size_t(b) * NH * T, std::size_t(NH) * T, T,
-                                  stream_);
-    gpu::convert(P16, gpu::kBF16, P, gpu::kF32, n_att, stream_);
+                                  stream_, P16);
     gemms_->gemm_strided_bf16(false, true, T, T, hs, 1.0f, dO, C, hs, v, C3, hs, 0.0f, dP, T, TT,
                               NH);  // dP = dO V^T
     gemms_->gemm_strided_bf16(true, false, T, hs, T, 1.0f, P16, T, TT, dO, C, hs, 1.0f, dv, C3,
                               hs, NH);  // dV += P^T dO
-    gpu::causal_softmax_backward(dP, P, std::size_t(NH) * T, T, stream_);  // dP -> dS
-    gpu::convert(dS16, gpu::kBF16, dP, gpu::kF32, n_att, stream_);
+    gpu::causal_softmax_backward(dP, P, std::size_t(NH) * T, T, stream_, dS16);  // dS's bits
     gemms_->gemm_strided_bf16(false, false, T, hs, T, scale, dS16, T, TT, k, C3, hs, 1.0f, dq, C3,
                               hs, NH);  // dQ += scale dS K
     gemms_->gemm_strided_bf16(true, false, T, hs, T, scale, dS16, T, TT, q, C3, hs, 1.0f, dk, C3,

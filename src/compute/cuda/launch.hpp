@@ -47,15 +47,21 @@ void add_bias(S* out, const S* bias, int N, int OC, cudaStream_t s);
 
 // Causal softmax over `rows` rows of length T, row r being query r % T
 // (attention.cu): in place, on scores already scaled; zeros above the
-// diagonal; lse[r] = log sum_j exp(score_rj).
+// diagonal; lse[r] = log sum_j exp(score_rj). bits (optional): the
+// probabilities' bf16 bits go there instead of over the scores.
 template <class S>
-void causal_softmax_forward(S* att, float* lse, std::size_t rows, int T, cudaStream_t s);
-// The same probabilities from scaled scores and that lse: exp(score - lse).
+void causal_softmax_forward(S* att, float* lse, std::size_t rows, int T, cudaStream_t s,
+                            std::uint16_t* bits = nullptr);
+// The same probabilities from scaled scores and that lse: exp(score - lse);
+// bits (optional): their bf16 bits too.
 template <class S>
-void causal_softmax_recompute(S* att, const float* lse, std::size_t rows, int T, cudaStream_t s);
-// In place on datt: dS = P * (dP - rowsum(P * dP)), zeros above the diagonal.
+void causal_softmax_recompute(S* att, const float* lse, std::size_t rows, int T, cudaStream_t s,
+                              std::uint16_t* bits = nullptr);
+// In place on datt: dS = P * (dP - rowsum(P * dP)), zeros above the diagonal;
+// bits (optional): dS's bf16 bits go there instead.
 template <class S>
-void causal_softmax_backward(S* datt, const S* att, std::size_t rows, int T, cudaStream_t s);
+void causal_softmax_backward(S* datt, const S* att, std::size_t rows, int T, cudaStream_t s,
+                             std::uint16_t* bits = nullptr);
 
 // Element-wise ops (elementwise.cu).
 template <class S>

@@ -165,6 +165,12 @@ const std::uint16_t* ZeroStorage::param_bf16(const TensorInfo& t) {
   return reinterpret_cast<const std::uint16_t*>(param_bytes(p_full_, t.offset));
 }
 
+const std::uint16_t* ZeroStorage::table_bf16(const TensorInfo& t) {
+  if (weights_ != DType::bf16 || stage_ > 2 || t.unit != table_unit_ || grad_table_unit_ >= 0)
+    return nullptr;
+  return reinterpret_cast<const std::uint16_t*>(param_bytes(p_full_, t.offset));
+}
+
 void ZeroStorage::read_as_bits(const TensorInfo& t) {
   const int u = plan_.unit_of_offset(t.offset);
   if (param_bf16(t)) working_.skip(u, plan_.units()[u].range.packed_index(t.offset), t.numel);
