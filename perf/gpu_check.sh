@@ -6,8 +6,9 @@
 # equivalence matrix's layouts (dp, tp, pp, SP, ZeRO 1-3, offload).
 #   usage: perf/gpu_check.sh [LOG_DIR] [MATRIX_RUNS]
 # GPU_CHECK_SECONDS=N: checks that would start after N seconds are skipped,
-# and none runs past it (a bounded call on a borrowed node). DEVICE=cpu runs the same checks with the CPU in the GPU's place (a dry run
-# of this script); PYTHON names a python3 with numpy and h5py.
+# and none runs past it (a bounded call on a borrowed node). DEVICE=cpu runs
+# the same checks with the CPU in the GPU's place (a dry run of this script);
+# PYTHON names a python3 with numpy and h5py.
 # Binaries: build-cuda/ if built here, else trident and gpu_* from PATH (a
 # bundle from perf/gpu_bundle.sh). One log per check under LOG_DIR, and
 # LOG_DIR/summary.txt: one line per check. Exits 1 if any check failed.
@@ -53,7 +54,7 @@ check() {
   local verdict=pass line
   line=$(grep -v '^\s*$' "$logs/$name.log" | tail -1)
   if [ $rc -eq 77 ]; then
-    verdict="skipped (no GPU)"
+    verdict="skipped (no GPU)" line=""
   elif [ $rc -ne 0 ]; then
     verdict="FAIL (rc $rc)" failed=1
     [ $rc -eq 124 ] && verdict="FAIL (timed out after $limit s)"
@@ -91,10 +92,11 @@ train() {
 export -f train
 export logs data deck bin mpirun_cmd dev
 
-for t in gpu_kernels gpu_model gpu_nccl_np1; do
-  [ -x "$tests/$t" ] && check "$t" 120 "$mpirun_cmd -np 1 $tests/$t"
+for t in gpu_kernels gpu_model gpu_nccl_np1 gpu_staged_np4; do
+  ranks=1
+  [ $t = gpu_staged_np4 ] && ranks=4
+  [ -x "$tests/$t" ] && check "$t" 120 "$mpirun_cmd -np $ranks $tests/$t"
 done
-check gpu_staged_np4 120 "$mpirun_cmd -np 4 $tests/gpu_staged_np4"
 
 # The GPU trains what the CPU trains, compared over the first 10 steps (the
 # deck's warm-up): from its peak learning rate on, some batches of the small
