@@ -66,9 +66,10 @@ export PATH="\$here/bin:\$here/ompi/bin:\$PATH"
 export LD_LIBRARY_PATH="\$here/lib:\$here/ompi/$rel_lib:\$here/ompi/$rel_pmix/lib\$cuda_dirs\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}"
 export OPAL_PREFIX="\$here/ompi" PMIX_INSTALL_PREFIX="\$here/ompi/$rel_pmix"
 export PMIX_MCA_mca_base_component_path="\$here/ompi/$rel_pmix/lib/pmix"
-# A node's own PMIx at the packaged path shadows the bundle's components:
-# their load errors are noise (the bundle's PMIx runs without compression).
-export PMIX_MCA_mca_base_component_show_load_errors=0 PMIX_MCA_pcompress_base_silence_warning=1
+# A node with its own PMIx at the packaged path (Ubuntu's) makes the bundle's
+# PMIx try that one's components: each process prints "unable to open
+# ...pmix_mca_pcompress_zlib" and runs on without compression (harmless).
+export PMIX_MCA_pcompress_base_silence_warning=1
 export OMPI_MCA_btl=self,vader,tcp OMPI_MCA_pml=ob1 OMPI_MCA_mtl=^ofi,psm,psm2 OMPI_MCA_osc=^ucx,pt2pt
 export OMPI_MCA_btl_base_warn_component_unused=0
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
