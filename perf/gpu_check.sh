@@ -8,22 +8,25 @@
 # GPU_CHECK_SECONDS=N: checks that would start after N seconds are skipped,
 # and none runs past it (a bounded call on a borrowed node). DEVICE=cpu runs
 # the same checks with the CPU in the GPU's place (a dry run of this script);
-# PYTHON names a python3 with numpy and h5py.
-# Binaries: build-cuda/ if built here, else trident and gpu_* from PATH (a
-# bundle from perf/gpu_bundle.sh). One log per check under LOG_DIR, and
+# PYTHON names a python3 with numpy and h5py; MPIEXEC the launcher and its
+# options (default: Open MPI's mpirun, oversubscribed, unbound).
+# Binaries: TRIDENT_BIN if set, else build-cuda/ if built here, else trident
+# and gpu_* from PATH (a bundle from perf/gpu_bundle.sh). One log per check under LOG_DIR, and
 # LOG_DIR/summary.txt: one line per check. Exits 1 if any check failed.
 set -uo pipefail
 logs=$(realpath -m "${1:-gpu-check}")
 matrix_runs=${2:-16}
 here=$(cd "$(dirname "$0")/.." && pwd)
 mkdir -p "$logs"
-if [ -x "$here/build-cuda/src/trident" ]; then
+if [ -n "${TRIDENT_BIN:-}" ]; then
+  bin=$TRIDENT_BIN tests=$(dirname "$(dirname "$bin")")/tests
+elif [ -x "$here/build-cuda/src/trident" ]; then
   bin=$here/build-cuda/src/trident tests=$here/build-cuda/tests
 else
   bin=$(command -v trident) tests=$(dirname "$(command -v gpu_kernels)")
 fi
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-mpirun_cmd="mpirun --oversubscribe --bind-to none"
+mpirun_cmd=${MPIEXEC:-mpirun --oversubscribe --bind-to none}
 py=${PYTHON:-python3}
 dev=${DEVICE:-cuda}
 staged="--set system.comm=staged" nccl="--set system.comm=nccl"
