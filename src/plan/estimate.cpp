@@ -139,7 +139,7 @@ MemoryEstimate estimate_memory(const Deck& deck, const GridShape& shape, int sta
       if (stage == 3) at(MemCategory::buffers) += pool(ZeroStorage::param_slots(table, plan, weights)) * w;
       if (stage >= 2) at(MemCategory::buffers) += pool(ZeroStorage::kGradSlots) * slot_bytes;
       at(MemCategory::buffers) +=
-            ZeroStorage::kRecvBuffers * double(std::size_t(large) / shape.dp) * g;
+            ZeroStorage::recv_buffers(shape.dp) * double(std::size_t(large) / shape.dp) * g;
       reduce_scatter = std::max(reduce_scatter, reduce_scatter_temporaries(shape.dp, large * g));
     }
     const ActivationPolicy policy =

@@ -57,7 +57,7 @@ ZeroStorage::ZeroStorage(int stage, const TensorTable& table, const ZeroPlan& pl
         s->bits = Arena(backend, ledger, MemCategory::buffers, s->mem.numel(), grads);
   }
   // Summed slices land here (a reduce-scatter may not write into its own input).
-  for (int i = 0; i < kRecvBuffers; ++i)
+  for (int i = 0; i < recv_buffers(plan.dp()); ++i)
       recv_buffers_.emplace_back(backend, ledger, MemCategory::buffers, large_slot_ / plan.dp(),
                                  grads);
 }

@@ -49,8 +49,10 @@ class ZeroStorage final : public ModelStorage {
   // the embeddings or the tied head, the table and its small partner).
   // Gradients: 3 slots (the token embedding's, collecting at both ends of
   // backward, and two that alternate between being written and being
-  // reduced). Two receive buffers.
+  // reduced). Two receive buffers, none at dp 1: a reduction over one rank is
+  // its input, read where it is.
   static constexpr int kParamSlots = 2, kGradSlots = 3, kRecvBuffers = 2;
+  static int recv_buffers(int dp) { return dp > 1 ? kRecvBuffers : 0; }
   static std::size_t large_slot_elements(const ZeroPlan& plan);  // any unit
   static std::size_t small_slot_elements(const ZeroPlan& plan);  // any unit but the token embedding
   // Stage 3's parameter slots: kParamSlots, and one more on the tied head's
@@ -176,6 +178,7 @@ class ZeroStorage final : public ModelStorage {
   }
   void complete_oldest_reduction();
   void* free_recv_buffer();
+  void* recv_buffer(void* full);  // where a unit's summed slice lands
   bool sixteen_grads() const { return grads_ != DType::f32; }
   bool grads_in_place() const { return stage_ == 1; }
   void accumulate(void* owned, const float* summed, std::size_t n);  // into 16-bit slices

@@ -54,20 +54,27 @@ void ZeroStorage::done_grads(int u, bool last) {
     if (sixteen_grads() && u != grad_table_unit_)
       grad_working_.write_back_and_release(u, grad_bytes(g_full_, U.begin()), grads_, U.size());
     if (!last) return;  // stage 1 accumulates in full gradients: one reduction per step
-    void* recv = U.persistent ? nullptr : free_recv_buffer();
+    void* full = grad_bytes(g_full_, U.begin());
+    void* recv = U.persistent ? nullptr : recv_buffer(full);
     Reduction r{u, nullptr, recv, {}};
-    r.req = comm_.reduce_unit(U, grad_bytes(g_full_, U.begin()), r.recv, grads_);
+    r.req = comm_.reduce_unit(U, full, r.recv, grads_);
     reductions_.push_back(std::move(r));
     return;
   }
   Slot* s = find(g_slots_, u);
   s->unit = -2 - u;  // reducing: invisible to find(), recycled on completion
-  void* recv = U.persistent ? nullptr : free_recv_buffer();
+  void* full = sixteen_grads() ? s->bits.data() : s->mem.data();
+  void* recv = U.persistent ? nullptr : recv_buffer(full);
   Reduction r{u, s, recv, {}};
   if (sixteen_grads()) backend_.convert(s->bits.data(), grads_, s->mem.data(), DType::f32, U.size());
-  r.req = comm_.reduce_unit(U, sixteen_grads() ? s->bits.data() : s->mem.data(), recv, grads_);
+  r.req = comm_.reduce_unit(U, full, recv, grads_);
   reductions_.push_back(std::move(r));
   comm_.test(reductions_.front().req);  // drive progress of the oldest
+}
+
+void* ZeroStorage::recv_buffer(void* full) {
+  if (plan_.dp() == 1) return full;  // one rank: the sum is the input (ZeroComm skips it)
+  return free_recv_buffer();
 }
 
 void* ZeroStorage::free_recv_buffer() {
