@@ -20,6 +20,7 @@
 #include "core/error.hpp"
 #include "io/deck_reader.hpp"
 #include "io/deck_reference.hpp"
+#include "train/stop_signal.hpp"
 
 namespace {
 
@@ -134,6 +135,7 @@ int run(int argc, char** argv, int rank) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  trident::watch_stop_signals();  // before MPI_Init: no thread of the process takes them
   MPI_Init(&argc, &argv);
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
