@@ -34,8 +34,8 @@ struct MatrixIn {
   bool bf16_values = false;
   MatrixIn(const float* v) : values(v) {}  // implicit: an f32 matrix as before
   MatrixIn(const float* v, const std::uint16_t* bits) : values(v), bf16(bits), bf16_values(true) {}
-  static MatrixIn of_bf16_values(const float* v, bool are = true) {
-    MatrixIn m(v);
+  MatrixIn as_bf16_values(bool are = true) const {
+    MatrixIn m = *this;
     m.bf16_values = are;
     return m;
   }

@@ -211,7 +211,7 @@ class GptModel {
   }
   // Values a bf16 run holds as bf16 values (rounded activations, its weights).
   MatrixIn bf16_valued(const float* x) const {
-    return MatrixIn::of_bf16_values(x, policy_.store == DType::bf16);
+    return MatrixIn(x).as_bf16_values(policy_.store == DType::bf16);
   }
   std::uint16_t* gemm_bits() {
     return packs_bits() ? reinterpret_cast<std::uint16_t*>(scratch("gemm_bits")) : nullptr;

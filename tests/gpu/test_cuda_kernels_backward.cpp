@@ -129,7 +129,7 @@ TEST_F(CudaBackward, MatmulOnBf16Operands) {
   for (int mode : {0, 1, 2}) {
     const MatrixIn cw = mode == 0 ? MatrixIn(nullptr, wb.data()) : MatrixIn(w.data());
     const MatrixIn gwm = mode == 0   ? MatrixIn(nullptr, gw)
-                         : mode == 1 ? MatrixIn::of_bf16_values(d.upload(w))
+                         : mode == 1 ? MatrixIn(d.upload(w)).as_bf16_values()
                                      : MatrixIn(d.upload(w));
     const std::string what = mode == 0 ? "weight as bits" : mode == 1 ? "weight as bf16 values"
                                                                       : "weight as values";

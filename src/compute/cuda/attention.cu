@@ -14,10 +14,6 @@ namespace {
 
 constexpr int kWarps = 8;
 
-__device__ __forceinline__ std::uint16_t bf16_bits(float x) {
-  return __bfloat16_as_ushort(from_f32<__nv_bfloat16>(x));
-}
-
 // In place: scores (already scaled by the GEMM) -> probabilities; zeros above
 // the diagonal so the P.V GEMM may run over the whole row.
 template <class S>

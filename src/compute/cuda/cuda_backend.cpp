@@ -32,9 +32,6 @@ CudaBackend::CudaBackend(const CudaBackendOptions& o)
       stream_(create_stream(o.device, site_)),
       timer_(stream_, site_, o.time_kernels) {
   gemms_ = std::make_unique<Gemms>(stream_, allow_tf32_, site_);
-  void* pinned = nullptr;
-  cuda_check(cudaMallocHost(&pinned, sizeof(double)), site_, "cudaMallocHost");
-  host_result_ = static_cast<double*>(pinned);
 }
 
 CudaBackend::~CudaBackend() {
@@ -44,7 +41,6 @@ CudaBackend::~CudaBackend() {
   if (scratch_) cudaFree(scratch_);
   for (void* w : widen_)
     if (w) cudaFree(w);
-  if (host_result_) cudaFreeHost(host_result_);
   cudaStreamDestroy(stream_);
 }
 
@@ -213,16 +209,9 @@ void* CudaBackend::scratch(std::size_t bytes) {
 }
 
 double CudaBackend::sum_squares(const float* x, std::size_t n) {
-  const std::size_t partials = gpu::sum_squares_scratch(n);
-  auto* s = static_cast<double*>(scratch((partials + 1) * sizeof(double)));
-  run("sum_squares", [&] {
-    gpu::sum_squares(s + partials, x, n, s, stream_);
-    cuda_check(cudaMemcpyAsync(host_result_, s + partials, sizeof(double), cudaMemcpyDeviceToHost,
-                               stream_),
-               site_, "sum_squares (copy)");
-  });
-  cuda_check(cudaStreamSynchronize(stream_), site_, "sum_squares (synchronize)");
-  return *host_result_;
+  double v = 0;
+  sum_squares_each(&x, &n, 1, &v);
+  return v;
 }
 
 void CudaBackend::sum_squares_each(const float* const* xs, const std::size_t* ns,

@@ -115,8 +115,6 @@ class CudaBackend final : public ComputeBackend {
   // null when m is f32 values (the product then runs in f32).
   const std::uint16_t* bits_of(MatrixIn m, std::size_t n, int slot);
   void* widen_slot(int slot, std::size_t bytes);
-  void attention_backward_bf16(float* dqkv, MatrixIn dout, MatrixIn qkv, const float* lse, int B,
-                               int T, int C, int NH);
 
   CudaSite site_;
   bool allow_tf32_;
@@ -127,7 +125,6 @@ class CudaBackend final : public ComputeBackend {
   std::size_t scratch_bytes_ = 0;
   void* widen_[3] = {};
   std::size_t widen_bytes_[3] = {};
-  double* host_result_ = nullptr;  // pinned: sum_squares' value on its way to the host
 };
 
 // Makes the backend on options.device (which becomes this thread's device).

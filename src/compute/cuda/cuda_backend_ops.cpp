@@ -92,22 +92,24 @@ void CudaBackend::matmul_backward(float* dinp, float* dw, float* dbias, MatrixIn
                    : nullptr;
   const std::size_t n_dout = std::size_t(N) * OC;
   run("matmul_backward", [&] {
-    // dout feeds both products: packed once. A values-only operand keeps its
-    // slot for one use, so dout's f32 values (slot 0) and bits never collide.
+    // dout feeds both products and the bias gradient: packed or widened once
+    // (slot 0 holds one of the two: an operand given as bits is not packed).
     const std::uint16_t* d16 = bits_of(dout, n_dout, 0);
+    const float* dv = nullptr;
+    auto dout_values = [&] { return dv ? dv : (dv = values_of(dout, n_dout, 0)); };
     const std::uint16_t* w16 = dinp && d16 ? bits_of(w, std::size_t(OC) * IC, 1) : nullptr;
     const std::uint16_t* x16 = dw && d16 ? bits_of(inp, std::size_t(N) * IC, 2) : nullptr;
     if (dinp && w16)
       gemms_->gemm_bf16(false, false, N, IC, OC, d16, OC, w16, IC, dinp_beta, dinp, IC);
     else if (dinp)
-      gemms_->gemm(false, false, N, IC, OC, 1.0f, values_of(dout, n_dout, 0), OC,
+      gemms_->gemm(false, false, N, IC, OC, 1.0f, dout_values(), OC,
                    values_of(w, std::size_t(OC) * IC, 1), IC, dinp_beta, dinp, IC);
     if (dw && x16)
       gemms_->gemm_bf16(true, false, OC, IC, N, d16, OC, x16, IC, 1.0f, dw, IC);
     else if (dw)
-      gemms_->gemm(true, false, OC, IC, N, 1.0f, values_of(dout, n_dout, 0), OC,
+      gemms_->gemm(true, false, OC, IC, N, 1.0f, dout_values(), OC,
                    values_of(inp, std::size_t(N) * IC, 2), IC, 1.0f, dw, IC);
-    if (dbias) gpu::bias_backward(dbias, values_of(dout, n_dout, 0), N, OC, s, stream_);
+    if (dbias) gpu::bias_backward(dbias, dout_values(), N, OC, s, stream_);
   });
 }
 

@@ -23,6 +23,10 @@ template <> __device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(flo
 template <> __device__ __forceinline__ __half from_f32<__half>(float x) {
   return __float2half_rn(x);
 }
+// x rounded to bf16, as its 16 bits (what a bf16 arena or GEMM operand holds).
+__device__ __forceinline__ std::uint16_t bf16_bits(float x) {
+  return __bfloat16_as_ushort(from_f32<__nv_bfloat16>(x));
+}
 
 struct SumOp {
   template <class T> __device__ __forceinline__ T operator()(T a, T b) const { return a + b; }

@@ -56,7 +56,7 @@ __global__ void adamw_kernel(S* param, const S* grad, float* m, float* v, std::s
     p -= step * mi / (sqrtf(vi) * inv_sqrt_bc2 + eps);
     m[i] = mi, v[i] = vi;
     param[i] = from_f32<S>(p);
-    if (bf16) bf16[i] = __bfloat16_as_ushort(from_f32<__nv_bfloat16>(p));
+    if (bf16) bf16[i] = bf16_bits(p);
   }
 }
 

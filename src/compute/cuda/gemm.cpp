@@ -72,7 +72,7 @@ void Gemms::gemm_strided(bool ta, bool tb, int M, int N, int K, float alpha, con
                site_, "cublasGemmStridedBatchedEx");
 }
 
-void Gemms::gemm_strided_bf16(bool ta, bool tb, int M, int N, int K, float alpha,
+void Gemms::gemm_strided(bool ta, bool tb, int M, int N, int K, float alpha,
                               const std::uint16_t* A, int lda, long long sa,
                               const std::uint16_t* B, int ldb, long long sb, float beta, float* C,
                               int ldc, long long sc, int count) {

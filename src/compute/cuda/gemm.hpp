@@ -33,7 +33,7 @@ class Gemms {
   void gemm_bf16(bool ta, bool tb, int M, int N, int K, const std::uint16_t* A, int lda,
                  const std::uint16_t* B, int ldb, float beta, float* C, int ldc);
   // `count` products of bf16 matrices, as gemm_strided (fp32 sums and C).
-  void gemm_strided_bf16(bool ta, bool tb, int M, int N, int K, float alpha,
+  void gemm_strided(bool ta, bool tb, int M, int N, int K, float alpha,
                          const std::uint16_t* A, int lda, long long sa, const std::uint16_t* B,
                          int ldb, long long sb, float beta, float* C, int ldc, long long sc,
                          int count);
