@@ -96,6 +96,50 @@ TEST(GemmBf16, DeclinesValuesBf16CannotHold) {
 
 namespace {
 
+std::vector<std::uint16_t> bits_of(const std::vector<float>& v);
+
+// rows x cols of x (contiguous) inside a matrix `pad` columns wider, the
+// padding filled with `fill`.
+template <class T>
+std::vector<T> widened(const std::vector<T>& x, int rows, int cols, int pad, T fill) {
+  std::vector<T> out(std::size_t(rows) * (cols + pad), fill);
+  for (int r = 0; r < rows; ++r)
+    std::copy_n(x.begin() + std::ptrdiff_t(r) * cols, cols, out.begin() + std::ptrdiff_t(r) * (cols + pad));
+  return out;
+}
+
+}  // namespace
+
+// Operands inside wider matrices (a head's columns, a slice of a fused
+// weight) are made dense for oneDNN's fast kernels: the same bits as the
+// dense call, and C's padding untouched. M 1100 spans several row tiles.
+TEST(GemmBf16, StridedOperandsGiveTheDenseBits) {
+  const Case cases[] = {{false, true, 1100, 96, 80, 0.0f}, {false, false, 1100, 96, 80, 1.0f},
+                        {true, false, 1100, 96, 80, 1.0f}, {true, true, 300, 96, 80, 0.0f}};
+  const int pad = 24;
+  for (const Case& s : cases) {
+    SCOPED_TRACE(::testing::Message() << "ta " << s.ta << " tb " << s.tb << " M " << s.M);
+    const int a_rows = s.ta ? s.K : s.M, a_cols = s.ta ? s.M : s.K;
+    const int b_rows = s.tb ? s.N : s.K, b_cols = s.tb ? s.K : s.N;
+    const auto A = bits_of(bf16_valued(std::size_t(a_rows) * a_cols, 1));
+    const auto B = bits_of(bf16_valued(std::size_t(b_rows) * b_cols, 2));
+    const auto C0 = trident::testing::random_normals(std::size_t(s.M) * s.N, 3);
+    std::vector<float> dense = C0;
+    if (!cpu::gemm_bf16(s.ta, s.tb, s.M, s.N, s.K, {nullptr, A.data()}, a_cols,
+                        {nullptr, B.data()}, b_cols, s.beta != 0.0f, dense.data(), s.N))
+      GTEST_SKIP() << "no bf16 instructions on this CPU";
+    const auto Aw = widened<std::uint16_t>(A, a_rows, a_cols, pad, 0x7fc0);  // NaN padding
+    const auto Bw = widened<std::uint16_t>(B, b_rows, b_cols, pad, 0x7fc0);
+    auto Cw = widened<float>(C0, s.M, s.N, pad, 9.0f);
+    ASSERT_TRUE(cpu::gemm_bf16(s.ta, s.tb, s.M, s.N, s.K, {nullptr, Aw.data()}, a_cols + pad,
+                               {nullptr, Bw.data()}, b_cols + pad, s.beta != 0.0f, Cw.data(),
+                               s.N + pad));
+    EXPECT_EQ(Cw, widened<float>(dense, s.M, s.N, pad, 9.0f));
+  }
+}
+
+namespace {
+
 std::vector<std::uint16_t> bits_of(const std::vector<float>& v) {
   std::vector<std::uint16_t> out;
   for (float x : v) out.push_back(f32_to_bf16(x));

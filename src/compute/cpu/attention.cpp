@@ -75,6 +75,11 @@ void round_row_bf16(std::uint16_t* out, const T* x, int n) {
   for (int c = 0; c < n; ++c) out[c] = std::uint16_t(bf16_bits_of_f32(f32_bits(float(x[c]))));
 }
 
+// rows x cols from x (leading dimension ld) to out (out_ld).
+void copy_rows(float* out, std::size_t out_ld, const float* x, std::size_t ld, int rows, int cols) {
+  for (int r = 0; r < rows; ++r) std::memcpy(out + r * out_ld, x + r * ld, cols * sizeof *x);
+}
+
 template <class T>
 void scale_row(T* x, int n, T s) {
 #pragma omp simd
@@ -198,8 +203,9 @@ void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, cons
   {
     std::vector<T> P(tile * tile), dS(tile * tile), D(T_);
     std::vector<std::uint16_t> qkvo16, p16, ds16;  // bf16: Q, K, V, dO of a head; P and dS
+    std::vector<float> dqkv32;  // bf16: the head's dQ, dK, dV, dense (see gemm_bf16.cpp)
     if (b16) qkvo16.resize(4 * std::size_t(T_) * hs), p16.resize(tile * tile),
-        ds16.resize(tile * tile);
+        ds16.resize(tile * tile), dqkv32.resize(3 * std::size_t(T_) * hs);
 #pragma omp for collapse(2) schedule(dynamic)
     for (int b = 0; b < B; ++b) {
       for (int h = 0; h < NH; ++h) {
@@ -220,11 +226,13 @@ void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, cons
         }
         const std::size_t Th = std::size_t(T_) * hs;
         std::uint16_t *q16 = qkvo16.data(), *k16 = q16 + Th, *v16 = k16 + Th, *dO16 = v16 + Th;
+        float *dq32 = dqkv32.data(), *dk32 = dq32 + Th, *dv32 = dk32 + Th;
         if (b16) {
           head_bits(q16, qkv16, qkv, qo, T_, hs, C3);
           head_bits(k16, qkv16, qkv, qo + C, T_, hs, C3);
           head_bits(v16, qkv16, qkv, qo + 2 * C, T_, hs, C3);
           head_bits(dO16, dout16, dout, oo, T_, hs, C);
+          for (int g = 0; g < 3; ++g) copy_rows(dq32 + g * Th, hs, f32(dq + g * C), C3, T_, hs);
         }
         for (int j0 = 0; j0 < T_; j0 += tile) {
           const int nk = std::min(tile, T_ - j0);
@@ -252,8 +260,7 @@ void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, cons
             }
             if (b16) {
               gemm_bf16_bits(true, false, nk, hs, nq, p16.data(), tile,
-                             dO16 + std::size_t(i0) * hs, hs, true, f32(dv + std::size_t(j0) * C3),
-                             C3);
+                             dO16 + std::size_t(i0) * hs, hs, true, dv32 + std::size_t(j0) * hs, hs);
               gemm_bf16_bits(false, true, nq, nk, hs, dO16 + std::size_t(i0) * hs, hs,
                              v16 + std::size_t(j0) * hs, hs, false, f32(dS.data()), tile);
             } else {
@@ -271,11 +278,9 @@ void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, cons
             }
             if (b16) {
               gemm_bf16_bits(false, false, nq, hs, nk, ds16.data(), tile,
-                             k16 + std::size_t(j0) * hs, hs, true, f32(dq + std::size_t(i0) * C3),
-                             C3);
+                             k16 + std::size_t(j0) * hs, hs, true, dq32 + std::size_t(i0) * hs, hs);
               gemm_bf16_bits(true, false, nk, hs, nq, ds16.data(), tile,
-                             q16 + std::size_t(i0) * hs, hs, true, f32(dk + std::size_t(j0) * C3),
-                             C3);
+                             q16 + std::size_t(i0) * hs, hs, true, dk32 + std::size_t(j0) * hs, hs);
               continue;
             }
             gemm(false, false, nq, hs, nk, T(1), dS.data(), tile, kj, C3, T(1),
@@ -284,6 +289,8 @@ void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, cons
                  dk + std::size_t(j0) * C3, C3);  // dK_j += dS^T Q_i
           }
         }
+        if (b16)
+          for (int g = 0; g < 3; ++g) copy_rows(f32(dq + g * C), C3, dq32 + g * Th, hs, T_, hs);
       }
     }
   }

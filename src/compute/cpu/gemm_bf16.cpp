@@ -110,6 +110,42 @@ TRIDENT_VECTOR_CLONES bool pack_bf16(std::vector<std::uint16_t>& out, const floa
   return low == 0;
 }
 
+// oneDNN 2.6 runs its AMX (brgemm) matmul only when every operand of a call
+// is dense; a tile of C inside a wider C, or a tile read across a wider
+// leading dimension, falls to its gemm:jit kernels, which measured at half
+// the speed on this AMX Xeon (a 4096 x 2304 x 768 product on one thread: 376
+// GFLOP/s in 512 x 384 tiles, 773 in row tiles of 256). So the bf16 GEMM
+// tiles C by rows only, each tile spanning all columns; like gemm()'s tiles,
+// they depend on the shape alone.
+struct RowTiles {
+  int tm, rows, last;  // rows per tile, tiles, rows of the last one
+};
+
+RowTiles row_tiles(int M) {
+  constexpr int kRows = 256, kSmallRows = 128, kFewTiles = 4;  // measured, as above
+  RowTiles g;
+  g.tm = std::min(M, M < kFewTiles * kRows ? kSmallRows : kRows);
+  g.rows = (M + g.tm - 1) / g.tm;
+  g.last = M - (g.rows - 1) * g.tm;
+  return g;
+}
+
+// rows x cols of x (leading dimension ld) into out with leading dimension
+// out_ld.
+template <class T>
+void copy_rows(T* out, const T* x, int rows, int cols, int ld, int out_ld) {
+  for (int r = 0; r < rows; ++r)
+    std::memcpy(out + std::size_t(r) * out_ld, x + std::size_t(r) * ld, sizeof(T) * cols);
+}
+
+// rows x cols of x, contiguous, in `out`.
+const std::uint16_t* copy_rows(std::vector<std::uint16_t>& out, const std::uint16_t* x, int rows,
+                               int cols, int ld) {
+  out.resize(std::size_t(rows) * cols);
+  copy_rows(out.data(), x, rows, cols, ld, cols);
+  return out.data();
+}
+
 // C = op(a) op(b) (+ C) for one cached tile matmul, on the calling thread:
 // each thread keeps its own stream and scratchpad.
 void run_tile(const TileMatmul& op, const std::uint16_t* a, const std::uint16_t* b, float* c) {
@@ -152,38 +188,54 @@ bool gemm_bf16(bool ta, bool tb, int M, int N, int K, Bf16Operand A, int lda, Bf
                int ldb, bool accumulate, float* C, int ldc) {
   if (!cpu_has_bf16_kernels() || M <= 0 || N <= 0 || K <= 0) return false;
   // Stored layouts: A is M x K (ta: K x M), B is K x N (tb: N x K). Values
-  // are packed contiguously, so their leading dimension becomes the row
-  // length; an f32 run's values fail on the first row, before any packing.
+  // are packed contiguously; an f32 run's values fail on the first row,
+  // before any packing.
   const int a_rows = ta ? K : M, a_cols = ta ? M : K, b_rows = tb ? N : K, b_cols = tb ? K : N;
   if (!A.bits && !holds_bf16_values(A.values, 1, a_cols, lda)) return false;
   if (!B.bits && !holds_bf16_values(B.values, 1, b_cols, ldb)) return false;
-  const int a_ld = A.bits ? lda : a_cols, b_ld = B.bits ? ldb : b_cols;
-  GemmTiles g = gemm_tiles(M, N);
-  g.tm = std::min(g.tm, M), g.tn = std::min(g.tn, N);  // one tile may be smaller than a tile
-  const int last_m = M - (g.rows - 1) * g.tm, last_n = N - (g.cols - 1) * g.tn;
-  const TileMatmul* ops[2][2];  // [last row of tiles][last column]
+  const RowTiles g = row_tiles(M);
+  // Every call's operands dense (see row_tiles): a transposed A's tile is
+  // packed per tile unless one tile spans it.
+  const bool a_per_tile = ta && g.rows > 1;
+  const TileMatmul* ops[2];  // [last tile]
   try {
-    for (int lr = 0; lr < 2; ++lr)
-      for (int lc = 0; lc < 2; ++lc)
-        ops[lr][lc] = &tile_matmul(TileShape{lr ? last_m : g.tm, lc ? last_n : g.tn, K, a_ld, b_ld,
-                                             ldc, ta, tb, accumulate});
+    for (int last = 0; last < 2; ++last) {
+      const int m = last ? g.last : g.tm;
+      ops[last] = &tile_matmul(TileShape{m, N, K, ta ? m : K, b_cols, N, ta, tb, accumulate});
+    }
   } catch (const dnnl::error&) {
     return false;
   }
   thread_local std::vector<std::uint16_t> a16, b16;
+  const std::uint16_t* a = A.bits;
   if (!A.bits && !pack_bf16(a16, A.values, a_rows, a_cols, lda)) return false;
+  if (!A.bits) a = a16.data();
+  else if (lda != a_cols && !a_per_tile) a = copy_rows(a16, A.bits, a_rows, a_cols, lda);
+  const int a_ld = a == A.bits ? lda : a_cols;
+  const std::uint16_t* b = B.bits;
   if (!B.bits && !pack_bf16(b16, B.values, b_rows, b_cols, ldb)) return false;
-  const std::uint16_t *a = A.bits ? A.bits : a16.data(), *b = B.bits ? B.bits : b16.data();
-  const int tiles = g.rows * g.cols;
-#pragma omp parallel if (omp_get_level() == 0 && tiles > 1)
+  if (!B.bits) b = b16.data();
+  else if (ldb != b_cols) b = copy_rows(b16, B.bits, b_rows, b_cols, ldb);
+#pragma omp parallel if (omp_get_level() == 0 && g.rows > 1)
   {
     omp_set_num_threads(1);  // as in gemm(): each tile on its own thread
+    thread_local std::vector<std::uint16_t> a_tile;
+    thread_local std::vector<float> c_tile;
 #pragma omp for schedule(static)
-    for (int t = 0; t < tiles; ++t) {
-      const int tr = t / g.cols, tc = t % g.cols;
-      const std::int64_t i = std::int64_t(tr) * g.tm, j = std::int64_t(tc) * g.tn;
-      run_tile(*ops[tr == g.rows - 1][tc == g.cols - 1], ta ? a + i : a + i * a_ld,
-               tb ? b + j * b_ld : b + j, C + i * ldc + j);
+    for (int t = 0; t < g.rows; ++t) {
+      const std::int64_t i = std::int64_t(t) * g.tm;
+      const int m = t == g.rows - 1 ? g.last : g.tm;
+      const std::uint16_t* at = ta ? a + i : a + i * a_ld;
+      if (a_per_tile) at = copy_rows(a_tile, at, K, m, a_ld);
+      float* c = C + i * ldc;
+      if (ldc != N) {  // C's tile through a dense buffer
+        c_tile.resize(std::size_t(m) * N);
+        if (accumulate) copy_rows(c_tile.data(), c, m, N, ldc, N);
+        run_tile(*ops[t == g.rows - 1], at, b, c_tile.data());
+        copy_rows(c, c_tile.data(), m, N, N, ldc);
+      } else {
+        run_tile(*ops[t == g.rows - 1], at, b, c);
+      }
     }
   }
   return true;

@@ -3,8 +3,8 @@
 // and B is a bf16 value held in f32, as a bf16 run's weights and rounded
 // activations are. The product of two bf16 values is exact in f32 and the
 // sums are f32, so C equals the f32 GEMM's up to the rounding of its sums in
-// another order. Same tiles of C as gemm(), one thread each: the bits do not
-// depend on the thread count.
+// another order. C's tiles depend on the shape only, one thread each: the
+// bits do not depend on the thread count.
 #pragma once
 
 #include <cstdint>
@@ -29,10 +29,10 @@ struct Bf16Operand {
   const std::uint16_t* bits;
 };
 
-// C = op(A) op(B) (+ C when accumulate) on bf16 kernels, in gemm()'s fixed
-// tiles; returns false, having done nothing, when the CPU has no bf16
-// instructions, oneDNN none for the shape, or values hold a value bf16
-// cannot represent.
+// C = op(A) op(B) (+ C when accumulate) on bf16 kernels, in fixed row tiles
+// (chosen from M alone, one thread each); returns false, having done nothing,
+// when the CPU has no bf16 instructions, oneDNN none for the shape, or values
+// hold a value bf16 cannot represent.
 bool gemm_bf16(bool ta, bool tb, int M, int N, int K, Bf16Operand A, int lda, Bf16Operand B,
                int ldb, bool accumulate, float* C, int ldc);
 
