@@ -140,6 +140,26 @@ class ComputeBackend {
 
   virtual void gelu_forward(float* out, const float* inp, std::size_t n) = 0;
   virtual void gelu_backward(float* dinp, const float* inp, const float* dout, std::size_t n) = 0;
+  // GELU of a 16-bit run (store: bf16 or f16), as these passes compute it; a
+  // backend may fuse them into one. inp is rounded to store in place (backward
+  // reads it so), out is gelu(inp) rounded, bits (bf16 only, or null) out's bits.
+  virtual void gelu_forward_rounded(float* out, std::uint16_t* bits, float* inp, std::size_t n,
+                                    DType store) {
+    round_to(inp, store, n);
+    gelu_forward(out, inp, n);
+    if (bits) round_to_bf16(out, bits, out, n);
+    else round_to(out, store, n);
+  }
+  // dinp = gelu'(inp) * dout, dout and the result rounded to store, bits as
+  // above. dout is scratch: what it holds afterwards is unspecified.
+  virtual void gelu_backward_rounded(float* dinp, std::uint16_t* bits, const float* inp,
+                                     float* dout, std::size_t n, DType store) {
+    round_to(dout, store, n);
+    zero(dinp, n * sizeof(float));
+    gelu_backward(dinp, inp, dout, n);
+    if (bits) round_to_bf16(dinp, bits, dinp, n);
+    else round_to(dinp, store, n);
+  }
   virtual void add(float* out, const float* a, const float* b, std::size_t n) = 0;
 
   // Softmax cross-entropy over a vocabulary shard (V columns from global

@@ -136,6 +136,28 @@ MatrixIn GptModel::gathered_operand(float* x, float* full, std::size_t n, std::u
   return gemm_operand(x, n, home);
 }
 
+MatrixIn GptModel::gelu_operand(float* out, float* x, std::size_t n, std::uint16_t* home,
+                                bool operand) {
+  if (policy_.store == DType::f32) {
+    backend_.gelu_forward(out, x, n);
+    return out;
+  }
+  std::uint16_t* bits = operand && packs_bits() ? (home ? home : gemm_bits()) : nullptr;
+  backend_.gelu_forward_rounded(out, bits, x, n, policy_.store);
+  return bits ? MatrixIn(out, bits) : MatrixIn(out);
+}
+
+MatrixIn GptModel::gelu_grad_operand(float* dx, const float* x, float* dy, std::size_t n) {
+  if (policy_.store == DType::f32) {
+    backend_.zero(dx, n * sizeof(float));
+    backend_.gelu_backward(dx, x, dy, n);
+    return dx;
+  }
+  std::uint16_t* bits = gemm_bits();
+  backend_.gelu_backward_rounded(dx, bits, x, dy, n, policy_.store);
+  return bits ? MatrixIn(dx, bits) : MatrixIn(dx);
+}
+
 MatrixIn GptModel::weight(const std::string& name) {
   const TensorInfo& t = table_.at(name);
   const std::uint16_t* bits = packs_bits() ? storage_->param_bf16(t) : nullptr;

@@ -199,6 +199,11 @@ class GptModel {
   MatrixIn gemm_operand(float* x, std::size_t n, std::uint16_t* home = nullptr);
   // The norm output x (this rank's tokens) rounded and gathered to all tokens.
   MatrixIn gathered_operand(float* x, float* full, std::size_t n, std::uint16_t* home);
+  // out = gelu(x), x rounded in place first (as saved), as the next GEMM's
+  // operand (bits only where `operand`: a recompute stops before that GEMM).
+  MatrixIn gelu_operand(float* out, float* x, std::size_t n, std::uint16_t* home, bool operand);
+  // dx = gelu'(x) dy as the fc layer's output gradient; dy is scratch.
+  MatrixIn gelu_grad_operand(float* dx, const float* x, float* dy, std::size_t n);
   // A saved GEMM input for backward's weight GEMMs: its bits where kept as such.
   static MatrixIn saved_input(const float* values, const std::uint16_t* bits) {
     return bits ? MatrixIn(nullptr, bits) : MatrixIn(values);

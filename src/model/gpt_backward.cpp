@@ -65,7 +65,6 @@ void GptModel::block_backward(int slot, int l, int wbuf, bool finalize) {
   const int Cl = tp_.local_width(cfg_), NHl = tp_.local_heads(cfg_), Fl = tp_.local_ff(cfg_);
   ComputeBackend& be = backend_;
   ModelStorage& st = *storage_;
-  const std::size_t nF = std::size_t(BT) * Fl * sizeof(float);
   float *d_res = scratch("d_res"), *d_c = scratch("d_c"), *d_3c = scratch("d_3c");
   float* full = scratch("full_c");
   float *d_ff_a = scratch("d_ff_a"), *d_ff_b = scratch("d_ff_b");
@@ -86,10 +85,7 @@ void GptModel::block_backward(int slot, int l, int wbuf, bool finalize) {
   be.matmul_backward(d_ff_a, gw("mlp.proj.w"), gw("mlp.proj.b"), d_out,
                      saved_input(a.fch_gelu, a.fch_gelu_16), weight(p + "mlp.proj.w"), BT, Fl, C,
                      InputGrad::write);
-  round(d_ff_a, std::size_t(BT) * Fl);
-  be.zero(d_ff_b, nF);
-  be.gelu_backward(d_ff_b, a.fch, d_ff_a, std::size_t(BT) * Fl);
-  const MatrixIn d_fc = gemm_operand(d_ff_b, std::size_t(BT) * Fl);
+  const MatrixIn d_fc = gelu_grad_operand(d_ff_b, a.fch, d_ff_a, std::size_t(BT) * Fl);
   keep("d_fc", d_ff_b, std::size_t(BT) * Fl);
   be.matmul_backward(d_c, gw("mlp.fc.w"), gw("mlp.fc.b"), d_fc, saved_input(a.ln2_full, a.ln2_16),
                      weight(p + "mlp.fc.w"), BT, C, Fl, InputGrad::write);

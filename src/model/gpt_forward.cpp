@@ -28,14 +28,11 @@ void GptModel::block_forward(const Block& a, const float* x, int l, bool recompu
                        BTl, C);
   const MatrixIn ln2 = gathered_operand(a.ln2, a.ln2_full, std::size_t(BTl) * C, a.ln2_16);
   be.matmul_forward(a.fch, ln2, weight(p + "mlp.fc.w"), P(p + "mlp.fc.b"), BT, C, Fl);
-  round(a.fch, std::size_t(BT) * Fl);
-  be.gelu_forward(a.fch_gelu, a.fch, std::size_t(BT) * Fl);
-  if (recompute) {  // backward needs neither the MLP's output nor res3
-    round(a.fch_gelu, std::size_t(BT) * Fl);
-    return;
-  }
-  be.matmul_forward(full, gemm_operand(a.fch_gelu, std::size_t(BT) * Fl, a.fch_gelu_16),
-                    weight(p + "mlp.proj.w"), bias_here ? P(p + "mlp.proj.b") : nullptr, BT, Fl, C);
+  const MatrixIn fch_gelu =
+      gelu_operand(a.fch_gelu, a.fch, std::size_t(BT) * Fl, a.fch_gelu_16, !recompute);
+  if (recompute) return;  // backward needs neither the MLP's output nor res3
+  be.matmul_forward(full, fch_gelu, weight(p + "mlp.proj.w"),
+                    bias_here ? P(p + "mlp.proj.b") : nullptr, BT, Fl, C);
   // a.res3 may be x's buffer (partitioned recompute): x is dead after res2.
   be.add(a.res3, a.res2, reduce_row_parallel(full), std::size_t(BTl) * C);
 }

@@ -12,6 +12,7 @@
 #include "compute/backend.hpp"
 #include "compute/cpu/blas.hpp"
 #include "compute/cpu/gemm_bf16.hpp"
+#include "compute/cpu/kernels.hpp"
 #include "core/half.hpp"
 #include "support/random_values.hpp"
 
@@ -138,6 +139,24 @@ TEST(GemmBf16, StridedOperandsGiveTheDenseBits) {
   }
 }
 
+// The forward's bias in the GEMM's epilogue: the same bits as adding it after.
+TEST(GemmBf16, BiasInTheEpilogueEqualsAddingItAfter) {
+  const int M = 1100, N = 96, K = 80;
+  const auto A = bits_of(bf16_valued(std::size_t(M) * K, 1));
+  const auto B = bits_of(bf16_valued(std::size_t(N) * K, 2));
+  const auto bias = trident::testing::random_normals(N, 3);
+  std::vector<float> fused(std::size_t(M) * N), after(fused.size());
+  if (!cpu::gemm_bf16(false, true, M, N, K, {nullptr, A.data()}, K, {nullptr, B.data()}, K, false,
+                      fused.data(), N, bias.data()))
+    GTEST_SKIP() << "no bf16 instructions on this CPU";
+  ASSERT_TRUE(cpu::gemm_bf16(false, true, M, N, K, {nullptr, A.data()}, K, {nullptr, B.data()}, K,
+                             false, after.data(), N));
+  cpu::add_bias(after.data(), bias.data(), M, N);
+  EXPECT_EQ(fused, after);
+  EXPECT_FALSE(cpu::gemm_bf16(false, true, M, N, K, {nullptr, A.data()}, K, {nullptr, B.data()},
+                              K, true, after.data(), N, bias.data()));  // bias only when writing
+}
+
 namespace {
 
 std::vector<std::uint16_t> bits_of(const std::vector<float>& v) {
@@ -199,4 +218,42 @@ TEST(GemmBf16, RoundToBf16GivesValuesAndBits) {
   be->round_to(rounded.data(), DType::bf16, rounded.size());
   EXPECT_EQ(dst, rounded);
   EXPECT_EQ(bits, bits_of(src));
+}
+
+namespace {
+
+std::vector<std::uint32_t> float_bits(const std::vector<float>& v) {
+  std::vector<std::uint32_t> out;
+  for (float x : v) out.push_back(f32_bits(x));
+  return out;
+}
+
+}  // namespace
+
+// The CPU's GELU fused with the roundings around it gives the bits of the
+// seam's separate passes (round, GELU, round and pack), zeros' signs included.
+TEST(GemmBf16, FusedGeluEqualsTheSeparatePasses) {
+  auto be = make_cpu_backend(0);
+  const std::size_t n = 100003;  // several threads' parts and a vector tail
+  auto x = trident::testing::random_normals(n, 7), dy = trident::testing::random_normals(n, 8);
+  for (std::size_t i = 0; i < 64; ++i) dy[i] = i % 2 ? -0.0f : 0.0f, x[i + 64] = -0.0f;
+  for (bool with_bits : {true, false}) {
+    SCOPED_TRACE(with_bits ? "with bits" : "values only");
+    std::vector<float> x1 = x, x2 = x, y1(n, 3.0f), y2(n, 3.0f);
+    std::vector<std::uint16_t> b1(n, 1), b2(n, 1);
+    be->gelu_forward_rounded(y1.data(), with_bits ? b1.data() : nullptr, x1.data(), n,
+                             DType::bf16);
+    be->ComputeBackend::gelu_forward_rounded(y2.data(), with_bits ? b2.data() : nullptr,
+                                             x2.data(), n, DType::bf16);
+    EXPECT_EQ(float_bits(x1), float_bits(x2));
+    EXPECT_EQ(float_bits(y1), float_bits(y2));
+    EXPECT_EQ(b1, b2);
+    std::vector<float> d1 = dy, d2 = dy, g1(n, 3.0f), g2(n, 3.0f);
+    be->gelu_backward_rounded(g1.data(), with_bits ? b1.data() : nullptr, x1.data(), d1.data(),
+                              n, DType::bf16);
+    be->ComputeBackend::gelu_backward_rounded(g2.data(), with_bits ? b2.data() : nullptr,
+                                              x2.data(), d2.data(), n, DType::bf16);
+    EXPECT_EQ(float_bits(g1), float_bits(g2));
+    EXPECT_EQ(b1, b2);
+  }
 }

@@ -14,6 +14,7 @@
 #include "compute/backend.hpp"
 #include "compute/cpu/blas.hpp"
 #include "compute/cpu/cpu_peak.hpp"
+#include "compute/cpu/gelu_bf16.hpp"
 #include "compute/cpu/gemm_bf16.hpp"
 #include "compute/cpu/gemm_library.hpp"
 #include "compute/cpu/half_convert.hpp"
@@ -153,6 +154,17 @@ class CpuBackend final : public ComputeBackend {
   }
   void gelu_backward(float* dinp, const float* inp, const float* dout, std::size_t n) override {
     cpu::gelu_backward(dinp, inp, dout, n);
+  }
+  void gelu_forward_rounded(float* out, std::uint16_t* bits, float* inp, std::size_t n,
+                            DType store) override {
+    if (store != DType::bf16) return ComputeBackend::gelu_forward_rounded(out, bits, inp, n, store);
+    cpu::gelu_forward_bf16(out, bits, inp, n);
+  }
+  void gelu_backward_rounded(float* dinp, std::uint16_t* bits, const float* inp, float* dout,
+                             std::size_t n, DType store) override {
+    if (store != DType::bf16)
+      return ComputeBackend::gelu_backward_rounded(dinp, bits, inp, dout, n, store);
+    cpu::gelu_backward_bf16(dinp, bits, inp, dout, n);
   }
   void add(float* out, const float* a, const float* b, std::size_t n) override {
     cpu::add(out, a, b, n);

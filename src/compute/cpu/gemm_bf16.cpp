@@ -8,6 +8,7 @@
 #include <memory>
 #include <mutex>
 #include <tuple>
+#include <unordered_map>
 #include <vector>
 
 #include <oneapi/dnnl/dnnl.hpp>
@@ -43,8 +44,8 @@ dnnl::engine& cpu_engine() {
 // leading dimension lda, B is K x n (tb: stored n x K) with ldb.
 struct TileShape {
   int m, n, K, lda, ldb, ldc;
-  bool ta, tb, accumulate;
-  auto key() const { return std::tie(m, n, K, lda, ldb, ldc, ta, tb, accumulate); }
+  bool ta, tb, accumulate, bias = false;  // bias: C = op(A) op(B) + a row of n
+  auto key() const { return std::tie(m, n, K, lda, ldb, ldc, ta, tb, accumulate, bias); }
   bool operator<(const TileShape& o) const { return key() < o.key(); }
 };
 
@@ -78,7 +79,10 @@ const TileMatmul& tile_matmul(const TileShape& s) {
   const int threads = omp_get_max_threads();
   omp_set_num_threads(1);
   try {
-    dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, c), attr, cpu_engine());
+    const dnnl::matmul::desc d =
+        s.bias ? dnnl::matmul::desc(a, b, memory::desc({1, s.n}, memory::data_type::f32, {s.n, 1}), c)
+               : dnnl::matmul::desc(a, b, c);
+    dnnl::matmul::primitive_desc pd(d, attr, cpu_engine());
     slot = std::make_unique<TileMatmul>(TileMatmul{pd, dnnl::matmul(pd)});
   } catch (...) {
     omp_set_num_threads(threads);
@@ -148,7 +152,8 @@ const std::uint16_t* copy_rows(std::vector<std::uint16_t>& out, const std::uint1
 
 // C = op(a) op(b) (+ C) for one cached tile matmul, on the calling thread:
 // each thread keeps its own stream and scratchpad.
-void run_tile(const TileMatmul& op, const std::uint16_t* a, const std::uint16_t* b, float* c) {
+void run_tile(const TileMatmul& op, const std::uint16_t* a, const std::uint16_t* b, float* c,
+              const float* bias = nullptr) {
   thread_local dnnl::stream stream(cpu_engine());
   thread_local std::vector<std::uint8_t> scratch;
   const dnnl::engine& eng = cpu_engine();
@@ -158,8 +163,10 @@ void run_tile(const TileMatmul& op, const std::uint16_t* a, const std::uint16_t*
   const memory::desc sd = op.pd.scratchpad_desc();
   if (scratch.size() < sd.get_size()) scratch.resize(sd.get_size());
   memory sm(sd, eng, scratch.data());
-  op.run.execute(stream, {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm},
-                          {DNNL_ARG_SCRATCHPAD, sm}});
+  std::unordered_map<int, memory> args{{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm},
+                                       {DNNL_ARG_DST, cm}, {DNNL_ARG_SCRATCHPAD, sm}};
+  if (bias) args.emplace(DNNL_ARG_BIAS, memory(op.pd.bias_desc(), eng, const_cast<float*>(bias)));
+  op.run.execute(stream, args);
 }
 
 }  // namespace
@@ -185,8 +192,8 @@ bool pack_bf16_values(std::vector<std::uint16_t>& out, const float* x, int rows,
 }
 
 bool gemm_bf16(bool ta, bool tb, int M, int N, int K, Bf16Operand A, int lda, Bf16Operand B,
-               int ldb, bool accumulate, float* C, int ldc) {
-  if (!cpu_has_bf16_kernels() || M <= 0 || N <= 0 || K <= 0) return false;
+               int ldb, bool accumulate, float* C, int ldc, const float* bias) {
+  if (!cpu_has_bf16_kernels() || M <= 0 || N <= 0 || K <= 0 || (bias && accumulate)) return false;
   // Stored layouts: A is M x K (ta: K x M), B is K x N (tb: N x K). Values
   // are packed contiguously; an f32 run's values fail on the first row,
   // before any packing.
@@ -201,7 +208,8 @@ bool gemm_bf16(bool ta, bool tb, int M, int N, int K, Bf16Operand A, int lda, Bf
   try {
     for (int last = 0; last < 2; ++last) {
       const int m = last ? g.last : g.tm;
-      ops[last] = &tile_matmul(TileShape{m, N, K, ta ? m : K, b_cols, N, ta, tb, accumulate});
+      ops[last] = &tile_matmul(
+          TileShape{m, N, K, ta ? m : K, b_cols, N, ta, tb, accumulate, bias != nullptr});
     }
   } catch (const dnnl::error&) {
     return false;
@@ -231,10 +239,10 @@ bool gemm_bf16(bool ta, bool tb, int M, int N, int K, Bf16Operand A, int lda, Bf
       if (ldc != N) {  // C's tile through a dense buffer
         c_tile.resize(std::size_t(m) * N);
         if (accumulate) copy_rows(c_tile.data(), c, m, N, ldc, N);
-        run_tile(*ops[t == g.rows - 1], at, b, c_tile.data());
+        run_tile(*ops[t == g.rows - 1], at, b, c_tile.data(), bias);
         copy_rows(c, c_tile.data(), m, N, N, ldc);
       } else {
-        run_tile(*ops[t == g.rows - 1], at, b, c);
+        run_tile(*ops[t == g.rows - 1], at, b, c, bias);
       }
     }
   }

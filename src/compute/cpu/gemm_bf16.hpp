@@ -29,12 +29,13 @@ struct Bf16Operand {
   const std::uint16_t* bits;
 };
 
-// C = op(A) op(B) (+ C when accumulate) on bf16 kernels, in fixed row tiles
+// C = op(A) op(B) (+ C when accumulate; + bias, a row of N added to each row
+// of C as add_bias adds it, when not) on bf16 kernels, in fixed row tiles
 // (chosen from M alone, one thread each); returns false, having done nothing,
 // when the CPU has no bf16 instructions, oneDNN none for the shape, or values
 // hold a value bf16 cannot represent.
 bool gemm_bf16(bool ta, bool tb, int M, int N, int K, Bf16Operand A, int lda, Bf16Operand B,
-               int ldb, bool accumulate, float* C, int ldc);
+               int ldb, bool accumulate, float* C, int ldc, const float* bias = nullptr);
 
 // x (rows x cols, leading dimension ld) as contiguous bf16 bits; false when
 // it holds a value bf16 cannot represent.

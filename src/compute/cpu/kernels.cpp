@@ -6,6 +6,7 @@
 
 #include "compute/cpu/blas.hpp"
 #include "compute/cpu/fast_math.hpp"
+#include "compute/cpu/gelu.hpp"
 #include "compute/cpu/gemm_bf16.hpp"
 #include "compute/cpu/vector_clones.hpp"
 
@@ -184,32 +185,18 @@ void matmul_backward(T* dinp, T* dw, T* dbias, const T* dout, const T* inp, cons
   if (dbias) bias_backward(dbias, dout, N, OC);
 }
 
-namespace {
-template <class T> constexpr T kGeluK = T(0.7978845608028654);  // sqrt(2/pi)
-}
-
 template <class T>
 TRIDENT_VECTOR_CLONES
 void gelu_forward(T* out, const T* inp, std::size_t n) {
 #pragma omp parallel for simd schedule(static) if (n > 16384)
-  for (std::size_t i = 0; i < n; ++i) {
-    const T x = inp[i];
-    out[i] = T(0.5) * x * (T(1) + tanh_k(kGeluK<T> * (x + T(0.044715) * x * x * x)));
-  }
+  for (std::size_t i = 0; i < n; ++i) out[i] = gelu_value(inp[i]);
 }
 
 template <class T>
 TRIDENT_VECTOR_CLONES
 void gelu_backward(T* dinp, const T* inp, const T* dout, std::size_t n) {
 #pragma omp parallel for simd schedule(static) if (n > 16384)
-  for (std::size_t i = 0; i < n; ++i) {
-    const T x = inp[i];
-    const T th = tanh_k(kGeluK<T> * (x + T(0.044715) * x * x * x));
-    const T sech2 = T(1) - th * th;
-    const T local = T(0.5) * (T(1) + th) +
-                    T(0.5) * x * sech2 * kGeluK<T> * (T(1) + T(3 * 0.044715) * x * x);
-    dinp[i] += local * dout[i];
-  }
+  for (std::size_t i = 0; i < n; ++i) dinp[i] += gelu_slope(inp[i]) * dout[i];
 }
 
 template <class T>

@@ -25,11 +25,12 @@ const float* values_of(MatrixIn m, std::size_t n, std::vector<float>& widened) {
 
 void linear_forward(float* out, MatrixIn inp, MatrixIn w, const float* bias, int N, int IC,
                     int OC) {
-  if (!gemm_bf16(false, true, N, OC, IC, operand(inp), IC, operand(w), IC, false, out, OC)) {
-    thread_local std::vector<float> x, wv;
-    gemm(false, true, N, OC, IC, 1.0f, values_of(inp, std::size_t(N) * IC, x), IC,
-         values_of(w, std::size_t(OC) * IC, wv), IC, 0.0f, out, OC);
-  }
+  // The bf16 GEMM adds the bias in its epilogue, the f32 one after.
+  if (gemm_bf16(false, true, N, OC, IC, operand(inp), IC, operand(w), IC, false, out, OC, bias))
+    return;
+  thread_local std::vector<float> x, wv;
+  gemm(false, true, N, OC, IC, 1.0f, values_of(inp, std::size_t(N) * IC, x), IC,
+       values_of(w, std::size_t(OC) * IC, wv), IC, 0.0f, out, OC);
   if (bias) add_bias(out, bias, N, OC);
 }
 

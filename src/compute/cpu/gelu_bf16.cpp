@@ -1,0 +1,55 @@
+#include "compute/cpu/gelu_bf16.hpp"
+
+#include "compute/cpu/gelu.hpp"
+#include "compute/cpu/vector_clones.hpp"
+#include "core/half.hpp"
+
+namespace trident::cpu {
+namespace {
+
+inline std::uint32_t bf16_of(float x) { return bf16_bits_of_f32(f32_bits(x)); }
+inline float value_of(std::uint32_t b) { return f32_from_bits(b << 16); }
+
+}  // namespace
+
+// One loop per variant, so each vectorises without a test inside.
+TRIDENT_VECTOR_CLONES void gelu_forward_bf16(float* out, std::uint16_t* bits, float* inp,
+                                             std::size_t n) {
+  if (bits) {
+#pragma omp parallel for simd schedule(static) if (n > 16384)
+    for (std::size_t i = 0; i < n; ++i) {
+      const float x = value_of(bf16_of(inp[i]));
+      inp[i] = x;
+      const std::uint32_t b = bf16_of(gelu_value(x));
+      out[i] = value_of(b);
+      bits[i] = std::uint16_t(b);
+    }
+    return;
+  }
+#pragma omp parallel for simd schedule(static) if (n > 16384)
+  for (std::size_t i = 0; i < n; ++i) {
+    const float x = value_of(bf16_of(inp[i]));
+    inp[i] = x;
+    out[i] = value_of(bf16_of(gelu_value(x)));
+  }
+}
+
+// The product starts from +0 as the unfused path's zeroed buffer does, so a
+// -0 product is stored as +0 there too.
+TRIDENT_VECTOR_CLONES void gelu_backward_bf16(float* dinp, std::uint16_t* bits, const float* inp,
+                                              const float* dout, std::size_t n) {
+  if (bits) {
+#pragma omp parallel for simd schedule(static) if (n > 16384)
+    for (std::size_t i = 0; i < n; ++i) {
+      const std::uint32_t b = bf16_of(0.0f + gelu_slope(inp[i]) * value_of(bf16_of(dout[i])));
+      dinp[i] = value_of(b);
+      bits[i] = std::uint16_t(b);
+    }
+    return;
+  }
+#pragma omp parallel for simd schedule(static) if (n > 16384)
+  for (std::size_t i = 0; i < n; ++i)
+    dinp[i] = value_of(bf16_of(0.0f + gelu_slope(inp[i]) * value_of(bf16_of(dout[i]))));
+}
+
+}  // namespace trident::cpu
