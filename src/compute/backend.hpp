@@ -142,10 +142,12 @@ class ComputeBackend {
   virtual void gelu_backward(float* dinp, const float* inp, const float* dout, std::size_t n) = 0;
   // GELU of a 16-bit run (store: bf16 or f16), as these passes compute it; a
   // backend may fuse them into one. inp is rounded to store in place (backward
-  // reads it so), out is gelu(inp) rounded, bits (bf16 only, or null) out's bits.
-  virtual void gelu_forward_rounded(float* out, std::uint16_t* bits, float* inp, std::size_t n,
-                                    DType store) {
+  // reads it so), out is gelu(inp) rounded; bits and inp_bits (bf16 only, each
+  // may be null) get out's and inp's bf16 bits.
+  virtual void gelu_forward_rounded(float* out, std::uint16_t* bits, float* inp,
+                                    std::uint16_t* inp_bits, std::size_t n, DType store) {
     round_to(inp, store, n);
+    if (inp_bits) convert(inp_bits, DType::bf16, inp, DType::f32, n);
     gelu_forward(out, inp, n);
     if (bits) round_to_bf16(out, bits, out, n);
     else round_to(out, store, n);

@@ -137,13 +137,13 @@ MatrixIn GptModel::gathered_operand(float* x, float* full, std::size_t n, std::u
 }
 
 MatrixIn GptModel::gelu_operand(float* out, float* x, std::size_t n, std::uint16_t* home,
-                                bool operand) {
+                                std::uint16_t* x_home, bool operand) {
   if (policy_.store == DType::f32) {
     backend_.gelu_forward(out, x, n);
     return out;
   }
   std::uint16_t* bits = operand && packs_bits() ? (home ? home : gemm_bits()) : nullptr;
-  backend_.gelu_forward_rounded(out, bits, x, n, policy_.store);
+  backend_.gelu_forward_rounded(out, bits, x, operand ? x_home : nullptr, n, policy_.store);
   return bits ? MatrixIn(out, bits) : MatrixIn(out);
 }
 

@@ -155,6 +155,7 @@ class GptModel {
     // operands). Backward unpacks none of them but atty, whose values
     // attention reads.
     std::uint16_t *ln1_16, *qkv_16, *atty_16, *ln2_16, *fch_gelu_16;
+    std::uint16_t* fch_16;  // written by forward's GELU; unpacked for backward's
   };
   // A block's activations: in the slot where saved, else in the working buffer.
   Block block(int slot, int l);
@@ -199,9 +200,11 @@ class GptModel {
   MatrixIn gemm_operand(float* x, std::size_t n, std::uint16_t* home = nullptr);
   // The norm output x (this rank's tokens) rounded and gathered to all tokens.
   MatrixIn gathered_operand(float* x, float* full, std::size_t n, std::uint16_t* home);
-  // out = gelu(x), x rounded in place first (as saved), as the next GEMM's
-  // operand (bits only where `operand`: a recompute stops before that GEMM).
-  MatrixIn gelu_operand(float* out, float* x, std::size_t n, std::uint16_t* home, bool operand);
+  // out = gelu(x), x rounded in place first (as saved, its bits to x_home
+  // where not null), as the next GEMM's operand (bits only where `operand`:
+  // a recompute stops before that GEMM).
+  MatrixIn gelu_operand(float* out, float* x, std::size_t n, std::uint16_t* home,
+                        std::uint16_t* x_home, bool operand);
   // dx = gelu'(x) dy as the fc layer's output gradient; dy is scratch.
   MatrixIn gelu_grad_operand(float* dx, const float* x, float* dy, std::size_t n);
   // A saved GEMM input for backward's weight GEMMs: its bits where kept as such.

@@ -146,7 +146,7 @@ GptModel::Block GptModel::block(int slot, int l) {
   Block b{a("ln1"), a("ln1_mean"), a("ln1_rstd"), nullptr, a("qkv"), a("atty"), a("lse"),
           a("res2"), a("ln2"), a("ln2_mean"), a("ln2_rstd"), nullptr, a("fch"), a("fch_gelu"),
           a("res3"), sp ? nullptr : bits("ln1"), bits("qkv"), bits("atty"),
-          sp ? nullptr : bits("ln2"), bits("fch_gelu")};
+          sp ? nullptr : bits("ln2"), bits("fch_gelu"), bits("fch")};
   b.ln1_full = sp ? a("ln1_full") : b.ln1;  // without SP the local norm output is all tokens
   b.ln2_full = sp ? a("ln2_full") : b.ln2;
   return b;
@@ -180,7 +180,7 @@ void GptModel::save_block(int slot, int l) {
     std::uint16_t* home = slot_16(slot) + t.offset;
     if (t.name.compare(0, p.size(), p) != 0 ||
         (home == a.ln1_16 || home == a.qkv_16 || home == a.atty_16 || home == a.ln2_16 ||
-         home == a.fch_gelu_16))
+         home == a.fch_gelu_16 || home == a.fch_16))
       continue;  // another layer's, or written by forward's rounding
     backend_.convert(home, policy_.store, work_mem_->f32(work_.at(t.name.substr(p.size()))),
                      DType::f32, t.numel);

@@ -29,7 +29,7 @@ void GptModel::block_forward(const Block& a, const float* x, int l, bool recompu
   const MatrixIn ln2 = gathered_operand(a.ln2, a.ln2_full, std::size_t(BTl) * C, a.ln2_16);
   be.matmul_forward(a.fch, ln2, weight(p + "mlp.fc.w"), P(p + "mlp.fc.b"), BT, C, Fl);
   const MatrixIn fch_gelu =
-      gelu_operand(a.fch_gelu, a.fch, std::size_t(BT) * Fl, a.fch_gelu_16, !recompute);
+      gelu_operand(a.fch_gelu, a.fch, std::size_t(BT) * Fl, a.fch_gelu_16, a.fch_16, !recompute);
   if (recompute) return;  // backward needs neither the MLP's output nor res3
   be.matmul_forward(full, fch_gelu, weight(p + "mlp.proj.w"),
                     bias_here ? P(p + "mlp.proj.b") : nullptr, BT, Fl, C);

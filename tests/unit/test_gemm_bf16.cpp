@@ -240,14 +240,22 @@ TEST(GemmBf16, FusedGeluEqualsTheSeparatePasses) {
   for (bool with_bits : {true, false}) {
     SCOPED_TRACE(with_bits ? "with bits" : "values only");
     std::vector<float> x1 = x, x2 = x, y1(n, 3.0f), y2(n, 3.0f);
-    std::vector<std::uint16_t> b1(n, 1), b2(n, 1);
-    be->gelu_forward_rounded(y1.data(), with_bits ? b1.data() : nullptr, x1.data(), n,
-                             DType::bf16);
-    be->ComputeBackend::gelu_forward_rounded(y2.data(), with_bits ? b2.data() : nullptr,
-                                             x2.data(), n, DType::bf16);
+    std::vector<std::uint16_t> b1(n, 1), b2(n, 1), xb1(n, 1), xb2(n, 1);
+    auto maybe = [&](std::vector<std::uint16_t>& b) { return with_bits ? b.data() : nullptr; };
+    be->gelu_forward_rounded(y1.data(), maybe(b1), x1.data(), maybe(xb1), n, DType::bf16);
+    be->ComputeBackend::gelu_forward_rounded(y2.data(), maybe(b2), x2.data(), maybe(xb2), n,
+                                             DType::bf16);
     EXPECT_EQ(float_bits(x1), float_bits(x2));
     EXPECT_EQ(float_bits(y1), float_bits(y2));
     EXPECT_EQ(b1, b2);
+    EXPECT_EQ(xb1, xb2);
+    if (with_bits) {  // each kind of bits alone
+      std::fill(b1.begin(), b1.end(), 1), std::fill(xb1.begin(), xb1.end(), 1);
+      x1 = x, be->gelu_forward_rounded(y1.data(), nullptr, x1.data(), xb1.data(), n, DType::bf16);
+      x1 = x, be->gelu_forward_rounded(y1.data(), b1.data(), x1.data(), nullptr, n, DType::bf16);
+      EXPECT_EQ(xb1, xb2);
+      EXPECT_EQ(b1, b2);
+    }
     std::vector<float> d1 = dy, d2 = dy, g1(n, 3.0f), g2(n, 3.0f);
     be->gelu_backward_rounded(g1.data(), with_bits ? b1.data() : nullptr, x1.data(), d1.data(),
                               n, DType::bf16);

@@ -155,10 +155,11 @@ class CpuBackend final : public ComputeBackend {
   void gelu_backward(float* dinp, const float* inp, const float* dout, std::size_t n) override {
     cpu::gelu_backward(dinp, inp, dout, n);
   }
-  void gelu_forward_rounded(float* out, std::uint16_t* bits, float* inp, std::size_t n,
-                            DType store) override {
-    if (store != DType::bf16) return ComputeBackend::gelu_forward_rounded(out, bits, inp, n, store);
-    cpu::gelu_forward_bf16(out, bits, inp, n);
+  void gelu_forward_rounded(float* out, std::uint16_t* bits, float* inp, std::uint16_t* inp_bits,
+                            std::size_t n, DType store) override {
+    if (store != DType::bf16)
+      return ComputeBackend::gelu_forward_rounded(out, bits, inp, inp_bits, n, store);
+    cpu::gelu_forward_bf16(out, bits, inp, inp_bits, n);
   }
   void gelu_backward_rounded(float* dinp, std::uint16_t* bits, const float* inp, float* dout,
                              std::size_t n, DType store) override {

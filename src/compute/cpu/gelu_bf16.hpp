@@ -7,9 +7,10 @@
 
 namespace trident::cpu {
 
-// inp rounded to bf16 in place; out = bf16(gelu(inp)) and, where bits is not
-// null, out's bf16 bits.
-void gelu_forward_bf16(float* out, std::uint16_t* bits, float* inp, std::size_t n);
+// inp rounded to bf16 in place; out = bf16(gelu(inp)); where not null, bits
+// and inp_bits get out's and inp's bf16 bits.
+void gelu_forward_bf16(float* out, std::uint16_t* bits, float* inp, std::uint16_t* inp_bits,
+                       std::size_t n);
 // dinp = bf16(gelu'(inp) * bf16(dout)) and, where bits is not null, its bf16
 // bits. dout is read only.
 void gelu_backward_bf16(float* dinp, std::uint16_t* bits, const float* inp, const float* dout,
