@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <stdexcept>
 
 #include "checkpoint/direct_queues.hpp"
 #include "core/error.hpp"
@@ -13,6 +14,7 @@ namespace trident {
 namespace {
 
 constexpr int kStreamSets = 3;  // blocks being read, updated and written back
+constexpr std::size_t kHostStaging = 2;  // cpu: a block's gradients and parameters
 
 std::size_t round_up(std::size_t x, std::size_t to) { return (x + to - 1) / to * to; }
 
@@ -33,8 +35,10 @@ OptimizerHome::ArenaBytes OptimizerHome::arena_bytes(const OffloadSection& o, st
                                                      int kinds, bool memory_is_host) {
   const std::size_t k = std::size_t(kinds), block = block_elements(o) * sizeof(float);
   if (o.optimizer == OffloadTarget::none) return {k * n * sizeof(float), 0};
+  if (o.optimizer == OffloadTarget::cpu)
+    return {0, kHostStaging * std::min(block, n * sizeof(float))};
   ArenaBytes b;
-  if (o.optimizer == OffloadTarget::nvme) b.buffers += std::size_t(kStreamSets) * k * block;
+  b.buffers += std::size_t(kStreamSets) * k * block;
   if (!memory_is_host) b.buffers += k * block;
   return b;
 }
@@ -52,20 +56,31 @@ OptimizerHome::OptimizerHome(const OffloadSection& o, ComputeBackend& backend,
       resident_.emplace_back(backend, ledger, MemCategory::optimizer, n);
     return;
   }
-  if (!backend.memory_is_host())  // each block is updated in device memory
-    device_block_ = Arena(backend, ledger, MemCategory::buffers, std::size_t(kinds) * block_);
   if (target_ == OffloadTarget::cpu) {
-    const std::size_t bytes = round_up(std::max<std::size_t>(n, 1) * sizeof(float),
-                                       SwapFile::kAlign);
-    for (int k = 0; k < kinds; ++k) {
+    auto host_floats = [&](std::size_t count) {
+      const std::size_t bytes = round_up(std::max<std::size_t>(count, 1) * sizeof(float),
+                                         SwapFile::kAlign);
       auto* p = static_cast<float*>(std::aligned_alloc(SwapFile::kAlign, bytes));
       if (!p) throw RuntimeFailure("offload.optimizer = \"cpu\": out of host memory");
       std::memset(p, 0, bytes);
       if (o.pin_memory) backend.pin_host(p, bytes);
-      host_.emplace_back(p, FreeHost{o.pin_memory ? &backend : nullptr, bytes});
+      return std::unique_ptr<float, FreeHost>(p, FreeHost{o.pin_memory ? &backend : nullptr, bytes});
+    };
+    for (int k = 0; k < kinds; ++k) host_.push_back(host_floats(n));
+    const std::size_t staged = std::min(block_, n);
+    for (std::size_t i = 0; i < kHostStaging; ++i) host_staging_.push_back(host_floats(staged));
+    staging_counted_ = kHostStaging * staged * sizeof(float);
+    ledger_.allocate(MemCategory::buffers, staging_counted_);
+    if (backend.memory_is_host()) {
+      host_backend_ = &backend;
+    } else {
+      own_host_backend_ = make_cpu_backend(0);
+      host_backend_ = own_host_backend_.get();
     }
     return;
   }
+  if (!backend.memory_is_host())  // each block is updated in device memory
+    device_block_ = Arena(backend, ledger, MemCategory::buffers, std::size_t(kinds) * block_);
   region_bytes_ = round_up(n * sizeof(float), SwapFile::kAlign);
   swap_ = std::make_unique<SwapFile>(o.nvme_path, rank, region_bytes_ * std::uint64_t(kinds),
                                      o.queue_depth);
@@ -80,15 +95,25 @@ OptimizerHome::OptimizerHome(const OffloadSection& o, ComputeBackend& backend,
 }
 
 OptimizerHome::~OptimizerHome() {
-  if (!staging_) return;
-  swap_.reset();  // no transfer into the buffers after this
-  if (pinned_)
-    for (std::size_t i = 0; i < staging_->size(); ++i)
-      backend_.unpin_host((*staging_)[i], block_ * sizeof(float));
+  if (staging_) {
+    swap_.reset();  // no transfer into the buffers after this
+    if (pinned_)
+      for (std::size_t i = 0; i < staging_->size(); ++i)
+        backend_.unpin_host((*staging_)[i], block_ * sizeof(float));
+  }
   ledger_.release(MemCategory::buffers, staging_counted_);
 }
 
 std::string OptimizerHome::warning() const { return swap_ ? swap_->warning() : std::string(); }
+
+void OptimizerHome::for_host_blocks(const BlockFn& f) {
+  if (target_ != OffloadTarget::cpu) throw std::logic_error("for_host_blocks: not a cpu home");
+  for (std::size_t first = 0; first < n_; first += block_) {
+    float* state[3] = {};
+    for (int k = 0; k < kinds_; ++k) state[k] = host(k) + first;
+    f(first, std::min(block_, n_ - first), state);
+  }
+}
 
 void OptimizerHome::for_blocks(const BlockFn& f, bool write_back) {
   if (target_ == OffloadTarget::none) {
@@ -97,16 +122,11 @@ void OptimizerHome::for_blocks(const BlockFn& f, bool write_back) {
     return f(0, n_, state);
   }
   if (target_ == OffloadTarget::nvme) return stream_swap(f, write_back);
-  if (backend_.memory_is_host()) {  // one block: the host memory itself
-    float* state[3] = {};
-    for (int k = 0; k < kinds_; ++k) state[k] = host(k);
-    return f(0, n_, state);
-  }
-  for (std::size_t first = 0; first < n_; first += block_) {
-    float* state[3] = {};
-    for (int k = 0; k < kinds_; ++k) state[k] = host(k) + first;
-    on_device(first, std::min(block_, n_ - first), state, f, write_back);
-  }
+  if (!backend_.memory_is_host())
+    throw std::logic_error("a cpu home on a device backend updates on the host");
+  float* state[3] = {};  // one block: the host memory itself
+  for (int k = 0; k < kinds_; ++k) state[k] = host(k);
+  f(0, n_, state);
 }
 
 // A host block's update in device memory: there and back.

@@ -3,13 +3,17 @@
 // shard's layout.
 //   none: arenas in the backend's memory, counted as optimizer state;
 //   cpu:  host memory (ZeRO-Offload, Ren et al. 2021), outside the arenas;
-//         on the CPU backend that is the memory the arenas use;
+//         on the CPU backend that is the memory the arenas use. The update
+//         runs there too, on the host's compute backend: each block's
+//         gradients come from the backend's memory and its weights go back
+//         through two staging blocks (counted as buffers);
 //   nvme: a swap file (ZeRO-Infinity), streamed through the step in blocks
 //         of offload.block_mb: block k+1 is read while block k is updated and
 //         block k-1 written back (the staging buffers count as buffers).
-// The update itself is the backend's AdamW on the same values in every home
-// (on a device backend a block passes through device staging), so a run
-// offloads bit-identically to one that does not.
+// The update is the same AdamW in every home (compute/adamw_math.hpp: the
+// host's and the device's give the same bits; nvme blocks pass through device
+// staging on a device backend), so a run offloads bit-identically to one that
+// does not.
 #pragma once
 #include <cstddef>
 #include <functional>
@@ -56,9 +60,17 @@ class OptimizerHome {
   // f(first, count, state) for consecutive blocks covering [0, n): state[k]
   // points at element `first` of kind k in backend memory; what f writes
   // there is kept.
-  // With !write_back f only reads (the swap is not written).
+  // With !write_back f only reads (the swap is not written). Not for a cpu
+  // home on a device backend, which updates on the host (for_host_blocks).
   using BlockFn = std::function<void(std::size_t, std::size_t, float* const*)>;
   void for_blocks(const BlockFn& f, bool write_back = true);
+  // cpu: the update runs on the host; f(first, count, state) for blocks of
+  // at most block_elements(), state in host memory.
+  bool updates_on_host() const { return target_ == OffloadTarget::cpu; }
+  void for_host_blocks(const BlockFn& f);
+  ComputeBackend& host_backend() { return *host_backend_; }
+  // Host staging of a block's gradients (0) and parameters (1), f32.
+  float* staging_block(int i) { return host_staging_[std::size_t(i)].get(); }
   // A resident home's arena of a kind (null when offloaded).
   Arena* resident(int kind) {
     return std::size_t(kind) < resident_.size() ? &resident_[std::size_t(kind)] : nullptr;
@@ -93,6 +105,9 @@ class OptimizerHome {
   std::size_t block_;  // elements per block
   std::vector<Arena> resident_;                         // none
   std::vector<std::unique_ptr<float, FreeHost>> host_;  // cpu
+  std::vector<std::unique_ptr<float, FreeHost>> host_staging_;  // cpu: gradients, parameters
+  std::unique_ptr<ComputeBackend> own_host_backend_;    // cpu on a device backend
+  ComputeBackend* host_backend_ = nullptr;
   std::unique_ptr<SwapFile> swap_;                      // nvme
   std::uint64_t region_bytes_ = 0;                      // per kind in the swap file
   std::unique_ptr<AlignedBuffers> staging_;             // nvme: 3 blocks of every kind

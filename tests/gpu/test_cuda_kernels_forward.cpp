@@ -187,9 +187,10 @@ TEST_F(CudaForward, AdamWOverSeveralSteps) {
     gpu->adamw(gp, d.upload(g), gm, gv, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, bc1, bc2, clip,
                nullptr);
   }
-  EXPECT_TRUE(matches_cpu(d.download(gp, n), p)) << "params";
-  EXPECT_TRUE(matches_cpu(d.download(gm, n), m)) << "first moment";
-  EXPECT_TRUE(matches_cpu(d.download(gv, n), v)) << "second moment";
+  // Bit for bit (compute/adamw_math.hpp): ZeRO-Offload's host update relies on it.
+  EXPECT_EQ(d.download(gp, n), p) << "params";
+  EXPECT_EQ(d.download(gm, n), m) << "first moment";
+  EXPECT_EQ(d.download(gv, n), v) << "second moment";
   // bf16 weights written by the update: the rounding of the GPU's own masters.
   const auto g = random_vector(n, 200, -0.1f, 0.1f);
   auto* bits = static_cast<std::uint16_t*>(gpu->allocate(n * sizeof(std::uint16_t)));

@@ -11,6 +11,7 @@
 #include "model/gpt_params.hpp"
 #include "model/param_table.hpp"
 #include "optim/adamw.hpp"
+#include "compute/adamw_math.hpp"
 #include "optim/clip.hpp"
 #include "optim/schedule.hpp"
 
@@ -155,6 +156,40 @@ TEST(AdamW, FusedScaleAndBf16WeightsEqualSeparatePasses) {
   EXPECT_EQ(m, m2);
   EXPECT_EQ(v, v2);
   EXPECT_EQ(fused, separate);
+}
+
+// The CPU's update is the written-out arithmetic of compute/adamw_math.hpp,
+// every element, in its vectorised clone too: the CUDA kernel computes the
+// same (tests/gpu), so ZeRO-Offload's host update equals the device's.
+TEST(AdamW, ComputesTheWrittenOutOperationsExactly) {
+  auto be = make_cpu_backend(0);
+  const std::size_t n = 100003;
+  std::vector<float> p(n), g(n), m(n), v(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    p[i] = std::sin(0.37f * float(i)), g[i] = 0.1f * std::cos(0.11f * float(i));
+    m[i] = 0.01f * std::sin(0.05f * float(i)), v[i] = 1e-4f * (1.5f + std::cos(0.07f * float(i)));
+  }
+  const float lr = 3e-4f, wd = 0.1f, bc1 = 0.19f, bc2 = 0.0975f, scale = 0.37f;
+  const AdamWScalars a = adamw_scalars(lr, 0.9f, 0.95f, 1e-8f, wd, bc1, bc2, scale);
+  auto rp = p, rm = m, rv = v;
+  for (std::size_t i = 0; i < n; ++i) {  // one rounding per operation, as written
+    const float gi = g[i] * a.grad_scale;
+    const float decayed = rp[i] * a.decay;
+    const float scaled_g = a.one_minus_beta1 * gi;
+    rm[i] = std::fma(a.beta1, rm[i], scaled_g);
+    const float scaled_g2 = a.one_minus_beta2 * gi;
+    const float g2 = scaled_g2 * gi;
+    rv[i] = std::fma(a.beta2, rv[i], g2);
+    const float num = a.step * rm[i];
+    const float denom = std::fma(std::sqrt(rv[i]), a.inv_sqrt_bc2, a.eps);
+    const float update = num / denom;
+    rp[i] = decayed - update;
+  }
+  be->adamw(p.data(), g.data(), m.data(), v.data(), n, lr, 0.9f, 0.95f, 1e-8f, wd, bc1, bc2,
+            scale, nullptr);
+  EXPECT_EQ(m, rm);
+  EXPECT_EQ(v, rv);
+  EXPECT_EQ(p, rp);
 }
 
 TEST(Clip, ScalesOnlyAboveTheThreshold) {

@@ -2,6 +2,7 @@
 // loops in fp32; each element is independent, so results are deterministic.
 #include "compute/cuda/device_math.cuh"
 #include "compute/cuda/launch.hpp"
+#include "compute/adamw_math.hpp"
 
 namespace trident::gpu {
 namespace {
@@ -43,17 +44,19 @@ __global__ void scale_kernel(S* x, float factor, std::size_t n) {
   TRIDENT_GRID_STRIDE(i, n) x[i] = from_f32<S>(to_f32(x[i]) * factor);
 }
 
-// Decoupled AdamW, PyTorch's order of operations (as the CPU backend).
+// Decoupled AdamW as compute/adamw_math.hpp writes it, each operation rounded
+// on its own (the _rn intrinsics keep the compiler from fusing others), so
+// the host's update (ZeRO-Offload) gives the same bits.
 template <class S>
-__global__ void adamw_kernel(S* param, const S* grad, float* m, float* v, std::size_t n, float lr,
-                             float beta1, float beta2, float eps, float wd, float step,
-                             float inv_sqrt_bc2, float grad_scale, std::uint16_t* bf16) {
+__global__ void adamw_kernel(S* param, const S* grad, float* m, float* v, std::size_t n,
+                             AdamWScalars a, std::uint16_t* bf16) {
   TRIDENT_GRID_STRIDE(i, n) {
-    const float g = to_f32(grad[i]) * grad_scale;
-    float p = to_f32(param[i]) * (1.0f - lr * wd);
-    const float mi = beta1 * m[i] + (1.0f - beta1) * g;
-    const float vi = beta2 * v[i] + (1.0f - beta2) * g * g;
-    p -= step * mi / (sqrtf(vi) * inv_sqrt_bc2 + eps);
+    const float g = __fmul_rn(to_f32(grad[i]), a.grad_scale);
+    float p = __fmul_rn(to_f32(param[i]), a.decay);
+    const float mi = __fmaf_rn(a.beta1, m[i], __fmul_rn(a.one_minus_beta1, g));
+    const float vi = __fmaf_rn(a.beta2, v[i], __fmul_rn(__fmul_rn(a.one_minus_beta2, g), g));
+    const float denom = __fmaf_rn(__fsqrt_rn(vi), a.inv_sqrt_bc2, a.eps);
+    p = __fsub_rn(p, __fdiv_rn(__fmul_rn(a.step, mi), denom));
     m[i] = mi, v[i] = vi;
     param[i] = from_f32<S>(p);
     if (bf16) bf16[i] = bf16_bits(p);
@@ -90,10 +93,8 @@ void adamw(S* param, const S* grad, float* m, float* v, std::size_t n, float lr,
            float beta2, float eps, float weight_decay, float bc1, float bc2, float grad_scale,
            std::uint16_t* bf16, cudaStream_t s) {
   if (!n) return;
-  const float step = lr / bc1, inv_sqrt_bc2 = 1.0f / sqrtf(bc2);
-  adamw_kernel<<<elementwise_blocks(n, kThreads), kThreads, 0, s>>>(
-      param, grad, m, v, n, lr, beta1, beta2, eps, weight_decay, step, inv_sqrt_bc2, grad_scale,
-      bf16);
+  const AdamWScalars a = adamw_scalars(lr, beta1, beta2, eps, weight_decay, bc1, bc2, grad_scale);
+  adamw_kernel<<<elementwise_blocks(n, kThreads), kThreads, 0, s>>>(param, grad, m, v, n, a, bf16);
 }
 
 #define TRIDENT_INSTANTIATE(S)                                                               \
