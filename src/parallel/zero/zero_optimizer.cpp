@@ -50,24 +50,37 @@ void ZeroOptimizer::for_owned(std::size_t first, std::size_t count, F&& f) {
 
 // The owned 16-bit weights of shard elements [first, first + count) become
 // the rounding of `master` (element `first` of the masters); `block` is the
-// piece of the parameters update_owned_params gave.
+// piece of the parameters update_owned_params gave. Masters in host memory
+// (a cpu home) are rounded there and the weights copied over.
 void ZeroOptimizer::round_weights(std::size_t first, std::size_t count, const float* master,
                                   void* block) {
   const ZeroPlan& plan = storage_.plan();
+  const DType type = storage_.param_dtype();
+  const bool on_host = home_.updates_on_host();
+  void* rounded = on_host ? home_.staging_block(1) : nullptr;  // 16-bit values fit in floats
   for (std::size_t u = 0; u < plan.units().size(); ++u) {
     const ZeroUnit& U = plan.units()[u];
     const std::size_t a = std::max(U.shard_offset, first);
     const std::size_t b = std::min(U.shard_offset + plan.slice(U), first + count);
     if (a >= b) continue;
-    backend_.convert(storage_.owned_param_at(int(u), a - U.shard_offset, first, block),
-                     storage_.param_dtype(), master + (a - first), DType::f32, b - a);
+    void* weights = storage_.owned_param_at(int(u), a - U.shard_offset, first, block);
+    if (!on_host) {
+      backend_.convert(weights, type, master + (a - first), DType::f32, b - a);
+      continue;
+    }
+    home_.host_backend().convert(rounded, type, master + (a - first), DType::f32, b - a);
+    backend_.copy_from_host(weights, rounded, (b - a) * dtype_size(type));
   }
+}
+
+void ZeroOptimizer::for_home_blocks(const OptimizerHome::BlockFn& f, bool write_back) {
+  if (home_.updates_on_host()) home_.for_host_blocks(f);
+  else home_.for_blocks(f, write_back);
 }
 
 void ZeroOptimizer::refresh_weights() {
   if (!has_masters()) return;
-  if (home_.updates_on_host()) return refresh_weights_on_host();
-  home_.for_blocks([&](std::size_t first, std::size_t count, float* const* state) {
+  for_home_blocks([&](std::size_t first, std::size_t count, float* const* state) {
     storage_.update_owned_params(first, count, [&](std::size_t a, std::size_t k, void* block) {
       round_weights(a, k, state[OptimizerHome::masters] + (a - first), block);
     });
@@ -94,18 +107,23 @@ bool ZeroOptimizer::grads_nonfinite() {
   return !std::isfinite(s);
 }
 
+// Block by block of the home (the whole shard when it is resident): the
+// update of each element, then, with 16-bit weights, their rounding. A cpu
+// home updates on the host (ZeRO-Offload): the moments and masters stay in
+// host memory and AdamW runs there, on the home's host backend; each piece's
+// gradients come from the backend's memory through a staging block, f32
+// weights through the other and back, 16-bit ones rounded on the host. Same
+// arithmetic either way (compute/adamw_math.hpp): bit for bit as without offload.
 void ZeroOptimizer::step(float lr, float grad_scale) {
   ++t_;
   const float bc1 = 1.0f - static_cast<float>(std::pow(double(cfg_.beta1), double(t_)));
   const float bc2 = 1.0f - static_cast<float>(std::pow(double(cfg_.beta2), double(t_)));
-  if (home_.updates_on_host()) {
-    step_on_host(lr, grad_scale, bc1, bc2);
-    return storage_.publish_params();
-  }
-  const bool masters = has_masters();
-  // Block by block of the home (the whole shard when it is resident): the
-  // update of each element, then, with 16-bit weights, their rounding.
-  home_.for_blocks([&](std::size_t first, std::size_t count, float* const* state) {
+  const bool masters = has_masters(), on_host = home_.updates_on_host();
+  ComputeBackend& update = on_host ? home_.host_backend() : backend_;
+  float* g_stage = on_host ? home_.staging_block(0) : nullptr;
+  float* p_stage = on_host ? home_.staging_block(1) : nullptr;
+  const Arena& grads = storage_.owned_grads_arena();
+  for_home_blocks([&](std::size_t first, std::size_t count, float* const* state) {
     float* m = state[OptimizerHome::exp_avg];
     float* v = state[OptimizerHome::exp_avg_sq];
     float* master = masters ? state[OptimizerHome::masters] : nullptr;
@@ -113,81 +131,22 @@ void ZeroOptimizer::step(float lr, float grad_scale) {
     storage_.update_owned_params(first, count, [&](std::size_t a, std::size_t k, void* block) {
       for_owned(a, k, [&](const TensorInfo& t, int u, std::size_t off, std::size_t n) {
         const std::size_t at = storage_.plan().units()[u].shard_offset + off - first;
-        float* p = masters ? master + at
-                           : static_cast<float*>(storage_.owned_param_at(u, off, a, block));
+        void* weights = masters ? nullptr : storage_.owned_param_at(u, off, a, block);
+        float* p = masters ? master + at : on_host ? p_stage : static_cast<float*>(weights);
+        if (on_host && weights) backend_.copy_to_host(p, weights, n * sizeof(float));
         const std::size_t g0 = storage_.owned_grads_first(u) + off;
-        const Arena& grads = storage_.owned_grads_arena();
         view_.for_chunks(grads, g0, n, [&](float* g, std::size_t o, std::size_t c) {
-          backend_.adamw(p + o, g, m + at + o, v + at + o, c, lr, cfg_.beta1, cfg_.beta2, cfg_.eps,
-                         t.weight_decay ? cfg_.weight_decay : 0.0f, bc1, bc2, grad_scale,
-                         nullptr);
+          if (on_host) backend_.copy_to_host(g_stage, g, c * sizeof(float)), g = g_stage;
+          update.adamw(p + o, g, m + at + o, v + at + o, c, lr, cfg_.beta1, cfg_.beta2,
+                       cfg_.eps, t.weight_decay ? cfg_.weight_decay : 0.0f, bc1, bc2, grad_scale,
+                       nullptr);
         });
+        if (on_host && weights) backend_.copy_from_host(weights, p, n * sizeof(float));
       });
       if (masters) round_weights(a, k, master + (a - first), block);
     });
   });
   storage_.publish_params();
-}
-
-// ZeRO-Offload: the moments and masters stay in host memory and AdamW runs
-// there, on the home's host backend, block by block; each piece's gradients
-// come from the backend's memory through a staging block, and the updated
-// weights go back (f32 weights through the other staging block, 16-bit ones
-// rounded on the host). Same arithmetic as the device's update
-// (compute/adamw_math.hpp), so the run equals one without offload bit for bit.
-void ZeroOptimizer::step_on_host(float lr, float grad_scale, float bc1, float bc2) {
-  ComputeBackend& host = home_.host_backend();
-  const bool masters = has_masters();
-  float *g_host = home_.staging_block(0), *p_host = home_.staging_block(1);
-  const Arena& grads = storage_.owned_grads_arena();
-  home_.for_host_blocks([&](std::size_t first, std::size_t count, float* const* state) {
-    float* m = state[OptimizerHome::exp_avg];
-    float* v = state[OptimizerHome::exp_avg_sq];
-    float* master = masters ? state[OptimizerHome::masters] : nullptr;
-    storage_.update_owned_params(first, count, [&](std::size_t a, std::size_t k, void* block) {
-      for_owned(a, k, [&](const TensorInfo& t, int u, std::size_t off, std::size_t n) {
-        const std::size_t at = storage_.plan().units()[u].shard_offset + off - first;
-        void* weights = masters ? nullptr : storage_.owned_param_at(u, off, a, block);
-        float* p = masters ? master + at : p_host;
-        if (weights) backend_.copy_to_host(p, weights, n * sizeof(float));
-        const std::size_t g0 = storage_.owned_grads_first(u) + off;
-        view_.for_chunks(grads, g0, n, [&](float* g, std::size_t o, std::size_t c) {
-          backend_.copy_to_host(g_host, g, c * sizeof(float));
-          host.adamw(p + o, g_host, m + at + o, v + at + o, c, lr, cfg_.beta1, cfg_.beta2,
-                     cfg_.eps, t.weight_decay ? cfg_.weight_decay : 0.0f, bc1, bc2, grad_scale,
-                     nullptr);
-        });
-        if (weights) backend_.copy_from_host(weights, p, n * sizeof(float));
-      });
-      if (masters) round_weights_on_host(a, k, master + (a - first), block);
-    });
-  });
-}
-
-void ZeroOptimizer::refresh_weights_on_host() {
-  home_.for_host_blocks([&](std::size_t first, std::size_t count, float* const* state) {
-    storage_.update_owned_params(first, count, [&](std::size_t a, std::size_t k, void* block) {
-      round_weights_on_host(a, k, state[OptimizerHome::masters] + (a - first), block);
-    });
-  });
-  storage_.publish_params();
-}
-
-// round_weights with the masters in host memory: rounded there, then copied.
-void ZeroOptimizer::round_weights_on_host(std::size_t first, std::size_t count,
-                                          const float* master, void* block) {
-  const ZeroPlan& plan = storage_.plan();
-  const DType type = storage_.param_dtype();
-  void* rounded = home_.staging_block(1);  // count 16-bit values fit in count floats
-  for (std::size_t u = 0; u < plan.units().size(); ++u) {
-    const ZeroUnit& U = plan.units()[u];
-    const std::size_t a = std::max(U.shard_offset, first);
-    const std::size_t b = std::min(U.shard_offset + plan.slice(U), first + count);
-    if (a >= b) continue;
-    home_.host_backend().convert(rounded, type, master + (a - first), DType::f32, b - a);
-    backend_.copy_from_host(storage_.owned_param_at(int(u), a - U.shard_offset, first, block),
-                            rounded, (b - a) * dtype_size(type));
-  }
 }
 
 }  // namespace trident

@@ -43,11 +43,8 @@ class ZeroOptimizer {
   // tensor's part of an owned slice within shard elements [first, first + count).
   template <class F> void for_owned(std::size_t first, std::size_t count, F&& f);
   void round_weights(std::size_t first, std::size_t count, const float* master, void* block);
-  // offload.optimizer = "cpu": the update on the host.
-  void step_on_host(float lr, float grad_scale, float bc1, float bc2);
-  void refresh_weights_on_host();
-  void round_weights_on_host(std::size_t first, std::size_t count, const float* master,
-                             void* block);
+  // The home's blocks where the update runs: host memory for a cpu home.
+  void for_home_blocks(const OptimizerHome::BlockFn& f, bool write_back = true);
 
   ZeroStorage& storage_;
   const TensorTable& table_;
