@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
-#include <stdexcept>
 
 #include "checkpoint/direct_queues.hpp"
 #include "core/error.hpp"
@@ -106,15 +105,6 @@ OptimizerHome::~OptimizerHome() {
 
 std::string OptimizerHome::warning() const { return swap_ ? swap_->warning() : std::string(); }
 
-void OptimizerHome::for_host_blocks(const BlockFn& f) {
-  if (target_ != OffloadTarget::cpu) throw std::logic_error("for_host_blocks: not a cpu home");
-  for (std::size_t first = 0; first < n_; first += block_) {
-    float* state[3] = {};
-    for (int k = 0; k < kinds_; ++k) state[k] = host(k) + first;
-    f(first, std::min(block_, n_ - first), state);
-  }
-}
-
 void OptimizerHome::for_blocks(const BlockFn& f, bool write_back) {
   if (target_ == OffloadTarget::none) {
     float* state[3] = {};
@@ -122,11 +112,11 @@ void OptimizerHome::for_blocks(const BlockFn& f, bool write_back) {
     return f(0, n_, state);
   }
   if (target_ == OffloadTarget::nvme) return stream_swap(f, write_back);
-  if (!backend_.memory_is_host())
-    throw std::logic_error("a cpu home on a device backend updates on the host");
-  float* state[3] = {};  // one block: the host memory itself
-  for (int k = 0; k < kinds_; ++k) state[k] = host(k);
-  f(0, n_, state);
+  for (std::size_t first = 0; first < n_; first += block_) {  // cpu: in host memory
+    float* state[3] = {};
+    for (int k = 0; k < kinds_; ++k) state[k] = host(k) + first;
+    f(first, std::min(block_, n_ - first), state);
+  }
 }
 
 // A host block's update in device memory: there and back.

@@ -58,16 +58,13 @@ class OptimizerHome {
                                 bool memory_is_host);
 
   // f(first, count, state) for consecutive blocks covering [0, n): state[k]
-  // points at element `first` of kind k in backend memory; what f writes
-  // there is kept.
-  // With !write_back f only reads (the swap is not written). Not for a cpu
-  // home on a device backend, which updates on the host (for_host_blocks).
+  // points at element `first` of kind k where the update runs, backend
+  // memory, or host memory for a home that updates_on_host() (cpu: blocks of
+  // at most block_elements(), the staging's size); what f writes there is
+  // kept. With !write_back f only reads (the swap is not written).
   using BlockFn = std::function<void(std::size_t, std::size_t, float* const*)>;
   void for_blocks(const BlockFn& f, bool write_back = true);
-  // cpu: the update runs on the host; f(first, count, state) for blocks of
-  // at most block_elements(), state in host memory.
   bool updates_on_host() const { return target_ == OffloadTarget::cpu; }
-  void for_host_blocks(const BlockFn& f);
   ComputeBackend& host_backend() { return *host_backend_; }
   // Host staging of a block's gradients (0) and parameters (1), f32.
   float* staging_block(int i) { return host_staging_[std::size_t(i)].get(); }

@@ -73,14 +73,9 @@ void ZeroOptimizer::round_weights(std::size_t first, std::size_t count, const fl
   }
 }
 
-void ZeroOptimizer::for_home_blocks(const OptimizerHome::BlockFn& f, bool write_back) {
-  if (home_.updates_on_host()) home_.for_host_blocks(f);
-  else home_.for_blocks(f, write_back);
-}
-
 void ZeroOptimizer::refresh_weights() {
   if (!has_masters()) return;
-  for_home_blocks([&](std::size_t first, std::size_t count, float* const* state) {
+  home_.for_blocks([&](std::size_t first, std::size_t count, float* const* state) {
     storage_.update_owned_params(first, count, [&](std::size_t a, std::size_t k, void* block) {
       round_weights(a, k, state[OptimizerHome::masters] + (a - first), block);
     });
@@ -123,7 +118,7 @@ void ZeroOptimizer::step(float lr, float grad_scale) {
   float* g_stage = on_host ? home_.staging_block(0) : nullptr;
   float* p_stage = on_host ? home_.staging_block(1) : nullptr;
   const Arena& grads = storage_.owned_grads_arena();
-  for_home_blocks([&](std::size_t first, std::size_t count, float* const* state) {
+  home_.for_blocks([&](std::size_t first, std::size_t count, float* const* state) {
     float* m = state[OptimizerHome::exp_avg];
     float* v = state[OptimizerHome::exp_avg_sq];
     float* master = masters ? state[OptimizerHome::masters] : nullptr;

@@ -43,8 +43,6 @@ class ZeroOptimizer {
   // tensor's part of an owned slice within shard elements [first, first + count).
   template <class F> void for_owned(std::size_t first, std::size_t count, F&& f);
   void round_weights(std::size_t first, std::size_t count, const float* master, void* block);
-  // The home's blocks where the update runs: host memory for a cpu home.
-  void for_home_blocks(const OptimizerHome::BlockFn& f, bool write_back = true);
 
   ZeroStorage& storage_;
   const TensorTable& table_;
