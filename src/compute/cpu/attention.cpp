@@ -7,9 +7,9 @@
 // element-wise softmax work between them runs over contiguous tile rows.
 // One thread owns a (batch, head, query tile) in forward and a (batch, head)
 // in backward, so every sum runs in a fixed order at any thread count. With
-// bf16 the products take bf16 copies of their operands (q, k, v and dout hold
-// bf16 values; the probabilities and score gradients are rounded, while the
-// softmax sums and dS use them unrounded) and run on bf16 kernels.
+// bf16 the products run on bf16 kernels (q, k, v and dout hold bf16 values,
+// read as the caller's bits; the probabilities and score gradients are
+// rounded, while the softmax sums and dS use them unrounded).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -18,6 +18,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "compute/cpu/amx_gemm.hpp"
 #include "compute/cpu/blas.hpp"
 #include "compute/cpu/fast_math.hpp"
 #include "compute/cpu/gemm_bf16.hpp"
@@ -92,6 +93,11 @@ float* f32(T* x) { return reinterpret_cast<float*>(x); }
 template <class T>
 const float* f32(const T* x) { return reinterpret_cast<const float*>(x); }
 
+// Whether the tile products read the caller's bf16 bits where they lie (rows
+// 3C apart): the AMX GEMM takes any stride at full speed; oneDNN's kernels
+// want dense rows, so elsewhere a head's rows are copied first (same bits).
+bool bits_in_place(const std::uint16_t* bits) { return bits && amx_available(); }
+
 // bf16 tiles are for f32 runs that ask for them on a CPU that has the kernels.
 template <class T>
 bool bf16_tiles(bool bf16) {
@@ -108,12 +114,13 @@ void attention_forward(T* out, T* lse, const T* qkv, int B, int T_, int C, int N
   const T scale = T(1) / std::sqrt(T(hs));
   const bool b16 = bf16_tiles<T>(bf16);
   const int tile = attention_tile(b16), tiles = (T_ + tile - 1) / tile;
+  const bool in_place = b16 && bits_in_place(qkv16);
 #pragma omp parallel
   {
     std::vector<T> S(tile * tile), acc(std::size_t(tile) * hs), m(tile), l(tile);
     std::vector<std::uint16_t> q16, kv16, p16;  // bf16: Q_i, K and V up to the diagonal, P
-    if (b16) q16.resize(std::size_t(tile) * hs), kv16.resize(2 * std::size_t(T_) * hs),
-        p16.resize(tile * tile);
+    if (b16) p16.resize(tile * tile);
+    if (b16 && !in_place) q16.resize(std::size_t(tile) * hs), kv16.resize(2 * std::size_t(T_) * hs);
     int packed_head = -1, packed_rows = 0;  // the (b, h) whose K, V rows kv16 holds
     // Later query tiles see more keys: hand them out dynamically.
 #pragma omp for collapse(3) schedule(dynamic)
@@ -128,22 +135,27 @@ void attention_forward(T* out, T* lse, const T* qkv, int B, int T_, int C, int N
           std::fill(acc.begin(), acc.end(), T(0));
           std::fill(m.begin(), m.end(), -std::numeric_limits<T>::infinity());
           std::fill(l.begin(), l.end(), T(0));
-          std::uint16_t *k16 = kv16.data(), *v16 = k16 + std::size_t(T_) * hs;
-          if (b16) {  // a thread's next query tile is mostly the same head's next: keep its rows
+          const std::uint16_t *qi16 = q16.data(), *k16 = kv16.data();
+          const std::uint16_t* v16 = k16 + std::size_t(T_) * hs;
+          int ld16 = hs;
+          if (b16 && in_place) {
+            qi16 = qkv16 + qo + std::size_t(i0) * C3, k16 = qkv16 + qo + C,
+            v16 = qkv16 + qo + 2 * C, ld16 = C3;
+          } else if (b16) {  // a thread's next query tile is mostly the same head's next: keep its rows
             if (packed_head != b * NH + h) packed_head = b * NH + h, packed_rows = 0;
             const int r0 = packed_rows, rows = std::max(0, i0 + nq - r0);
             head_bits(q16.data(), qkv16, qkv, qo + std::size_t(i0) * C3, nq, hs, C3);
-            head_bits(k16 + std::size_t(r0) * hs, qkv16, qkv, qo + C + std::size_t(r0) * C3, rows,
-                      hs, C3);
-            head_bits(v16 + std::size_t(r0) * hs, qkv16, qkv, qo + 2 * C + std::size_t(r0) * C3,
-                      rows, hs, C3);
+            head_bits(kv16.data() + std::size_t(r0) * hs, qkv16, qkv,
+                      qo + C + std::size_t(r0) * C3, rows, hs, C3);
+            head_bits(kv16.data() + std::size_t(T_ + r0) * hs, qkv16, qkv,
+                      qo + 2 * C + std::size_t(r0) * C3, rows, hs, C3);
             packed_rows = std::max(packed_rows, i0 + nq);
           }
           for (int j0 = 0; j0 <= i0; j0 += tile) {  // causal: key tiles up to the diagonal
             const int nk = std::min(tile, i0 + nq - j0);
             if (b16) {
-              gemm_bf16_bits(false, true, nq, nk, hs, q16.data(), hs, k16 + std::size_t(j0) * hs,
-                             hs, false, f32(S.data()), tile);  // scaled row by row below
+              gemm_bf16_bits(false, true, nq, nk, hs, qi16, ld16, k16 + std::size_t(j0) * ld16,
+                             ld16, false, f32(S.data()), tile);  // scaled row by row below
             } else {
               gemm(false, true, nq, nk, hs, scale, q + std::size_t(i0) * C3, C3,
                    k + std::size_t(j0) * C3, C3, T(0), S.data(), tile);  // S = s Q_i K_j^T
@@ -169,8 +181,7 @@ void attention_forward(T* out, T* lse, const T* qkv, int B, int T_, int C, int N
             }
             if (b16) {
               gemm_bf16_bits(false, false, nq, hs, nk, p16.data(), tile,
-                             v16 + std::size_t(j0) * hs, hs, true,
-                             f32(acc.data()), hs);
+                             v16 + std::size_t(j0) * ld16, ld16, true, f32(acc.data()), hs);
             } else {
               gemm(false, false, nq, hs, nk, T(1), S.data(), tile, v + std::size_t(j0) * C3, C3,
                    T(1), acc.data(), hs);  // acc += P V_j
@@ -199,13 +210,15 @@ void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, cons
   const T scale = T(1) / std::sqrt(T(hs));
   const bool b16 = bf16_tiles<T>(bf16);
   const int tile = attention_tile(b16);
+  const bool in_place = b16 && bits_in_place(qkv16) && bits_in_place(dout16);
 #pragma omp parallel
   {
     std::vector<T> P(tile * tile), dS(tile * tile), D(T_);
     std::vector<std::uint16_t> qkvo16, p16, ds16;  // bf16: Q, K, V, dO of a head; P and dS
-    std::vector<float> dqkv32;  // bf16: the head's dQ, dK, dV, dense (see gemm_bf16.cpp)
-    if (b16) qkvo16.resize(4 * std::size_t(T_) * hs), p16.resize(tile * tile),
-        ds16.resize(tile * tile), dqkv32.resize(3 * std::size_t(T_) * hs);
+    std::vector<float> dqkv32;  // bf16: the head's dQ, dK, dV, dense (see bits_in_place)
+    if (b16) p16.resize(tile * tile), ds16.resize(tile * tile);
+    if (b16 && !in_place)
+      qkvo16.resize(4 * std::size_t(T_) * hs), dqkv32.resize(3 * std::size_t(T_) * hs);
 #pragma omp for collapse(2) schedule(dynamic)
     for (int b = 0; b < B; ++b) {
       for (int h = 0; h < NH; ++h) {
@@ -224,14 +237,23 @@ void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, cons
           for (int d = 0; d < hs; ++d) sum += o[d] * g[d];
           D[t] = sum;
         }
+        // The head's bf16 operands and f32 gradients: in place (rows ld16 and
+        // ldo apart, gradients ldg), or dense copies.
         const std::size_t Th = std::size_t(T_) * hs;
-        std::uint16_t *q16 = qkvo16.data(), *k16 = q16 + Th, *v16 = k16 + Th, *dO16 = v16 + Th;
-        float *dq32 = dqkv32.data(), *dk32 = dq32 + Th, *dv32 = dk32 + Th;
-        if (b16) {
-          head_bits(q16, qkv16, qkv, qo, T_, hs, C3);
-          head_bits(k16, qkv16, qkv, qo + C, T_, hs, C3);
-          head_bits(v16, qkv16, qkv, qo + 2 * C, T_, hs, C3);
-          head_bits(dO16, dout16, dout, oo, T_, hs, C);
+        const std::uint16_t *q16 = nullptr, *k16 = nullptr, *v16 = nullptr, *dO16 = nullptr;
+        float *dq32 = nullptr, *dk32 = nullptr, *dv32 = nullptr;
+        int ld16 = hs, ldo = hs, ldg = hs;
+        if (in_place) {
+          q16 = qkv16 + qo, k16 = q16 + C, v16 = q16 + 2 * C, dO16 = dout16 + oo;
+          dq32 = f32(dq), dk32 = f32(dk), dv32 = f32(dv), ld16 = ldg = C3, ldo = C;
+        } else if (b16) {
+          std::uint16_t* dense = qkvo16.data();
+          q16 = dense, k16 = dense + Th, v16 = dense + 2 * Th, dO16 = dense + 3 * Th;
+          dq32 = dqkv32.data(), dk32 = dq32 + Th, dv32 = dk32 + Th;
+          head_bits(dense, qkv16, qkv, qo, T_, hs, C3);
+          head_bits(dense + Th, qkv16, qkv, qo + C, T_, hs, C3);
+          head_bits(dense + 2 * Th, qkv16, qkv, qo + 2 * C, T_, hs, C3);
+          head_bits(dense + 3 * Th, dout16, dout, oo, T_, hs, C);
           for (int g = 0; g < 3; ++g) copy_rows(dq32 + g * Th, hs, f32(dq + g * C), C3, T_, hs);
         }
         for (int j0 = 0; j0 < T_; j0 += tile) {
@@ -243,8 +265,8 @@ void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, cons
             const T* qi = q ? q + std::size_t(i0) * C3 : nullptr;
             const T* dOi = dO + std::size_t(i0) * C;
             if (b16) {
-              gemm_bf16_bits(false, true, nq, nk, hs, q16 + std::size_t(i0) * hs, hs,
-                             k16 + std::size_t(j0) * hs, hs, false, f32(P.data()), tile);
+              gemm_bf16_bits(false, true, nq, nk, hs, q16 + std::size_t(i0) * ld16, ld16,
+                             k16 + std::size_t(j0) * ld16, ld16, false, f32(P.data()), tile);
             } else {
               gemm(false, true, nq, nk, hs, scale, qi, C3, kj, C3, T(0), P.data(), tile);
             }
@@ -260,9 +282,10 @@ void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, cons
             }
             if (b16) {
               gemm_bf16_bits(true, false, nk, hs, nq, p16.data(), tile,
-                             dO16 + std::size_t(i0) * hs, hs, true, dv32 + std::size_t(j0) * hs, hs);
-              gemm_bf16_bits(false, true, nq, nk, hs, dO16 + std::size_t(i0) * hs, hs,
-                             v16 + std::size_t(j0) * hs, hs, false, f32(dS.data()), tile);
+                             dO16 + std::size_t(i0) * ldo, ldo, true, dv32 + std::size_t(j0) * ldg,
+                             ldg);
+              gemm_bf16_bits(false, true, nq, nk, hs, dO16 + std::size_t(i0) * ldo, ldo,
+                             v16 + std::size_t(j0) * ld16, ld16, false, f32(dS.data()), tile);
             } else {
               gemm(true, false, nk, hs, nq, T(1), P.data(), tile, dOi, C, T(1),
                    dv + std::size_t(j0) * C3, C3);  // dV_j += P^T dO_i
@@ -278,9 +301,11 @@ void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, cons
             }
             if (b16) {
               gemm_bf16_bits(false, false, nq, hs, nk, ds16.data(), tile,
-                             k16 + std::size_t(j0) * hs, hs, true, dq32 + std::size_t(i0) * hs, hs);
+                             k16 + std::size_t(j0) * ld16, ld16, true, dq32 + std::size_t(i0) * ldg,
+                             ldg);
               gemm_bf16_bits(true, false, nk, hs, nq, ds16.data(), tile,
-                             q16 + std::size_t(i0) * hs, hs, true, dk32 + std::size_t(j0) * hs, hs);
+                             q16 + std::size_t(i0) * ld16, ld16, true, dk32 + std::size_t(j0) * ldg,
+                             ldg);
               continue;
             }
             gemm(false, false, nq, hs, nk, T(1), dS.data(), tile, kj, C3, T(1),
@@ -289,7 +314,7 @@ void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, cons
                  dk + std::size_t(j0) * C3, C3);  // dK_j += dS^T Q_i
           }
         }
-        if (b16)
+        if (b16 && !in_place)
           for (int g = 0; g < 3; ++g) copy_rows(f32(dq + g * C), C3, dq32 + g * Th, hs, T_, hs);
       }
     }
