@@ -3,6 +3,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cpuid.h>
 #include <cstddef>
 #include <cstring>
@@ -258,11 +259,45 @@ TRIDENT_AMX_TARGET void run_panels(int p0, int p1, bool ta, bool tb, int M, int 
   _tile_release();
 }
 
+// Seconds for `rounds` x 4 tile products on zeroed tiles (every product
+// 16 x 16 x 32 multiply-adds).
+TRIDENT_AMX_TARGET double time_tile_products(long rounds) {
+  configure_tiles();
+  _tile_zero(0);
+  _tile_zero(1);
+  _tile_zero(2);
+  _tile_zero(3);
+  _tile_zero(4);
+  _tile_zero(5);
+  _tile_zero(6);
+  _tile_zero(7);
+  const auto t0 = std::chrono::steady_clock::now();
+  for (long i = 0; i < rounds; ++i) {
+    _tile_dpbf16ps(0, 4, 6);
+    _tile_dpbf16ps(1, 4, 7);
+    _tile_dpbf16ps(2, 5, 6);
+    _tile_dpbf16ps(3, 5, 7);
+  }
+  alignas(64) float last[16 * 16];
+  _tile_stored(0, last, 64);  // waits for the products
+  const std::chrono::duration<double> took = std::chrono::steady_clock::now() - t0;
+  _tile_release();
+  return took.count();
+}
+
 }  // namespace
 
 bool amx_available() {
   static const bool available = request_tile_state();
   return available;
+}
+
+double amx_tile_flops() {
+  if (!amx_available()) return 0;
+  constexpr long kRounds = 1 << 18;  // ~17 M cycles at 64 a round
+  double best = 1e30;
+  for (int r = 0; r < 3; ++r) best = std::min(best, time_tile_products(kRounds));
+  return kRounds * 4.0 * (16 * 16 * 32) * 2 / best;
 }
 
 void amx_gemm(bool ta, bool tb, int M, int N, int K, const std::uint16_t* A, int lda,
@@ -284,6 +319,8 @@ void amx_gemm(bool ta, bool tb, int M, int N, int K, const std::uint16_t* A, int
 #else
 
 bool amx_available() { return false; }
+
+double amx_tile_flops() { return 0; }
 
 void amx_gemm(bool, bool, int, int, int, const std::uint16_t*, int, const std::uint16_t*, int, bool,
               float*, int, const float*, bool) {}

@@ -17,6 +17,11 @@ namespace trident::cpu {
 // Whether the CPU has AMX bf16 tiles and the kernel lets this process use them.
 bool amx_available();
 
+// One core's tile unit, measured: FLOP/s of back-to-back bf16 tile products
+// on tiles already loaded, the best of a few ~5 ms rounds; no GEMM that
+// loads its operands runs faster. 0 without AMX.
+double amx_tile_flops();
+
 // C (M x N, leading dimension ldc) = op(A) op(B) (+ C when accumulate; + bias,
 // a row of N, when bias is not null) from bf16 bits: A is M x K (ta: stored
 // K x M), B is K x N (tb: stored N x K). `parallel` spreads C's row panels

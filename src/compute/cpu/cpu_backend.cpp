@@ -15,6 +15,7 @@
 #include "compute/cpu/blas.hpp"
 #include "compute/cpu/cpu_peak.hpp"
 #include "compute/cpu/gelu_bf16.hpp"
+#include "compute/cpu/amx_gemm.hpp"
 #include "compute/cpu/gemm_bf16.hpp"
 #include "compute/cpu/gemm_library.hpp"
 #include "compute/cpu/half_convert.hpp"
@@ -38,13 +39,18 @@ class CpuBackend final : public ComputeBackend {
   }
   // The ISA's f32 figure at the reported clock, or what a GEMM measurably
   // reaches when that is more (a VM reports its nominal clock, not its
-  // turbo). bf16 runs' linears run bf16 kernels (gemm_bf16.hpp): their peak is
-  // at least what such a GEMM measurably reaches. fp16 values are computed in f32.
+  // turbo). bf16 runs' linears run bf16 kernels (gemm_bf16.hpp): with AMX
+  // their peak is the tile unit's, 1024 FLOP a cycle at the reported clock or
+  // as measured back to back, whichever is more; elsewhere at least what such
+  // a GEMM measurably reaches. fp16 values are computed in f32.
   double peak_flops(DType dtype) const override {
     if (measured_ < 0) measured_ = measure_gemm_flops(false);
     const double f32 = std::max(peak_.flops_per_core * threads_, measured_);
     if (dtype != DType::bf16) return f32;
-    if (measured_bf16_ < 0) measured_bf16_ = measure_gemm_flops(true);
+    if (measured_bf16_ < 0)
+      measured_bf16_ = cpu::amx_available()
+                           ? threads_ * std::max(1024 * peak_.ghz * 1e9, cpu::amx_tile_flops())
+                           : measure_gemm_flops(true);
     return std::max(f32, measured_bf16_);
   }
   std::string warning() const override {
@@ -52,6 +58,9 @@ class CpuBackend final : public ComputeBackend {
   }
   std::string peak_source(DType dtype) const override {
     const double isa = peak_.flops_per_core * threads_, f32 = peak_flops(DType::f32);
+    if (peak_flops(dtype) > f32 && cpu::amx_available())
+      return fmt::format("AMX tiles: {} threads x the tile unit's bf16 products back to back "
+                         "({:.0f} GFLOP/s each)", threads_, peak_flops(dtype) / threads_ / 1e9);
     if (peak_flops(dtype) > f32)
       return fmt::format("a measured {}-thread GEMM on bf16 kernels: above the f32 peak of {:.0f} "
                          "GFLOP/s", threads_, f32 / 1e9);
@@ -63,7 +72,9 @@ class CpuBackend final : public ComputeBackend {
   }
   std::string name() const override { return "cpu"; }
   std::string describe() const override {
-    return fmt::format("cpu: {} OpenMP threads, GEMMs on {}", threads_, gemm_library_description());
+    return fmt::format("cpu: {} OpenMP threads, GEMMs on {}{}", threads_,
+                       gemm_library_description(),
+                       cpu::amx_available() ? ", bf16 GEMMs on AMX tiles (amx_gemm)" : "");
   }
 
   void* allocate(std::size_t bytes) override {
