@@ -83,5 +83,7 @@ TEST(AmxGemm, AccumulatingContinuesTheSum) {
       const auto first = run(o, 0, 416, zeros, false, true);
       EXPECT_EQ(run(o, 416, o.K - 416, first, true, true), whole);
       EXPECT_NE(first, whole);
+      EXPECT_EQ(run(o, 0, 0, whole, true, true), whole);  // no K: C as it was
+      EXPECT_EQ(run(o, 0, 0, whole, false, true), zeros);
     }
 }

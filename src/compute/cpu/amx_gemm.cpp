@@ -65,6 +65,9 @@ bool request_tile_state() {
 
 int round_up(int x, int to) { return (x + to - 1) / to * to; }
 
+// K padded to whole steps; K = 0 takes one step of zeros, so C is its start value.
+int padded_k(int K) { return round_up(std::max(K, 1), kStep); }
+
 // Of 32 values from k on, those below K.
 TRIDENT_AMX_TARGET __mmask32 k_mask(int left) {
   return left >= 32 ? ~__mmask32(0) : __mmask32((1u << std::max(0, left)) - 1);
@@ -232,7 +235,7 @@ TRIDENT_AMX_TARGET void run_panels(int p0, int p1, bool ta, bool tb, int M, int 
   thread_local std::vector<u16> panel_storage, chunk_storage;
   u16* panel = aligned(panel_storage, std::size_t(kBlock) * kc);
   u16* chunk = aligned(chunk_storage, std::size_t(kc) * nc);
-  const int Kp = round_up(K, kStep), Np = round_up(N, kBlock);
+  const int Kp = padded_k(K), Np = round_up(N, kBlock);
   configure_tiles();
   for (int k0 = 0; k0 < Kp; k0 += kc) {
     const int kcs = std::min(kc, Kp - k0), steps = kcs / kStep;
@@ -303,7 +306,8 @@ double amx_tile_flops() {
 void amx_gemm(bool ta, bool tb, int M, int N, int K, const std::uint16_t* A, int lda,
               const std::uint16_t* B, int ldb, bool accumulate, float* C, int ldc,
               const float* bias, bool parallel) {
-  const int Kp = round_up(K, kStep), Np = round_up(N, kBlock);
+  if (M <= 0 || N <= 0) return;
+  const int Kp = padded_k(K), Np = round_up(N, kBlock);
   const int kc = Kp <= kMaxKc ? Kp : kLongKc;
   const int nc = std::clamp(int(kL2Bytes / (std::size_t(kc) * 2)) / kBlock * kBlock, kBlock, Np);
   const int panels = (M + kBlock - 1) / kBlock;
