@@ -1,7 +1,7 @@
 // The f32 GEMM of blas.hpp on bf16 kernels when every value of A and B is a
 // bf16 value held in f32, as a bf16 run's weights and rounded activations
-// are: on AMX tiles through amx_gemm.hpp where the CPU has them (1.7x
-// oneDNN 2.6's rate on the decks' linears), else on oneDNN's AVX-512 BF16
+// are: on AMX tiles through amx_gemm.hpp where the CPU has them (1.5x
+// oneDNN 2.6's matmul on GPT-2's linears), else on oneDNN's AVX-512 BF16
 // kernels. The product
 // of two bf16 values is exact in f32 and the sums are f32, so C equals the
 // f32 GEMM's up to the rounding of its sums in another order. Neither path's
