@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cpuid.h>
 #include <cstddef>
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -51,6 +52,13 @@ TRIDENT_AMX_TARGET void configure_tiles() {
     config.bytes_per_row[t] = 64;
   }
   _tile_loadconfig(&config);
+}
+
+// TRIDENT_AMX=0 leaves the bf16 GEMMs to oneDNN (a comparison, or the tests
+// of the path CPUs without AMX take).
+bool amx_switched_off() {
+  const char* v = std::getenv("TRIDENT_AMX");
+  return v && std::strcmp(v, "0") == 0;
 }
 
 bool request_tile_state() {
@@ -291,7 +299,7 @@ TRIDENT_AMX_TARGET double time_tile_products(long rounds) {
 }  // namespace
 
 bool amx_available() {
-  static const bool available = request_tile_state();
+  static const bool available = !amx_switched_off() && request_tile_state();
   return available;
 }
 
