@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cpuid.h>
 #include <cstddef>
 #include <cstdlib>
 #include <cstring>
@@ -15,6 +14,7 @@
 // intrinsics (_mm512_undefined_*) as maybe uninitialised.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
+#include <cpuid.h>
 #include <immintrin.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -65,9 +65,9 @@ bool request_tile_state() {
   unsigned a, b, c, d;
   if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
   const bool amx_bf16 = d & (1u << 22), amx_tile = d & (1u << 24);
-  const bool avx512bw = b & (1u << 30);
+  const bool avx512 = (b & (1u << 16)) && (b & (1u << 30)) && (b & (1u << 31));  // F, BW, VL
   constexpr long kReqXcompPerm = 0x1023, kXfeatureTileData = 18;  // linux/arch/x86
-  return amx_bf16 && amx_tile && avx512bw &&
+  return amx_bf16 && amx_tile && avx512 &&
          syscall(SYS_arch_prctl, kReqXcompPerm, kXfeatureTileData) == 0;
 }
 

@@ -12,10 +12,10 @@
 #include <vector>
 
 #include "compute/backend.hpp"
+#include "compute/cpu/amx_gemm.hpp"
 #include "compute/cpu/blas.hpp"
 #include "compute/cpu/cpu_peak.hpp"
 #include "compute/cpu/gelu_bf16.hpp"
-#include "compute/cpu/amx_gemm.hpp"
 #include "compute/cpu/gemm_bf16.hpp"
 #include "compute/cpu/gemm_library.hpp"
 #include "compute/cpu/half_convert.hpp"
