@@ -36,7 +36,8 @@ Gemm make_gemm(const benchmark::State& st) {
   if (pass == 2) g = {true, false, OC, IC, kTokens, {}, {}, {}};
   auto bits = [](std::size_t n, unsigned seed) {
     std::vector<std::uint16_t> out;
-    for (float x : trident::testing::random_normals(n, seed)) out.push_back(trident::f32_to_bf16(x));
+    for (float x : trident::testing::random_normals(n, seed))
+      out.push_back(trident::f32_to_bf16(x));
     return out;
   };
   g.A = bits(std::size_t(g.M) * g.K, 1), g.B = bits(std::size_t(g.K) * g.N, 2);

@@ -173,7 +173,8 @@ TRIDENT_AMX_TARGET void pack_a_panel(u16* out, bool ta, int m0, int M, int k0, i
         const int ka = k + 2 * kk;
         const u16* src = A + std::size_t(ka) * lda + m0 + h * 16;
         const __m256i lo = ka < K ? _mm256_maskz_loadu_epi16(mvalid, src) : _mm256_setzero_si256();
-        const __m256i hi = ka + 1 < K ? _mm256_maskz_loadu_epi16(mvalid, src + lda) : _mm256_setzero_si256();
+        const __m256i hi =
+            ka + 1 < K ? _mm256_maskz_loadu_epi16(mvalid, src + lda) : _mm256_setzero_si256();
         w[kk] = interleave_words(lo, hi);
       }
       transpose_16x16(w);
@@ -195,7 +196,8 @@ TRIDENT_AMX_TARGET void block_kernel(const u16* a_panel, const u16* b_pair, int 
   if (from_c) {
     if (!full)
       for (int r = 0; r < kBlock; ++r)
-        for (int j = 0; j < kBlock; ++j) edge[r * kBlock + j] = r < rows && j < cols ? C[std::size_t(r) * ldc + j] : 0.0f;
+        for (int j = 0; j < kBlock; ++j)
+          edge[r * kBlock + j] = r < rows && j < cols ? C[std::size_t(r) * ldc + j] : 0.0f;
     _tile_loadd(0, c, stride);
     _tile_loadd(1, c + 16, stride);
     _tile_loadd(2, c + std::size_t(16) * ld, stride);
@@ -224,13 +226,15 @@ TRIDENT_AMX_TARGET void block_kernel(const u16* a_panel, const u16* b_pair, int 
   _tile_stored(2, c + std::size_t(16) * ld, stride);
   _tile_stored(3, c + std::size_t(16) * ld + 16, stride);
   if (!full)
-    for (int r = 0; r < rows; ++r) std::memcpy(C + std::size_t(r) * ldc, edge + r * kBlock, sizeof(float) * cols);
+    for (int r = 0; r < rows; ++r)
+      std::memcpy(C + std::size_t(r) * ldc, edge + r * kBlock, sizeof(float) * cols);
 }
 
 // 64-byte aligned storage of n values in `v`.
 u16* aligned(std::vector<u16>& v, std::size_t n) {
   v.resize(n + 32);
-  return reinterpret_cast<u16*>((reinterpret_cast<std::uintptr_t>(v.data()) + 63) & ~std::uintptr_t(63));
+  return reinterpret_cast<u16*>((reinterpret_cast<std::uintptr_t>(v.data()) + 63) &
+                                ~std::uintptr_t(63));
 }
 
 // Panels [p0, p1) of C on this thread, by K block, then column chunk: the

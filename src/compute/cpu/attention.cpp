@@ -73,7 +73,8 @@ void attention_forward(T* out, T* lse, const T* qkv, int B, int T_, int C, int N
           if (b16 && in_place) {
             qi16 = qkv16 + qo + std::size_t(i0) * C3, k16 = qkv16 + qo + C,
             v16 = qkv16 + qo + 2 * C, ld16 = C3;
-          } else if (b16) {  // a thread's next query tile is mostly the same head's next: keep its rows
+          } else if (b16) {
+            // A thread's next query tile is mostly the same head's next: keep its rows.
             if (packed_head != b * NH + h) packed_head = b * NH + h, packed_rows = 0;
             const int r0 = packed_rows, rows = std::max(0, i0 + nq - r0);
             head_bits(q16.data(), qkv16, qkv, qo + std::size_t(i0) * C3, nq, hs, C3);
