@@ -6,12 +6,12 @@
 #include <cstdint>
 #include <vector>
 
+#include "compute/adamw_math.hpp"
 #include "compute/backend.hpp"
 #include "memory/arena.hpp"
 #include "model/gpt_params.hpp"
 #include "model/param_table.hpp"
 #include "optim/adamw.hpp"
-#include "compute/adamw_math.hpp"
 #include "optim/clip.hpp"
 #include "optim/schedule.hpp"
 

@@ -5,10 +5,10 @@
 #include <cmath>
 #include <cstdint>
 
+#include "compute/adamw_math.hpp"
 #include "compute/cpu/vector_clones.hpp"
 #include "compute/cpu/vector_ops.hpp"
 #include "core/half.hpp"
-#include "compute/adamw_math.hpp"
 
 namespace trident::cpu {
 namespace {

@@ -201,12 +201,15 @@ bool gemm_bf16(bool ta, bool tb, int M, int N, int K, Bf16Operand A, int lda, Bf
   const int a_rows = ta ? K : M, a_cols = ta ? M : K, b_rows = tb ? N : K, b_cols = tb ? K : N;
   if (!A.bits && !holds_bf16_values(A.values, 1, a_cols, lda)) return false;
   if (!B.bits && !holds_bf16_values(B.values, 1, b_cols, ldb)) return false;
+  thread_local std::vector<std::uint16_t> a16, b16;
+  const std::uint16_t *a = A.bits, *b = B.bits;
+  int a_ld = lda, b_ld = ldb;
+  if (!A.bits && !pack_bf16(a16, A.values, a_rows, a_cols, lda)) return false;
+  if (!A.bits) a = a16.data(), a_ld = a_cols;
+  if (!B.bits && !pack_bf16(b16, B.values, b_rows, b_cols, ldb)) return false;
+  if (!B.bits) b = b16.data(), b_ld = b_cols;
   if (amx_available()) {  // any layout and leading dimension as it is
-    thread_local std::vector<std::uint16_t> a16, b16;
-    if (!A.bits && !pack_bf16(a16, A.values, a_rows, a_cols, lda)) return false;
-    if (!B.bits && !pack_bf16(b16, B.values, b_rows, b_cols, ldb)) return false;
-    amx_gemm(ta, tb, M, N, K, A.bits ? A.bits : a16.data(), A.bits ? lda : a_cols,
-             B.bits ? B.bits : b16.data(), B.bits ? ldb : b_cols, accumulate, C, ldc, bias, true);
+    amx_gemm(ta, tb, M, N, K, a, a_ld, b, b_ld, accumulate, C, ldc, bias, true);
     return true;
   }
   const RowTiles g = row_tiles(M);
@@ -223,16 +226,9 @@ bool gemm_bf16(bool ta, bool tb, int M, int N, int K, Bf16Operand A, int lda, Bf
   } catch (const dnnl::error&) {
     return false;
   }
-  thread_local std::vector<std::uint16_t> a16, b16;
-  const std::uint16_t* a = A.bits;
-  if (!A.bits && !pack_bf16(a16, A.values, a_rows, a_cols, lda)) return false;
-  if (!A.bits) a = a16.data();
-  else if (lda != a_cols && !a_per_tile) a = copy_rows(a16, A.bits, a_rows, a_cols, lda);
-  const int a_ld = a == A.bits ? lda : a_cols;
-  const std::uint16_t* b = B.bits;
-  if (!B.bits && !pack_bf16(b16, B.values, b_rows, b_cols, ldb)) return false;
-  if (!B.bits) b = b16.data();
-  else if (ldb != b_cols) b = copy_rows(b16, B.bits, b_rows, b_cols, ldb);
+  // Bits inside wider matrices (only given bits can be) are made dense.
+  if (a_ld != a_cols && !a_per_tile) a = copy_rows(a16, a, a_rows, a_cols, a_ld), a_ld = a_cols;
+  if (b_ld != b_cols) b = copy_rows(b16, b, b_rows, b_cols, b_ld);
 #pragma omp parallel if (omp_get_level() == 0 && g.rows > 1)
   {
     omp_set_num_threads(1);  // as in gemm(): each tile on its own thread
