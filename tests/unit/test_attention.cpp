@@ -3,9 +3,10 @@
 // it: outputs and gradients equal within float rounding, the log-sum-exp
 // equal to one computed in double from the scores, for T = 1, T inside one
 // tile, T at a tile boundary, just past it and between tiles; the same bits
-// at any thread count. With bf16 tiles (bf16 runs), within bf16 rounding of
-// the f32 kernel. Finite differences of the same code in double are in
-// test_kernels_fd.cpp.
+// at any thread count. With bf16 tiles (bf16 runs; fused on the tile unit
+// where the CPU has AMX, compute/cpu/amx_attention.hpp), within bf16 rounding
+// of the f32 kernel, adding into the gradient it is given. Finite differences
+// of the same code in double are in test_kernels_fd.cpp.
 #include <gtest/gtest.h>
 #include <omp.h>
 
@@ -83,10 +84,10 @@ Vec bf16_values(Vec x) {  // as a bf16 run holds q, k, v and dout
   return x;
 }
 
-constexpr int kTile = trident::cpu::kAttentionTile, kTileBf16 = trident::cpu::kAttentionTileBf16;
+constexpr int kTile = trident::cpu::kAttentionTile;
 const Shape kShapes[] = {{2, 1, 16, 2},          {1, 17, 32, 4},         {2, kTile, 32, 2},
                          {1, kTile + 1, 48, 3},  {2, 2 * kTile + 5, 64, 2}, {1, 3 * kTile, 16, 1},
-                         {1, 2 * kTileBf16 + 5, 32, 2}};
+                         {1, 2 * kTile + 37, 32, 2}, {1, 2 * kTile + 44, 128, 2}};
 
 }  // namespace
 
@@ -170,7 +171,7 @@ TEST(FlashAttention, SameBitsAtAnyThreadCount) {
 // kernel its per-head packing.
 TEST(FlashAttention, Bf16BitsGiveWhatTheirValuesGive) {
   if (!trident::cpu::cpu_has_bf16_kernels()) GTEST_SKIP() << "no bf16 instructions on this CPU";
-  const Shape s{2, 2 * kTileBf16 + 5, 64, 2};
+  const Shape s{2, 2 * kTile + 5, 64, 2};
   const Vec qkv = bf16_values(random_normals(std::size_t(s.B) * s.T * 3 * s.C, 10, 1.5f));
   const Vec dout = bf16_values(random_normals(std::size_t(s.B) * s.T * s.C, 11, 1.0f));
   auto bits = [](const Vec& x) {
@@ -189,4 +190,19 @@ TEST(FlashAttention, Bf16BitsGiveWhatTheirValuesGive) {
   EXPECT_EQ(given.out, values.out);
   EXPECT_EQ(given.lse, values.lse);
   EXPECT_EQ(given.dqkv, values.dqkv);
+}
+
+// The bf16 backward adds into the gradient it is given (a layer's dqkv may
+// hold other contributions): given g, it leaves g + what it leaves given 0.
+TEST(FlashAttention, Bf16BackwardAddsIntoTheGradient) {
+  const Shape s{2, kTile + 45, 128, 2};
+  const Vec qkv = bf16_values(random_normals(std::size_t(s.B) * s.T * 3 * s.C, 12, 1.5f));
+  const Vec dout = bf16_values(random_normals(std::size_t(s.B) * s.T * s.C, 13, 1.0f));
+  const Vec given = random_normals(qkv.size(), 14, 1.0f);
+  const Result from_zero = flash(qkv, dout, Vec(qkv.size(), 0.0f), s, true);
+  const Result from_given = flash(qkv, dout, given, s, true);
+  Vec sum(given.size());
+  for (std::size_t i = 0; i < sum.size(); ++i) sum[i] = given[i] + from_zero.dqkv[i];
+  EXPECT_LT(relative_gap(from_given.dqkv, sum), 1e-6);
+  EXPECT_GT(relative_gap(from_zero.dqkv, Vec(qkv.size(), 0.0f)), 0.0) << "a gradient was made";
 }

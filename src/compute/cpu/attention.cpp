@@ -18,25 +18,17 @@
 #include <type_traits>
 #include <vector>
 
+#include "compute/cpu/amx_attention.hpp"
 #include "compute/cpu/attention_tiles.hpp"
 #include "compute/cpu/blas.hpp"
 #include "compute/cpu/fast_math.hpp"
 #include "compute/cpu/gemm_bf16.hpp"
+#include "compute/cpu/half_convert.hpp"
 #include "compute/cpu/kernels.hpp"
 #include "compute/cpu/vector_clones.hpp"
 
 namespace trident::cpu {
-namespace {
 using namespace attention_tiles;
-
-// Queries and keys per tile (square tiles); bf16's AMX products gain more
-// from larger ones (perf/bench_attention: T 1024, one thread, 27 -> 22 ms;
-// f32 is a little slower at 256).
-int attention_tile(bool bf16_products) {
-  return bf16_products ? kAttentionTileBf16 : kAttentionTile;
-}
-
-}  // namespace
 
 template <class T>
 TRIDENT_VECTOR_CLONES
@@ -45,8 +37,18 @@ void attention_forward(T* out, T* lse, const T* qkv, int B, int T_, int C, int N
   const int hs = C / NH, C3 = 3 * C;
   const T scale = T(1) / std::sqrt(T(hs));
   const bool b16 = bf16_tiles<T>(bf16);
-  const int tile = attention_tile(b16), tiles = (T_ + tile - 1) / tile;
+  const int tile = kAttentionTile, tiles = (T_ + tile - 1) / tile;
   const bool in_place = b16 && bits_in_place(qkv16);
+  if constexpr (std::is_same_v<T, float>) {
+    if (b16 && amx_available()) {  // fused on the tile unit; values given: their bits
+      thread_local std::vector<std::uint16_t> bits;
+      if (!qkv16) {
+        bits.resize(std::size_t(B) * T_ * C3);
+        to_16bit(bits.data(), qkv, bits.size(), DType::bf16);
+      }
+      if (amx_attention_forward(out, lse, qkv16 ? qkv16 : bits.data(), B, T_, C, NH)) return;
+    }
+  }
 #pragma omp parallel
   {
     std::vector<T> S(tile * tile), acc(std::size_t(tile) * hs), m(tile), l(tile);
@@ -142,8 +144,24 @@ void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, cons
   const int hs = C / NH, C3 = 3 * C;
   const T scale = T(1) / std::sqrt(T(hs));
   const bool b16 = bf16_tiles<T>(bf16);
-  const int tile = attention_tile(b16);
+  const int tile = kAttentionTile;
   const bool in_place = b16 && bits_in_place(qkv16) && bits_in_place(dout16);
+  if constexpr (std::is_same_v<T, float>) {
+    if (b16 && amx_available()) {  // fused on the tile unit; values given: their bits
+      thread_local std::vector<std::uint16_t> q_bits, d_bits;
+      if (!qkv16) {
+        q_bits.resize(std::size_t(B) * T_ * C3);
+        to_16bit(q_bits.data(), qkv, q_bits.size(), DType::bf16);
+      }
+      if (!dout16) {
+        d_bits.resize(std::size_t(B) * T_ * C);
+        to_16bit(d_bits.data(), dout, d_bits.size(), DType::bf16);
+      }
+      if (amx_attention_backward(dqkv, dout, out, lse, qkv16 ? qkv16 : q_bits.data(),
+                                 dout16 ? dout16 : d_bits.data(), B, T_, C, NH))
+        return;
+    }
+  }
 #pragma omp parallel
   {
     std::vector<T> P(tile * tile), dS(tile * tile), D(T_);

@@ -41,9 +41,10 @@ void matmul_backward(T* dinp, T* dw, T* dbias, const T* dout, const T* inp, cons
 // Causal attention, flash-style (attention.cpp): qkv (B, T, 3C) as [q | k | v],
 // out (B, T, C), lse (B, NH, T) the log-sum-exp of each row's scaled scores,
 // all backward needs besides q, k, v, out and dout (no T x T matrix).
-// Queries and keys per tile, f32 and with bf16 products (larger tiles
-// amortise the GEMM calls; at 256 one thread's scores tile is 256 KiB).
-constexpr int kAttentionTile = 128, kAttentionTileBf16 = 256;
+// Queries and keys per tile, f32 and with bf16 products: a thread's scores
+// tile is 64 KiB (perf/bench_attention: 128 is as fast as 192 or 256 at
+// T 1024 and faster at T 256; 64 loses to the GEMM calls' overhead).
+constexpr int kAttentionTile = 128;
 // bf16 (f32 only): the tile products on bf16 kernels (backend.hpp), reading
 // qkv16 / dout16 (the same values as bf16 bits, same layout) where given
 // instead of packing a head's rows; with qkv16 given, qkv may be null.

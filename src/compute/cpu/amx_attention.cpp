@@ -1,0 +1,179 @@
+#include "compute/cpu/amx_attention.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+#include "compute/cpu/amx_gemm.hpp"
+#include "compute/cpu/amx_tiles.hpp"
+#include "compute/cpu/fast_math.hpp"
+#include "core/half.hpp"
+
+namespace trident::cpu {
+
+#ifdef TRIDENT_AMX
+namespace {
+
+using namespace amx_tiles;
+
+constexpr int kBlk = 32;    // queries and keys per block: two tile rows of 16
+constexpr int kSpan = 4;    // key blocks per softmax step (the K of P V)
+constexpr int kTask = 128;  // queries per task handed to a thread
+
+// A thread's (batch, head): keys as the B operand of S = Q K^T (per 16 keys,
+// hsp x 16 values in (d, d + 1) pairs) and values as the B operand of P V
+// (per 16 columns, Tp / 2 rows of (key, key + 1) pairs); `rows` keys packed.
+struct HeadTiles {
+  std::vector<u16> k_store, v_store;
+  u16 *k = nullptr, *v = nullptr;
+  long head = -1;
+  int rows = 0;
+};
+
+// Packs keys and values [ht.rows, upto rounded up to a block).
+TRIDENT_AMX_TARGET void pack_head(HeadTiles& ht, const u16* k, const u16* v, int ld, int T,
+                                  int hs, int hsp, int Tp, int upto) {
+  const int r0 = ht.rows, r1 = std::min(Tp, round_up(upto, kBlk));
+  if (r1 <= r0) return;
+  for (int n0 = r0; n0 < r1; n0 += 16)
+    pack_b_block(ht.k + std::size_t(n0) * hsp, true, n0, T, 0, hsp, hs, k, ld);
+  for (int c0 = 0; c0 < hsp; c0 += 16)
+    pack_b_block(ht.v + std::size_t(c0) * Tp + std::size_t(r0) * 16, false, c0, hs, r0, r1 - r0,
+                 T, v, ld);
+  ht.rows = r1;
+}
+
+// The online softmax step (running max m and sum l per row) over a span of
+// `steps` key blocks from kb, scores s (rows kSpan * 32 apart): row r (query
+// q0 + r) sees keys up to itself. Writes P's bits as the A operand of P V
+// (per block of keys, 32 rows of 32; rows past `rows` zero). o, which the
+// tile unit cannot scale, is rescaled only for rows whose max grew (the
+// factor is exactly 1 otherwise): few rows after the first spans.
+TRIDENT_AMX_TARGET void span_softmax(const float* s, u16* p, float* o, float* m, float* l,
+                                     int rows, int q0, int kb, int steps, float scale, int hsp) {
+  const __m512 vscale = _mm512_set1_ps(scale);
+  const __m512 low = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+  auto lanes = [](int left) {  // of 16 lanes, those below `left`
+    return __mmask16(left >= 16 ? 0xffff : left <= 0 ? 0 : (1u << left) - 1);
+  };
+  for (int r = 0; r < kBlk; ++r) {
+    if (r >= rows) {
+      for (int st = 0; st < steps; ++st) std::fill_n(p + st * 1024 + r * kBlk, kBlk, u16(0));
+      continue;
+    }
+    const float* sr = s + r * kSpan * kBlk;
+    const int n = std::min(steps * kBlk, q0 + r + 1 - kb);
+    __m512 vmax = low;
+    for (int c = 0; c < steps * kBlk; c += 16)
+      vmax = _mm512_mask_max_ps(vmax, lanes(n - c), vmax,
+                                _mm512_mul_ps(_mm512_load_ps(sr + c), vscale));
+    const float mx = _mm512_reduce_max_ps(vmax);
+    if (mx > m[r]) {  // rescale what earlier spans summed
+      if (l[r] > 0) {
+        const float corr = exp_poly(m[r] - mx);
+        l[r] *= corr;
+        const __m512 vcorr = _mm512_set1_ps(corr);
+        float* orow = o + std::size_t(r) * hsp;
+        for (int d = 0; d < hsp; d += 16)
+          _mm512_store_ps(orow + d, _mm512_mul_ps(_mm512_load_ps(orow + d), vcorr));
+      }
+      m[r] = mx;
+    }
+    const __m512 ref = _mm512_set1_ps(m[r]);
+    __m512 sum = _mm512_setzero_ps();
+    for (int c = 0; c < steps * kBlk; c += 16) {
+      const __m512 e = _mm512_maskz_mov_ps(
+          lanes(n - c), exp16(_mm512_fmsub_ps(_mm512_load_ps(sr + c), vscale, ref)));
+      sum = _mm512_add_ps(sum, e);
+      u16* dst = p + (c / kBlk) * 1024 + r * kBlk + c % kBlk;
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst), bf16_bits16(e));
+    }
+    l[r] += _mm512_reduce_add_ps(sum);
+  }
+}
+
+// One thread's share of the forward: (batch, head, task) triples handed out
+// dynamically, later tasks seeing more keys.
+TRIDENT_AMX_TARGET void forward_tasks(float* out, float* lse, const u16* qkv16, int B, int T,
+                                      int C, int NH) {
+  const int hs = C / NH, C3 = 3 * C, hsp = round_up(hs, kStep), Tp = round_up(T, kBlk);
+  const int tasks = (T + kTask - 1) / kTask;
+  const float scale = 1.0f / std::sqrt(float(hs));
+  thread_local HeadTiles ht;
+  thread_local std::vector<u16> q_store, p_store;
+  thread_local std::vector<float> o_store;
+  ht.k = aligned(ht.k_store, std::size_t(Tp) * hsp);
+  ht.v = aligned(ht.v_store, std::size_t(Tp) * hsp);
+  ht.head = -1;
+  u16* qp = aligned(q_store, std::size_t(kBlk) * hsp);
+  u16* pb = aligned(p_store, kSpan * kBlk * kBlk);
+  o_store.resize(std::size_t(kBlk) * hsp + kSpan * kBlk * kBlk + 16);
+  float* o = reinterpret_cast<float*>(
+      (reinterpret_cast<std::uintptr_t>(o_store.data()) + 63) & ~std::uintptr_t(63));
+  float* s = o + std::size_t(kBlk) * hsp;  // 32 x 128 scores, 64-byte aligned (hsp % 32 == 0)
+  float m[kBlk], l[kBlk];
+  configure_tiles();
+#pragma omp for collapse(3) schedule(dynamic)
+  for (int b = 0; b < B; ++b) {
+    for (int h = 0; h < NH; ++h) {
+      for (int task = 0; task < tasks; ++task) {
+        const u16* q = qkv16 + std::size_t(b) * T * C3 + std::size_t(h) * hs;
+        if (ht.head != long(b) * NH + h) ht.head = long(b) * NH + h, ht.rows = 0;
+        const int i0 = task * kTask, i1 = std::min(T, i0 + kTask);
+        pack_head(ht, q + C, q + 2 * C, C3, T, hs, hsp, Tp, i1);
+        for (int q0 = i0; q0 < i1; q0 += kBlk) {
+          const int rows = std::min(kBlk, T - q0);
+          pack_a_panel(qp, false, q0, T, 0, hsp, hs, q, C3);
+          std::fill(o, o + std::size_t(kBlk) * hsp, 0.0f);
+          std::fill(m, m + kBlk, -std::numeric_limits<float>::infinity());
+          std::fill(l, l + kBlk, 0.0f);
+          // Causal: spans of key blocks up to the diagonal.
+          for (int kb = 0; kb < q0 + rows; kb += kSpan * kBlk) {
+            const int steps = std::min(kSpan, (q0 + rows - kb + kBlk - 1) / kBlk);
+            for (int st = 0; st < steps; ++st) {  // S = Q K^T
+              const u16* kt = ht.k + std::size_t(kb + st * kBlk) * hsp;
+              tile_block(qp, kt, kt + std::size_t(16) * hsp, hsp / kStep, s + st * kBlk,
+                         kSpan * kBlk * 4, false);
+            }
+            span_softmax(s, pb, o, m, l, rows, q0, kb, steps, scale, hsp);
+            for (int c0 = 0; c0 < hsp; c0 += 32) {  // O += P V, K the span's keys
+              const u16* vt = ht.v + std::size_t(c0) * Tp + std::size_t(kb) * 16;
+              tile_block(pb, vt, vt + std::size_t(16) * Tp, steps, o + c0, hsp * 4, true);
+            }
+          }
+          for (int r = 0; r < rows; ++r) {
+            const int t = q0 + r;
+            const float inv = 1.0f / l[r];
+            float* dst = out + (std::size_t(b) * T + t) * C + std::size_t(h) * hs;
+            for (int d = 0; d < hs; ++d) dst[d] = o[std::size_t(r) * hsp + d] * inv;
+            lse[(std::size_t(b) * NH + h) * T + t] = m[r] + std::log(l[r]);
+          }
+        }
+      }
+    }
+  }
+  _tile_release();
+}
+
+}  // namespace
+
+bool amx_attention_forward(float* out, float* lse, const std::uint16_t* qkv16, int B, int T,
+                           int C, int NH) {
+  if (!amx_available() || !qkv16) return false;
+#pragma omp parallel
+  forward_tasks(out, lse, qkv16, B, T, C, NH);
+  return true;
+}
+
+#else
+
+bool amx_attention_forward(float*, float*, const std::uint16_t*, int, int, int, int) {
+  return false;
+}
+
+#endif
+
+}  // namespace trident::cpu
