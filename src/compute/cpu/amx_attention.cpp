@@ -46,52 +46,66 @@ TRIDENT_AMX_TARGET void pack_head(HeadTiles& ht, const u16* k, const u16* v, int
   ht.rows = r1;
 }
 
-// The online softmax step (running max m and sum l per row) over a span of
-// `steps` key blocks from kb, scores s (rows kSpan * 32 apart): row r (query
-// q0 + r) sees keys up to itself. Writes P's bits as the A operand of P V
-// (per block of keys, 32 rows of 32; rows past `rows` zero). o, which the
-// tile unit cannot scale, is rescaled only for rows whose max grew (the
-// factor is exactly 1 otherwise): few rows after the first spans.
-TRIDENT_AMX_TARGET void span_softmax(const float* s, u16* p, float* o, float* m, float* l,
-                                     int rows, int q0, int kb, int steps, float scale, int hsp) {
-  const __m512 vscale = _mm512_set1_ps(scale);
-  const __m512 low = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+// The online softmax step of one row (running max m and sum l) over n of
+// the span's keys (n a multiple of 16 unless `masked`): its scores sr, its
+// P bits at pr (rows of 32 per key block, 1024 apart), its output row orow.
+// orow, which the tile unit cannot scale, is rescaled only when the row's
+// max grew (the factor is exactly 1 otherwise): rarely after the first span.
+template <bool masked>
+TRIDENT_AMX_TARGET void row_softmax(const float* sr, int n, int width, __m512 scale, u16* pr,
+                                    float* orow, float& m, float& l, int hsp) {
   auto lanes = [](int left) {  // of 16 lanes, those below `left`
     return __mmask16(left >= 16 ? 0xffff : left <= 0 ? 0 : (1u << left) - 1);
   };
+  __m512 vmax = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+  for (int c = 0; c < width; c += 16) {
+    const __m512 x = _mm512_mul_ps(_mm512_load_ps(sr + c), scale);
+    vmax = masked ? _mm512_mask_max_ps(vmax, lanes(n - c), vmax, x) : _mm512_max_ps(vmax, x);
+  }
+  const float mx = _mm512_reduce_max_ps(vmax);
+  if (mx > m) {  // rescale what earlier spans summed
+    if (l > 0) {
+      const float corr = exp_poly(m - mx);
+      l *= corr;
+      const __m512 vcorr = _mm512_set1_ps(corr);
+      for (int d = 0; d < hsp; d += 16)
+        _mm512_store_ps(orow + d, _mm512_mul_ps(_mm512_load_ps(orow + d), vcorr));
+    }
+    m = mx;
+  }
+  const __m512 ref = _mm512_set1_ps(m);
+  __m512 sum = _mm512_setzero_ps();
+  for (int c = 0; c < width; c += 16) {
+    __m512 e = exp16(_mm512_fmsub_ps(_mm512_load_ps(sr + c), scale, ref));
+    if (masked) e = _mm512_maskz_mov_ps(lanes(n - c), e);
+    sum = _mm512_add_ps(sum, e);
+    u16* dst = pr + (c / kBlk) * 1024 + c % kBlk;
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst), bf16_bits16(e));
+  }
+  l += _mm512_reduce_add_ps(sum);
+}
+
+// The online softmax over a span of `steps` key blocks from kb, scores s
+// (rows kSpan * 32 apart): row r (query q0 + r) sees keys up to itself.
+// Writes P's bits as the A operand of P V (per key block, 32 rows of 32;
+// rows past `rows` zero). Spans below the diagonal need no masks.
+TRIDENT_AMX_TARGET void span_softmax(const float* s, u16* p, float* o, float* m, float* l,
+                                     int rows, int q0, int kb, int steps, float scale, int hsp) {
+  const __m512 vscale = _mm512_set1_ps(scale);
+  const int width = steps * kBlk;
+  const bool below = kb + width <= q0 + 1;  // every row sees every key of the span
   for (int r = 0; r < kBlk; ++r) {
     if (r >= rows) {
       for (int st = 0; st < steps; ++st) std::fill_n(p + st * 1024 + r * kBlk, kBlk, u16(0));
       continue;
     }
     const float* sr = s + r * kSpan * kBlk;
-    const int n = std::min(steps * kBlk, q0 + r + 1 - kb);
-    __m512 vmax = low;
-    for (int c = 0; c < steps * kBlk; c += 16)
-      vmax = _mm512_mask_max_ps(vmax, lanes(n - c), vmax,
-                                _mm512_mul_ps(_mm512_load_ps(sr + c), vscale));
-    const float mx = _mm512_reduce_max_ps(vmax);
-    if (mx > m[r]) {  // rescale what earlier spans summed
-      if (l[r] > 0) {
-        const float corr = exp_poly(m[r] - mx);
-        l[r] *= corr;
-        const __m512 vcorr = _mm512_set1_ps(corr);
-        float* orow = o + std::size_t(r) * hsp;
-        for (int d = 0; d < hsp; d += 16)
-          _mm512_store_ps(orow + d, _mm512_mul_ps(_mm512_load_ps(orow + d), vcorr));
-      }
-      m[r] = mx;
-    }
-    const __m512 ref = _mm512_set1_ps(m[r]);
-    __m512 sum = _mm512_setzero_ps();
-    for (int c = 0; c < steps * kBlk; c += 16) {
-      const __m512 e = _mm512_maskz_mov_ps(
-          lanes(n - c), exp16(_mm512_fmsub_ps(_mm512_load_ps(sr + c), vscale, ref)));
-      sum = _mm512_add_ps(sum, e);
-      u16* dst = p + (c / kBlk) * 1024 + r * kBlk + c % kBlk;
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst), bf16_bits16(e));
-    }
-    l[r] += _mm512_reduce_add_ps(sum);
+    float* orow = o + std::size_t(r) * hsp;
+    if (below)
+      row_softmax<false>(sr, width, width, vscale, p + r * kBlk, orow, m[r], l[r], hsp);
+    else
+      row_softmax<true>(sr, std::min(width, q0 + r + 1 - kb), width, vscale, p + r * kBlk, orow,
+                        m[r], l[r], hsp);
   }
 }
 

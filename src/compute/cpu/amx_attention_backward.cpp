@@ -38,9 +38,9 @@ struct HeadOperands {
   u16 *k_bt, *v_bt, *k_b;
 };
 
-TRIDENT_AMX_TARGET void pack_operands(HeadOperands& h, const u16* q, const u16* dO, int ldo,
-                                      int ld, int T, int hs, int hsp, int Tp) {
-  const u16 *k = q + ld / 3, *v = q + 2 * (ld / 3);
+TRIDENT_AMX_TARGET void pack_operands(HeadOperands& h, const u16* qkv, int ld, const u16* dO,
+                                      int ldo, int T, int hs, int hsp, int Tp) {
+  const u16 *q = qkv, *k = qkv + ld / 3, *v = qkv + 2 * (ld / 3);
   for (int m0 = 0; m0 < Tp; m0 += kBlk) {
     pack_a_panel(h.q_a + std::size_t(m0) * hsp, false, m0, T, 0, hsp, hs, q, ld);
     pack_a_panel(h.do_a + std::size_t(m0) * hsp, false, m0, T, 0, hsp, hs, dO, ldo);
@@ -57,28 +57,40 @@ TRIDENT_AMX_TARGET void pack_operands(HeadOperands& h, const u16* q, const u16* 
     pack_b_block(h.k_b + std::size_t(c0) * Tp, false, c0, hs, 0, Tp, T, k, ld);
 }
 
-// P = exp(s S - L) and dS = s P (dP - D) for 32 queries from q0 and
-// `steps` blocks of keys from k0 (S, dP rows kSpan * 32 apart; query q sees
-// keys up to itself, and none past T): their bits as A operands (per key
-// block, 32 rows of 32).
+// P = exp(s S - L) and dS = s P (dP - D) for query block qi of the span (32
+// queries from q0) and `steps` blocks of keys from k0 (S, dP rows kSpan * 32
+// apart; query q sees keys up to itself, and none past T), as bits: dS as
+// the A operand of dQ (per key block, 32 rows of 32), P and dS as B operands
+// of dV^T and dK^T (per 16 keys, per query block, 16 rows of (query,
+// query + 1) pairs), paired in registers two rows at a time.
 TRIDENT_AMX_TARGET void span_gradients(const float* S, const float* dP, const float* L,
                                        const float* D, int q0, int k0, int steps, int T,
-                                       float scale, u16* p_bits, u16* ds_bits) {
+                                       float scale, int qi, u16* ds_a, u16* p_b, u16* ds_b) {
   const __m512 vscale = _mm512_set1_ps(scale);
-  for (int r = 0; r < kBlk; ++r) {
-    const int q = q0 + r, n = q < T ? q + 1 - k0 : 0;
-    const __m512 lse = _mm512_set1_ps(q < T ? L[q] : 0.0f), d = _mm512_set1_ps(q < T ? D[q] : 0.0f);
-    for (int c = 0; c < steps * kBlk; c += 16) {
-      const int left = n - c;
-      const __mmask16 valid = __mmask16(left >= 16 ? 0xffff : left <= 0 ? 0 : (1u << left) - 1);
-      const float *sr = S + r * kSpan * kBlk + c, *dpr = dP + r * kSpan * kBlk + c;
-      const __m512 p =
-          _mm512_maskz_mov_ps(valid, exp16(_mm512_fmsub_ps(_mm512_load_ps(sr), vscale, lse)));
-      const __m512 ds =
-          _mm512_mul_ps(_mm512_mul_ps(vscale, p), _mm512_sub_ps(_mm512_load_ps(dpr), d));
-      const int at = (c / kBlk) * 1024 + r * kBlk + c % kBlk;
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(p_bits + at), bf16_bits16(p));
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(ds_bits + at), bf16_bits16(ds));
+  for (int r = 0; r < kBlk; r += 2) {
+    __m256i p_bits[2][2 * kSpan], ds_bits[2][2 * kSpan];
+    for (int i = 0; i < 2; ++i) {
+      const int q = q0 + r + i, n = q < T ? q + 1 - k0 : 0;
+      const __m512 lse = _mm512_set1_ps(q < T ? L[q] : 0.0f);
+      const __m512 d = _mm512_set1_ps(q < T ? D[q] : 0.0f);
+      for (int c = 0; c < steps * kBlk; c += 16) {
+        const int left = n - c;
+        const __mmask16 valid = __mmask16(left >= 16 ? 0xffff : left <= 0 ? 0 : (1u << left) - 1);
+        const float *sr = S + (r + i) * kSpan * kBlk + c, *dpr = dP + (r + i) * kSpan * kBlk + c;
+        const __m512 p =
+            _mm512_maskz_mov_ps(valid, exp16(_mm512_fmsub_ps(_mm512_load_ps(sr), vscale, lse)));
+        const __m512 ds =
+            _mm512_mul_ps(_mm512_mul_ps(vscale, p), _mm512_sub_ps(_mm512_load_ps(dpr), d));
+        p_bits[i][c / 16] = bf16_bits16(p);
+        ds_bits[i][c / 16] = bf16_bits16(ds);
+        u16* a = ds_a + (c / kBlk) * 1024 + (r + i) * kBlk + c % kBlk;
+        _mm256_store_si256(reinterpret_cast<__m256i*>(a), ds_bits[i][c / 16]);
+      }
+    }
+    for (int j = 0; j < 2 * steps; ++j) {
+      const std::size_t to = (std::size_t(j) * kSpan + qi) * 512 + (r / 2) * 32;
+      _mm512_store_si512(p_b + to, interleave_words(p_bits[0][j], p_bits[1][j]));
+      _mm512_store_si512(ds_b + to, interleave_words(ds_bits[0][j], ds_bits[1][j]));
     }
   }
 }
@@ -112,13 +124,11 @@ TRIDENT_AMX_TARGET void backward_heads(float* dqkv, const float* dout, const flo
   thread_local std::vector<float> f32_store;
   u16** homes[7] = {&h.q_a, &h.do_a, &h.qt_a, &h.dot_a, &h.k_bt, &h.v_bt, &h.k_b};
   for (int i = 0; i < 7; ++i) *homes[i] = aligned(h.store[i], std::size_t(Tp) * hsp);
-  // Bits of a query block's P and dS (A operands), and of the span pair's
-  // (B operands of dV^T and dK^T: per 16 keys, per query block, 16 rows of
-  // (query, query + 1) pairs).
+  // Bits of a query block's dS (the A operand of dQ), and of the span pair's
+  // P and dS (the B operands of dV^T and dK^T).
   constexpr int kSpanBits = kSpan * 1024, kPairBits = 2 * kSpan * kSpan * 512;
-  u16* bits = aligned(bits_store, 2 * kSpanBits + 2 * kPairBits);
-  u16 *p_bits = bits, *ds_bits = bits + kSpanBits;
-  u16 *p_b = ds_bits + kSpanBits, *ds_b = p_b + kPairBits;
+  u16* bits = aligned(bits_store, kSpanBits + 2 * kPairBits);
+  u16 *ds_bits = bits, *p_b = ds_bits + kSpanBits, *ds_b = p_b + kPairBits;
   // f32: dQ of the head (Tp x hsp), dK^T and dV^T of a key span (hsp x 128),
   // S and dP of a query block against the span (32 x 128), D.
   const std::size_t dq_n = std::size_t(Tp) * hsp, kt_n = std::size_t(hsp) * kSpan * kBlk;
@@ -142,7 +152,7 @@ TRIDENT_AMX_TARGET void backward_heads(float* dqkv, const float* dout, const flo
         for (int d = 0; d < hs; ++d) sum += o[d] * g[d];
         D[t] = sum;
       }
-      pack_operands(h, qkv16 + qo, dout16 + oo, C, C3, T, hs, hsp, Tp);
+      pack_operands(h, qkv16 + qo, C3, dout16 + oo, C, T, hs, hsp, Tp);
       std::fill(dq_acc, dq_acc + dq_n, 0.0f);
       constexpr int span = kSpan * kBlk, ld_s = span * 4;
       for (int k0 = 0; k0 < T; k0 += span) {  // spans of keys
@@ -162,16 +172,12 @@ TRIDENT_AMX_TARGET void backward_heads(float* dqkv, const float* dout, const flo
               tile_block(h.do_a + std::size_t(q0) * hsp, vt, vt + 16 * hsp, hsp / kStep,
                          dP + kj * kBlk, ld_s, false);
             }
-            span_gradients(S, dP, L, D, q0, k0, seen, T, scale, p_bits, ds_bits);
-            for (int kj = 0; kj < kblocks; ++kj) {  // keys unseen: zeros
-              if (kj >= seen) {
-                std::fill_n(p_bits + kj * 1024, 1024, u16(0));
-                std::fill_n(ds_bits + kj * 1024, 1024, u16(0));
-              }
-              for (int half = 0; half < 2; ++half) {
-                const std::size_t to = std::size_t((2 * kj + half) * kSpan + qi) * 512;
-                pair_rows_32(p_b + to, p_bits + kj * 1024, half);
-                pair_rows_32(ds_b + to, ds_bits + kj * 1024, half);
+            span_gradients(S, dP, L, D, q0, k0, seen, T, scale, qi, ds_bits, p_b, ds_b);
+            for (int kj = seen; kj < kblocks; ++kj) {  // keys unseen: zeros
+              std::fill_n(ds_bits + kj * 1024, 1024, u16(0));
+              for (int j = 2 * kj; j < 2 * kj + 2; ++j) {
+                std::fill_n(p_b + (std::size_t(j) * kSpan + qi) * 512, 512, u16(0));
+                std::fill_n(ds_b + (std::size_t(j) * kSpan + qi) * 512, 512, u16(0));
               }
             }
             for (int c0 = 0; c0 < hsp; c0 += kBlk) {  // dQ += dS K, K the span's keys

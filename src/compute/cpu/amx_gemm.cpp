@@ -42,8 +42,11 @@ bool request_tile_state() {
   if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
   const bool amx_bf16 = d & (1u << 22), amx_tile = d & (1u << 24);
   const bool avx512 = (b & (1u << 16)) && (b & (1u << 30)) && (b & (1u << 31));  // F, BW, VL
+  unsigned a1 = 0, b1, c1, d1;
+  __get_cpuid_count(7, 1, &a1, &b1, &c1, &d1);
+  const bool avx512_bf16 = a1 & (1u << 5);  // the tile kernels' f32 -> bf16 conversions
   constexpr long kReqXcompPerm = 0x1023, kXfeatureTileData = 18;  // linux/arch/x86
-  return amx_bf16 && amx_tile && avx512 &&
+  return amx_bf16 && amx_tile && avx512 && avx512_bf16 &&
          syscall(SYS_arch_prctl, kReqXcompPerm, kXfeatureTileData) == 0;
 }
 

@@ -14,8 +14,9 @@
 
 namespace trident::cpu {
 
-// Whether the CPU has AMX bf16 tiles, the kernel lets this process use them,
-// and TRIDENT_AMX is not "0".
+// Whether the CPU has AMX bf16 tiles (and AVX-512 with its bf16
+// conversions), the kernel lets this process use them, and TRIDENT_AMX is
+// not "0".
 bool amx_available();
 
 // One core's tile unit, measured: FLOP/s of back-to-back bf16 tile products

@@ -16,7 +16,8 @@
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #include <immintrin.h>
 #define TRIDENT_AMX 1
-#define TRIDENT_AMX_TARGET __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw,avx512vl")))
+#define TRIDENT_AMX_TARGET \
+  __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw,avx512vl,avx512bf16")))
 #endif
 
 #ifdef TRIDENT_AMX
@@ -189,23 +190,13 @@ inline TRIDENT_AMX_TARGET void tile_block(const u16* a, const u16* b0, const u16
   _tile_stored(3, c + down + 16, ldc);
 }
 
-// Columns [16 half, 16 half + 16) of a 32 x 32 matrix of bits (rows 32
-// apart) as a B tile of one step: 16 rows of (row, row + 1) pairs.
-inline TRIDENT_AMX_TARGET void pair_rows_32(u16* out, const u16* x, int half) {
-  for (int kk = 0; kk < 16; ++kk) {
-    const u16* row = x + 64 * kk + 16 * half;  // rows 2 kk and 2 kk + 1
-    const __m256i lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row));
-    const __m256i hi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 32));
-    _mm512_storeu_si512(out + kk * 32, interleave_words(lo, hi));
-  }
-}
-
-// e^x on 16 lanes: fast_math.hpp's exp_poly (reduction and polynomial).
+// e^x on 16 lanes: fast_math.hpp's exp_poly (the same reduction and
+// polynomial), with 2^n applied by vscalefps. Lanes past
+// 88 overflow, which the callers' masks discard: valid lanes are <= 0.
 inline TRIDENT_AMX_TARGET __m512 exp16(__m512 x) {
-  x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-87.0f)), _mm512_set1_ps(88.0f));
-  const __m512 shifter = _mm512_set1_ps(12582912.0f);
-  const __m512 n = _mm512_sub_ps(_mm512_fmadd_ps(x, _mm512_set1_ps(1.44269504088896341f), shifter),
-                                 shifter);
+  x = _mm512_max_ps(x, _mm512_set1_ps(-87.0f));
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   const __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f),
                                     _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x));
   __m512 p = _mm512_set1_ps(1.9875691500e-4f);
@@ -215,17 +206,12 @@ inline TRIDENT_AMX_TARGET __m512 exp16(__m512 x) {
   p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
   p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
   p = _mm512_add_ps(_mm512_fmadd_ps(_mm512_mul_ps(p, r), r, r), _mm512_set1_ps(1.0f));
-  const __m512i e =
-      _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
-  return _mm512_mul_ps(p, _mm512_castsi512_ps(e));
+  return _mm512_scalef_ps(p, n);
 }
 
 // 16 f32 as bf16 bits, rounded to nearest even (as bf16_bits_of_f32).
 inline TRIDENT_AMX_TARGET __m256i bf16_bits16(__m512 x) {
-  const __m512i u = _mm512_castps_si512(x);
-  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
-  const __m512i rounded = _mm512_add_epi32(u, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff)));
-  return _mm512_cvtepi32_epi16(_mm512_srli_epi32(rounded, 16));
+  return (__m256i)_mm512_cvtneps_pbh(x);
 }
 
 // 64-byte aligned storage of n values in `v`.
