@@ -9,7 +9,8 @@
 // in backward, so every sum runs in a fixed order at any thread count. With
 // bf16 the products run on bf16 kernels (q, k, v and dout hold bf16 values,
 // read as the caller's bits; the probabilities and score gradients are
-// rounded, while the softmax sums and dS use them unrounded).
+// rounded, while the softmax sums and dS use them unrounded); on a CPU with
+// AMX, bf16 attention is the fused kernels of amx_attention.hpp instead.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>

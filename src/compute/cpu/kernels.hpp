@@ -41,9 +41,9 @@ void matmul_backward(T* dinp, T* dw, T* dbias, const T* dout, const T* inp, cons
 // Causal attention, flash-style (attention.cpp): qkv (B, T, 3C) as [q | k | v],
 // out (B, T, C), lse (B, NH, T) the log-sum-exp of each row's scaled scores,
 // all backward needs besides q, k, v, out and dout (no T x T matrix).
-// Queries and keys per tile, f32 and with bf16 products: a thread's scores
-// tile is 64 KiB (perf/bench_attention: 128 is as fast as 192 or 256 at
-// T 1024 and faster at T 256; 64 loses to the GEMM calls' overhead).
+// Queries and keys per tile of the f32 kernel and of bf16 products on CPUs
+// without AMX (which fuse attention, amx_attention.hpp): a thread's scores
+// tile is 64 KiB.
 constexpr int kAttentionTile = 128;
 // bf16 (f32 only): the tile products on bf16 kernels (backend.hpp), reading
 // qkv16 / dout16 (the same values as bf16 bits, same layout) where given
