@@ -20,11 +20,11 @@
 #include <vector>
 
 #include "compute/cpu/amx_attention.hpp"
+#include "compute/cpu/amx_gemm.hpp"
 #include "compute/cpu/attention_tiles.hpp"
 #include "compute/cpu/blas.hpp"
 #include "compute/cpu/fast_math.hpp"
 #include "compute/cpu/gemm_bf16.hpp"
-#include "compute/cpu/half_convert.hpp"
 #include "compute/cpu/kernels.hpp"
 #include "compute/cpu/vector_clones.hpp"
 
@@ -39,23 +39,20 @@ void attention_forward(T* out, T* lse, const T* qkv, int B, int T_, int C, int N
   const T scale = T(1) / std::sqrt(T(hs));
   const bool b16 = bf16_tiles<T>(bf16);
   const int tile = kAttentionTile, tiles = (T_ + tile - 1) / tile;
-  const bool in_place = b16 && bits_in_place(qkv16);
   if constexpr (std::is_same_v<T, float>) {
-    if (b16 && amx_available()) {  // fused on the tile unit; values given: their bits
+    if (b16 && amx_available()) {  // fused on the tile unit
       thread_local std::vector<std::uint16_t> bits;
-      if (!qkv16) {
-        bits.resize(std::size_t(B) * T_ * C3);
-        to_16bit(bits.data(), qkv, bits.size(), DType::bf16);
-      }
-      if (amx_attention_forward(out, lse, qkv16 ? qkv16 : bits.data(), B, T_, C, NH)) return;
+      const std::uint16_t* q16 = bits_of(qkv16, qkv, std::size_t(B) * T_ * C3, bits);
+      if (amx_attention_forward(out, lse, q16, B, T_, C, NH)) return;
     }
   }
 #pragma omp parallel
   {
     std::vector<T> S(tile * tile), acc(std::size_t(tile) * hs), m(tile), l(tile);
     std::vector<std::uint16_t> q16, kv16, p16;  // bf16: Q_i, K and V up to the diagonal, P
-    if (b16) p16.resize(tile * tile);
-    if (b16 && !in_place) q16.resize(std::size_t(tile) * hs), kv16.resize(2 * std::size_t(T_) * hs);
+    if (b16)
+      p16.resize(tile * tile), q16.resize(std::size_t(tile) * hs),
+          kv16.resize(2 * std::size_t(T_) * hs);
     int packed_head = -1, packed_rows = 0;  // the (b, h) whose K, V rows kv16 holds
     // Later query tiles see more keys: hand them out dynamically.
 #pragma omp for collapse(3) schedule(dynamic)
@@ -72,11 +69,7 @@ void attention_forward(T* out, T* lse, const T* qkv, int B, int T_, int C, int N
           std::fill(l.begin(), l.end(), T(0));
           const std::uint16_t *qi16 = q16.data(), *k16 = kv16.data();
           const std::uint16_t* v16 = k16 + std::size_t(T_) * hs;
-          int ld16 = hs;
-          if (b16 && in_place) {
-            qi16 = qkv16 + qo + std::size_t(i0) * C3, k16 = qkv16 + qo + C,
-            v16 = qkv16 + qo + 2 * C, ld16 = C3;
-          } else if (b16) {
+          if (b16) {
             // A thread's next query tile is mostly the same head's next: keep its rows.
             if (packed_head != b * NH + h) packed_head = b * NH + h, packed_rows = 0;
             const int r0 = packed_rows, rows = std::max(0, i0 + nq - r0);
@@ -90,8 +83,8 @@ void attention_forward(T* out, T* lse, const T* qkv, int B, int T_, int C, int N
           for (int j0 = 0; j0 <= i0; j0 += tile) {  // causal: key tiles up to the diagonal
             const int nk = std::min(tile, i0 + nq - j0);
             if (b16) {
-              gemm_bf16_bits(false, true, nq, nk, hs, qi16, ld16, k16 + std::size_t(j0) * ld16,
-                             ld16, false, f32(S.data()), tile);  // scaled row by row below
+              gemm_bf16_bits(false, true, nq, nk, hs, qi16, hs, k16 + std::size_t(j0) * hs, hs,
+                             false, f32(S.data()), tile);  // scaled row by row below
             } else {
               gemm(false, true, nq, nk, hs, scale, q + std::size_t(i0) * C3, C3,
                    k + std::size_t(j0) * C3, C3, T(0), S.data(), tile);  // S = s Q_i K_j^T
@@ -116,8 +109,8 @@ void attention_forward(T* out, T* lse, const T* qkv, int B, int T_, int C, int N
               for (int d = 0; d < hs; ++d) a[d] *= corr;
             }
             if (b16) {
-              gemm_bf16_bits(false, false, nq, hs, nk, p16.data(), tile,
-                             v16 + std::size_t(j0) * ld16, ld16, true, f32(acc.data()), hs);
+              gemm_bf16_bits(false, false, nq, hs, nk, p16.data(), tile, v16 + std::size_t(j0) * hs,
+                             hs, true, f32(acc.data()), hs);
             } else {
               gemm(false, false, nq, hs, nk, T(1), S.data(), tile, v + std::size_t(j0) * C3, C3,
                    T(1), acc.data(), hs);  // acc += P V_j
@@ -146,31 +139,22 @@ void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, cons
   const T scale = T(1) / std::sqrt(T(hs));
   const bool b16 = bf16_tiles<T>(bf16);
   const int tile = kAttentionTile;
-  const bool in_place = b16 && bits_in_place(qkv16) && bits_in_place(dout16);
   if constexpr (std::is_same_v<T, float>) {
-    if (b16 && amx_available()) {  // fused on the tile unit; values given: their bits
+    if (b16 && amx_available()) {  // fused on the tile unit
       thread_local std::vector<std::uint16_t> q_bits, d_bits;
-      if (!qkv16) {
-        q_bits.resize(std::size_t(B) * T_ * C3);
-        to_16bit(q_bits.data(), qkv, q_bits.size(), DType::bf16);
-      }
-      if (!dout16) {
-        d_bits.resize(std::size_t(B) * T_ * C);
-        to_16bit(d_bits.data(), dout, d_bits.size(), DType::bf16);
-      }
-      if (amx_attention_backward(dqkv, dout, out, lse, qkv16 ? qkv16 : q_bits.data(),
-                                 dout16 ? dout16 : d_bits.data(), B, T_, C, NH))
-        return;
+      const std::uint16_t* q16 = bits_of(qkv16, qkv, std::size_t(B) * T_ * C3, q_bits);
+      const std::uint16_t* d16 = bits_of(dout16, dout, std::size_t(B) * T_ * C, d_bits);
+      if (amx_attention_backward(dqkv, dout, out, lse, q16, d16, B, T_, C, NH)) return;
     }
   }
 #pragma omp parallel
   {
     std::vector<T> P(tile * tile), dS(tile * tile), D(T_);
     std::vector<std::uint16_t> qkvo16, p16, ds16;  // bf16: Q, K, V, dO of a head; P and dS
-    std::vector<float> dqkv32;  // bf16: the head's dQ, dK, dV, dense (see bits_in_place)
-    if (b16) p16.resize(tile * tile), ds16.resize(tile * tile);
-    if (b16 && !in_place)
-      qkvo16.resize(4 * std::size_t(T_) * hs), dqkv32.resize(3 * std::size_t(T_) * hs);
+    std::vector<float> dqkv32;  // bf16: the head's dQ, dK, dV, dense
+    if (b16)
+      p16.resize(tile * tile), ds16.resize(tile * tile), qkvo16.resize(4 * std::size_t(T_) * hs),
+          dqkv32.resize(3 * std::size_t(T_) * hs);
 #pragma omp for collapse(2) schedule(dynamic)
     for (int b = 0; b < B; ++b) {
       for (int h = 0; h < NH; ++h) {
@@ -189,16 +173,12 @@ void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, cons
           for (int d = 0; d < hs; ++d) sum += o[d] * g[d];
           D[t] = sum;
         }
-        // The head's bf16 operands and f32 gradients: in place (rows ld16 and
-        // ldo apart, gradients ldg), or dense copies.
+        // The head's bf16 operands and f32 gradients as dense copies (rows hs apart).
         const std::size_t Th = std::size_t(T_) * hs;
         const std::uint16_t *q16 = nullptr, *k16 = nullptr, *v16 = nullptr, *dO16 = nullptr;
         float *dq32 = nullptr, *dk32 = nullptr, *dv32 = nullptr;
-        int ld16 = hs, ldo = hs, ldg = hs;
-        if (in_place) {
-          q16 = qkv16 + qo, k16 = q16 + C, v16 = q16 + 2 * C, dO16 = dout16 + oo;
-          dq32 = f32(dq), dk32 = f32(dk), dv32 = f32(dv), ld16 = ldg = C3, ldo = C;
-        } else if (b16) {
+        const int ld16 = hs, ldo = hs, ldg = hs;
+        if (b16) {
           std::uint16_t* dense = qkvo16.data();
           q16 = dense, k16 = dense + Th, v16 = dense + 2 * Th, dO16 = dense + 3 * Th;
           dq32 = dqkv32.data(), dk32 = dq32 + Th, dv32 = dk32 + Th;
@@ -266,7 +246,7 @@ void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, cons
                  dk + std::size_t(j0) * C3, C3);  // dK_j += dS^T Q_i
           }
         }
-        if (b16 && !in_place)
+        if (b16)
           for (int g = 0; g < 3; ++g) copy_rows(f32(dq + g * C), C3, dq32 + g * Th, hs, T_, hs);
       }
     }

@@ -1,15 +1,15 @@
 // The CPU attention's tile helpers: a head's rows as bf16 bits, tile rows
-// rounded or scaled where they were made, and whether the bf16 products read
-// the caller's bits in place (compute/cpu/attention.cpp).
+// rounded or scaled where they were made (compute/cpu/attention.cpp).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
+#include <vector>
 
-#include "compute/cpu/amx_gemm.hpp"
 #include "compute/cpu/gemm_bf16.hpp"
+#include "compute/cpu/half_convert.hpp"
 #include "core/half.hpp"
 
 namespace trident::cpu::attention_tiles {
@@ -74,10 +74,15 @@ float* f32(T* x) { return reinterpret_cast<float*>(x); }
 template <class T>
 const float* f32(const T* x) { return reinterpret_cast<const float*>(x); }
 
-// Whether the tile products read the caller's bf16 bits where they lie (rows
-// 3C apart): the AMX GEMM takes any stride at full speed; oneDNN's kernels
-// want dense rows, so elsewhere a head's rows are copied first (same bits).
-inline bool bits_in_place(const std::uint16_t* bits) { return bits && amx_available(); }
+// n values' bf16 bits: the caller's (`bits`) where given, else those of x,
+// which holds bf16 values, written into `store`.
+inline const std::uint16_t* bits_of(const std::uint16_t* bits, const float* x, std::size_t n,
+                                    std::vector<std::uint16_t>& store) {
+  if (bits) return bits;
+  store.resize(n);
+  to_16bit(store.data(), x, n, DType::bf16);
+  return store.data();
+}
 
 // bf16 tiles are for f32 runs that ask for them on a CPU that has the kernels.
 template <class T>

@@ -2,10 +2,9 @@
 // bf16 value held in f32, as a bf16 run's weights and rounded activations
 // are: on AMX tiles through amx_gemm.hpp where the CPU has them (1.5x
 // oneDNN 2.6's matmul on GPT-2's linears), else on oneDNN's AVX-512 BF16
-// kernels. The product
-// of two bf16 values is exact in f32 and the sums are f32, so C equals the
-// f32 GEMM's up to the rounding of its sums in another order. Neither path's
-// bits depend on the thread count.
+// kernels. The product of two bf16 values is exact in f32 and the sums are
+// f32, so C equals the f32 GEMM's up to the rounding of its sums in another
+// order. Neither path's bits depend on the thread count.
 #pragma once
 
 #include <cstdint>
