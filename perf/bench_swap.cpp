@@ -57,7 +57,7 @@ int main(int argc, char** argv) {
     o.nvme_path = dir;
     o.block_mb = block_mb;
     o.queue_depth = depth;
-    OptimizerHome home(o, *backend, ledger, bytes / sizeof(float) / 3, 3, 0);
+    OptimizerHome home(o, *backend, ledger, bytes / sizeof(float) / 3, 3, DType::f32, 0);
     for (int pass = 0; pass < 2; ++pass) {  // the first writes every block once
       const double t0 = now_seconds();
       home.for_blocks([](std::size_t, std::size_t, float* const*) {});

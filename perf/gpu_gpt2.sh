@@ -35,12 +35,14 @@ args=(train "$here/input/gpt2-124m.toml" --set system.device=cuda --set precisio
       --set "checkpoint.dir=$logs/ckpt" --set checkpoint.every=0 --set checkpoint.minutes=0)
 "$bin" estimate "$here/input/gpt2-124m.toml" --world 1 --set precision.dtype=bf16 \
   --set "train.batch=$mb" --set "train.micro_batch=$mb" >"$logs/estimate.txt" 2>&1
-# trident_run NAME SETS...: the timed run, its metrics in NAME.jsonl.
+# trident_run NAME SETS...: the timed run, its metrics in NAME.jsonl. Not
+# bound to one core (Open MPI's default for one rank): the host's share of
+# offload runs on every core of the node.
 trident_run() {
   local name=$1
   shift
-  echo "command: mpirun -np 1 $bin ${args[*]} --set train.steps=$((steps + 1)) $*"
-  timeout 300 mpirun -np 1 "$bin" "${args[@]}" --set "train.steps=$((steps + 1))" \
+  echo "command: mpirun -np 1 --bind-to none $bin ${args[*]} --set train.steps=$((steps + 1)) $*"
+  timeout 300 mpirun -np 1 --bind-to none "$bin" "${args[@]}" --set "train.steps=$((steps + 1))" \
     --set "output.metrics=$logs/$name.jsonl" "$@" >"$logs/$name.log" 2>&1
   grep -E "^(FOM|memory per rank)" "$logs/$name.log"
 }
@@ -60,10 +62,17 @@ pytorch >"$logs/pytorch_eager.log" 2>&1
 pytorch --compile >"$logs/pytorch_compiled.log" 2>&1
 trident_run zero1 --set zero.stage=1
 trident_run zero1_offload --set zero.stage=1 --set offload.optimizer=cpu
+# The same with a batch of ACCUMULATE micro-batches (the regime ZeRO-Offload
+# is for: the host's step is paid once per batch, the gradients leave for the
+# host during the last backward). Later --set options win.
+accumulate=${ACCUMULATE:-8}
+trident_run zero1_acc --set zero.stage=1 --set "train.batch=$((mb * accumulate))"
+trident_run zero1_acc_offload --set zero.stage=1 --set offload.optimizer=cpu \
+  --set "train.batch=$((mb * accumulate))"
 
-python3 - "$logs" "$peak_tflops" "$mb" <<'PY'
+python3 - "$logs" "$peak_tflops" "$mb" "$accumulate" <<'PY'
 import json, re, sys
-logs, peak, mb = sys.argv[1], float(sys.argv[2]), int(sys.argv[3])
+logs, peak, mb, acc = sys.argv[1], float(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 L, d, T, V = 12, 768, 1024, 50257
 N = V * d + T * d + L * (12 * d * d + 13 * d) + 2 * d  # GPT-2 small, tied head
 flops = 6 * N + 6 * L * d * T
@@ -97,10 +106,12 @@ for name, tps, gib in rows:
 torch_best = max((r for r in rows if r[0].startswith("pytorch")), key=lambda r: r[1], default=None)
 if steady and torch_best:
     print(f"ratio trident / best pytorch ({torch_best[0]}): {rows[0][1] / torch_best[1]:.2f}")
-z, zo = trident("zero1"), trident("zero1_offload")
-if z and zo:
-    print(f"ZeRO-1 {z[0]:,.0f} tokens/s, {z[1]:.2f} GiB; with offload.optimizer = cpu "
-          f"{zo[0]:,.0f} tokens/s, {zo[1]:.2f} GiB: step time x{z[0] / zo[0]:.2f}")
+for micro, base in ((1, "zero1"), (acc, "zero1_acc")):
+    z, zo = trident(base), trident(base + "_offload")
+    if z and zo:
+        print(f"ZeRO-1, batch {micro} x {mb}: {z[0]:,.0f} tokens/s, {z[1]:.2f} GiB; with "
+              f"offload.optimizer = cpu {zo[0]:,.0f} tokens/s, {zo[1]:.2f} GiB: step time "
+              f"x{z[0] / zo[0]:.2f}")
 PY
 echo "per-kernel device time (4-step run):"
 sed -n '/^device time per op/,/^total/p' "$logs/trident_kernels.log"

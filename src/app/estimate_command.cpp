@@ -78,11 +78,18 @@ int estimate_command(const EstimateOptions& o) {
     // On the CPU backend the arenas are the process's memory; the rest is
     // the runtime (measured: src/plan/estimate.hpp).
     const MemoryEstimate at_deck = estimate_memory(deck, shape, deck.zero.stage);
-    fmt::print("\nprocess RSS (CPU backend, stage {}): arenas {} + runtime {} = {} (runtime: "
+    const std::string host =
+        at_deck.host > 0 ? fmt::format(" + offloaded to host memory {}", format_bytes(at_deck.host))
+                         : "";
+    fmt::print("\nprocess RSS (CPU backend, stage {}): arenas {}{} + runtime {} = {} (runtime: "
                "binary, MPI, oneDNN, HDF5 {} measured; MPI reduce-scatter temporaries {})\n",
-               deck.zero.stage, format_bytes(at_deck.peak()), format_bytes(at_deck.runtime),
+               deck.zero.stage, format_bytes(at_deck.peak()), host, format_bytes(at_deck.runtime),
                format_bytes(at_deck.process_rss()), format_bytes(kRuntimeBaseBytes),
                format_bytes(at_deck.runtime - kRuntimeBaseBytes));
+    if (at_deck.host > 0 && deck.system.device != Device::cpu)
+      fmt::print("host memory per rank beside the device's: {} (offload: optimizer state, the "
+                 "gradients' copy, parameter shards; pinned with offload.pin_memory)\n",
+                 format_bytes(at_deck.host));
     // The same layout under each train.recompute mode (precision as in the deck).
     std::string modes;
     for (const auto& mode : kRecomputeNames) {

@@ -77,6 +77,17 @@ class ComputeBackend {
   virtual void copy_to_host(void* host, const void* dev, std::size_t bytes) = 0;
   virtual void copy_from_host(void* dev, const void* host, std::size_t bytes) = 0;
   virtual void copy(void* dst, const void* src, std::size_t bytes) = 0;  // device to device
+  // Copies that overlap the work issued after them (CUDA: a copy stream that
+  // starts once the work issued so far is done; the host memory should be
+  // pinned). Neither side may be touched again until wait_copies(), which
+  // returns once every such copy is complete. A host-memory backend copies at once.
+  virtual void copy_to_host_async(void* host, const void* dev, std::size_t bytes) {
+    copy_to_host(host, dev, bytes);
+  }
+  virtual void copy_from_host_async(void* dev, const void* host, std::size_t bytes) {
+    copy_from_host(dev, host, bytes);
+  }
+  virtual void wait_copies() {}
   // rows x cols floats between matrices with leading dimensions dst_ld and
   // src_ld (a column block of the logits to or from a contiguous buffer).
   virtual void copy_2d(float* dst, std::size_t dst_ld, const float* src, std::size_t src_ld,

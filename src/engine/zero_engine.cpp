@@ -46,6 +46,8 @@ void ZeroEngine::attach(GptModel& model, std::uint64_t seed) {
 GradSpan ZeroEngine::tied_grads() {
   const TensorInfo& wte = model_table_->at("wte");
   const ZeroUnit& u = plan_.units()[wte.unit];
+  // The caller adds the other copy's gradients to these.
+  for (int k = 0; k < wte.units; ++k) optimizer_->grads_changed(wte.unit + k);
   // A cut table's units are adjacent, so are this rank's slices of them.
   return {storage_->owned_grads(wte.unit), plan_.slice(u) * wte.units, storage_->grads_dtype()};
 }
@@ -127,6 +129,7 @@ void ZeroEngine::poison_gradient() {
   const std::uint16_t inf16 = g == DType::bf16 ? 0x7f80 : 0x7c00;
   backend_.copy_from_host(storage_->owned_grads(0), g == DType::f32 ? (const void*)&inf : &inf16,
                           dtype_size(g));
+  optimizer_->grads_changed(0);
 }
 
 }  // namespace trident

@@ -16,7 +16,10 @@ class ZeroEngine final : public GradEngine {
 
   ModelStorage* storage() override { return storage_.get(); }
   void attach(GptModel& model, std::uint64_t seed) override;
-  void begin_step() override { storage_->begin_step(); }
+  void begin_step() override {
+    optimizer_->begin_step();
+    storage_->begin_step();
+  }
   GradsReadyFn grads_ready_hook() override { return nullptr; }  // the storage reduces per unit
   void finish_backward() override { storage_->finish_backward(); }
   GradSpan tied_grads() override;

@@ -13,7 +13,7 @@ namespace trident {
 namespace {
 
 constexpr int kStreamSets = 3;  // blocks being read, updated and written back
-constexpr std::size_t kHostStaging = 2;  // cpu: a block's gradients and parameters
+constexpr std::size_t kHostStaging = 3;  // cpu: widened gradients, two parameter blocks
 
 std::size_t round_up(std::size_t x, std::size_t to) { return (x + to - 1) / to * to; }
 
@@ -42,14 +42,22 @@ OptimizerHome::ArenaBytes OptimizerHome::arena_bytes(const OffloadSection& o, st
   return b;
 }
 
+std::size_t OptimizerHome::host_bytes(const OffloadSection& o, std::size_t n, int kinds,
+                                      DType grads) {
+  if (o.optimizer != OffloadTarget::cpu) return 0;
+  return std::size_t(kinds) * n * sizeof(float) + n * dtype_size(grads);
+}
+
 OptimizerHome::OptimizerHome(const OffloadSection& o, ComputeBackend& backend,
-                             MemoryLedger& ledger, std::size_t n, int kinds, int rank)
+                             MemoryLedger& ledger, std::size_t n, int kinds, DType grads,
+                             int rank)
     : target_(o.optimizer),
       backend_(backend),
       ledger_(ledger),
       n_(n),
       kinds_(kinds),
-      block_(block_elements(o)) {
+      block_(block_elements(o)),
+      host_grads_(nullptr, FreeHost{}) {
   if (target_ == OffloadTarget::none) {
     for (int k = 0; k < kinds; ++k)
       resident_.emplace_back(backend, ledger, MemCategory::optimizer, n);
@@ -66,6 +74,7 @@ OptimizerHome::OptimizerHome(const OffloadSection& o, ComputeBackend& backend,
       return std::unique_ptr<float, FreeHost>(p, FreeHost{o.pin_memory ? &backend : nullptr, bytes});
     };
     for (int k = 0; k < kinds; ++k) host_.push_back(host_floats(n));
+    host_grads_ = host_floats((n * dtype_size(grads) + sizeof(float) - 1) / sizeof(float));
     const std::size_t staged = std::min(block_, n);
     for (std::size_t i = 0; i < kHostStaging; ++i) host_staging_.push_back(host_floats(staged));
     staging_counted_ = kHostStaging * staged * sizeof(float);
@@ -94,6 +103,7 @@ OptimizerHome::OptimizerHome(const OffloadSection& o, ComputeBackend& backend,
 }
 
 OptimizerHome::~OptimizerHome() {
+  backend_.wait_copies();  // none may still be reading or writing host memory freed here
   if (staging_) {
     swap_.reset();  // no transfer into the buffers after this
     if (pinned_)

@@ -4,9 +4,11 @@
 //   none: arenas in the backend's memory, counted as optimizer state;
 //   cpu:  host memory (ZeRO-Offload, Ren et al. 2021), outside the arenas;
 //         on the CPU backend that is the memory the arenas use. The update
-//         runs there too, on the host's compute backend: each block's
-//         gradients come from the backend's memory and its weights go back
-//         through two staging blocks (counted as buffers);
+//         runs there too, on the host's compute backend, reading a host copy
+//         of the owned gradients that backward fills slice by slice
+//         (host_grads); updated weights go back through two staging blocks
+//         that alternate, 16-bit gradients are widened in a third (the
+//         staging counts as buffers);
 //   nvme: a swap file (ZeRO-Infinity), streamed through the step in blocks
 //         of offload.block_mb: block k+1 is read while block k is updated and
 //         block k-1 written back (the staging buffers count as buffers).
@@ -15,6 +17,7 @@
 // staging on a device backend), so a run offloads bit-identically to one that
 // does not.
 #pragma once
+#include <algorithm>
 #include <cstddef>
 #include <functional>
 #include <memory>
@@ -35,10 +38,10 @@ class OptimizerHome {
  public:
   enum Kind : int { exp_avg = 0, exp_avg_sq = 1, masters = 2 };
 
-  // `kinds`: 2 (moments) or 3 (and masters). Throws InputError for a swap
-  // file that cannot be made (offload/swap_file.hpp).
+  // `kinds`: 2 (moments) or 3 (and masters); `grads`: the gradients' type.
+  // Throws InputError for a swap file that cannot be made (offload/swap_file.hpp).
   OptimizerHome(const OffloadSection& o, ComputeBackend& backend, MemoryLedger& ledger,
-                std::size_t n, int kinds, int rank);
+                std::size_t n, int kinds, DType grads, int rank);
   ~OptimizerHome();
 
   std::size_t size() const { return n_; }
@@ -56,6 +59,8 @@ class OptimizerHome {
   };
   static ArenaBytes arena_bytes(const OffloadSection& o, std::size_t n, int kinds,
                                 bool memory_is_host);
+  // Host memory outside the arenas: offloaded state and (cpu) the gradients' copy.
+  static std::size_t host_bytes(const OffloadSection& o, std::size_t n, int kinds, DType grads);
 
   // f(first, count, state) for consecutive blocks covering [0, n): state[k]
   // points at element `first` of kind k where the update runs, backend
@@ -66,8 +71,12 @@ class OptimizerHome {
   void for_blocks(const BlockFn& f, bool write_back = true);
   bool updates_on_host() const { return target_ == OffloadTarget::cpu; }
   ComputeBackend& host_backend() { return *host_backend_; }
-  // Host staging of a block's gradients (0) and parameters (1), f32.
+  // Host staging, staging_elements() floats each: 16-bit gradients widened
+  // (0), a block's parameters (1, 2: the one being copied back and the next).
   float* staging_block(int i) { return host_staging_[std::size_t(i)].get(); }
+  std::size_t staging_elements() const { return std::min(block_, n_); }
+  // cpu: the owned gradients in host memory, n of the gradients' type.
+  void* host_grads() { return host_grads_.get(); }
   // A resident home's arena of a kind (null when offloaded).
   Arena* resident(int kind) {
     return std::size_t(kind) < resident_.size() ? &resident_[std::size_t(kind)] : nullptr;
@@ -103,6 +112,7 @@ class OptimizerHome {
   std::vector<Arena> resident_;                         // none
   std::vector<std::unique_ptr<float, FreeHost>> host_;  // cpu
   std::vector<std::unique_ptr<float, FreeHost>> host_staging_;  // cpu: gradients, parameters
+  std::unique_ptr<float, FreeHost> host_grads_;                 // cpu
   std::unique_ptr<ComputeBackend> own_host_backend_;    // cpu on a device backend
   ComputeBackend* host_backend_ = nullptr;
   std::unique_ptr<SwapFile> swap_;                      // nvme

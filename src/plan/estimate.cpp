@@ -129,6 +129,9 @@ MemoryEstimate estimate_memory(const Deck& deck, const GridShape& shape, int sta
                                                    deck.system.device == Device::cpu);
       at(MemCategory::optimizer) += double(home.optimizer);
       at(MemCategory::buffers) += double(home.buffers);
+      e.host += double(OptimizerHome::host_bytes(deck.offload, plan.shard_size(),
+                                                 2 + int(masters), grads));
+      if (params_off && deck.offload.params == OffloadTarget::cpu) e.host += shard * w;
       // 16-bit gradients: the optimizer's and the accumulation's f32 chunks.
       at(MemCategory::buffers) +=
           double(GradView::buffer_elements(grads, plan.shard_size()) +

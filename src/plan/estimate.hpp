@@ -16,9 +16,13 @@ struct MemoryEstimate {
   std::array<double, kMemCategories> bytes{};  // per category, as the ledger counts them
   double parameters = 0;                       // elements of the global model
   double runtime = 0;  // process RSS beyond the arenas, CPU backend (runtime_rss_bytes)
+  // Host memory outside the arenas: offload "cpu"'s optimizer state and
+  // gradient copy, offloaded parameter shards.
+  double host = 0;
   double model_state() const;                  // params + grads + optimizer
   double peak() const;                         // every arena is live for the whole step
-  double process_rss() const { return peak() + runtime; }  // CPU backend: arenas are host memory
+  // CPU backend: the arenas are host memory too.
+  double process_rss() const { return peak() + runtime + host; }
 };
 
 // Process RSS outside the arenas, measured rather than derived (CPU backend):

@@ -2,8 +2,9 @@
 # Peak process RSS lands within 10% of `trident estimate`'s process RSS
 # (arenas + the measured runtime term) on a model whose arenas are most of
 # it (51 M parameters, seq_len 32): ZeRO-3 over 2 ranks in fp32 (MPI's
-# reduce-scatter temporaries included) and one rank in bf16 (the token
-# embedding read through its window).
+# reduce-scatter temporaries included), one rank in bf16 (the token
+# embedding read through its window), and one rank with the optimizer
+# offloaded to host memory (outside the arenas, counted apart).
 #   usage: rss_estimate.sh "MPIEXEC..." TRIDENT_BINARY FIXTURE_DIR
 set -euo pipefail
 mpiexec=$1 bin=$2 tiny=$3/tiny.toml
@@ -32,4 +33,5 @@ PY
 }
 check 2 --set zero.stage=3
 check 1 --set zero.stage=0 --set precision.dtype=bf16
+check 1 --set zero.stage=2 --set precision.dtype=bf16 --set offload.optimizer=cpu
 echo "PASS"

@@ -216,6 +216,15 @@ def offload_pairs(every=False):
     for o, dp, precision in grid:
         base = make(dp=dp, zero=3, micro_batches=2, precision=precision)
         out.append((base, with_values(base, {INDEX["offload"]: o})))
+    # cpu's host copy of the gradients where backward's copy is not the last
+    # word: the tied copies summed over the pipeline's ends, 16-bit gradients
+    # widened on the host, fp16 steps skipped on overflow, split backwards.
+    for dp, zero, precision, schedule in ((2, 2, "bf16-reduce", "1f1b"),
+                                          (1, 1, "fp16-reduce", "1f1b"),
+                                          (1, 3, "bf16", "zb-h1")):
+        base = make(dp=dp, pp=2, zero=zero, micro_batches=2, precision=precision,
+                    schedule=schedule)
+        out.append((base, with_values(base, {INDEX["offload"]: "cpu"})))
     return out
 
 

@@ -238,3 +238,26 @@ TEST_F(CudaForward, RoundToBf16WithBits) {
   EXPECT_EQ(d.download(src, n), want);
   gpu->release(bits, n * sizeof(std::uint16_t));
 }
+
+TEST_F(CudaForward, AsyncCopiesFollowTheWorkIssuedBeforeThem) {
+  // Large enough that a copy not ordered after the kernel would read old values.
+  const std::size_t n = std::size_t{1} << 22;
+  const auto x = random_vector(n, 40);
+  std::vector<float> doubled(x), host(n, 0.0f), back(n);
+  for (float& v : doubled) v *= 2.0f;
+  gpu->pin_host(host.data(), n * sizeof(float));
+  float* g = d.upload(x);
+  gpu->scale(g, 2.0f, n);
+  gpu->copy_to_host_async(host.data(), g, n * sizeof(float));
+  gpu->wait_copies();
+  EXPECT_EQ(host, doubled);
+  // Host to device, then a kernel issued after wait_copies reads the values.
+  for (float& v : host) v += 1.0f;
+  float* h = d.poisoned(n);
+  gpu->copy_from_host_async(h, host.data(), n * sizeof(float));
+  gpu->wait_copies();
+  gpu->scale(h, 0.5f, n);
+  gpu->copy_to_host(back.data(), h, n * sizeof(float));
+  for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(back[i], 0.5f * host[i]) << i;
+  gpu->unpin_host(host.data(), n * sizeof(float));
+}

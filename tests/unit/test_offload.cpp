@@ -88,7 +88,7 @@ TEST_P(Homes, BlocksCoverTheShardAndStateRoundTrips) {
   o.queue_depth = 2;
   constexpr std::size_t n = 2048 * 5 + 123;  // the last block partial
   {
-    OptimizerHome home(o, *backend, ledger, n, 3, 0);
+    OptimizerHome home(o, *backend, ledger, n, 3, DType::bf16, 0);
     const auto bytes = OptimizerHome::arena_bytes(o, n, 3, true);
     EXPECT_EQ(ledger.current(MemCategory::optimizer), bytes.optimizer);
     EXPECT_EQ(ledger.current(MemCategory::buffers), bytes.buffers);
@@ -102,8 +102,9 @@ TEST_P(Homes, BlocksCoverTheShardAndStateRoundTrips) {
       next = first + count;
       if (home.updates_on_host()) {  // cpu: blocks the staging holds
         EXPECT_LE(count, OptimizerHome::block_elements(o));
-        std::fill_n(home.staging_block(0), count, 1.0f);
-        std::fill_n(home.staging_block(1), count, 1.0f);
+        for (int b = 0; b < 3; ++b) std::fill_n(home.staging_block(b), count, 1.0f);
+        EXPECT_LE(count, home.staging_elements());
+        std::fill_n(static_cast<std::uint16_t*>(home.host_grads()) + first, count, 0x3f80);
       }
       for (std::size_t i = 0; i < count; ++i) {
         EXPECT_EQ(s[OptimizerHome::exp_avg][i], 0.0f);  // the moments start at zero

@@ -37,6 +37,8 @@ CudaBackend::CudaBackend(const CudaBackendOptions& o)
 CudaBackend::~CudaBackend() {
   // No throwing from here: errors at teardown are ignored.
   cudaStreamSynchronize(stream_);
+  if (copy_stream_) cudaStreamSynchronize(copy_stream_), cudaStreamDestroy(copy_stream_);
+  if (issued_) cudaEventDestroy(issued_);
   gemms_.reset();
   if (scratch_) cudaFree(scratch_);
   for (void* w : widen_)
@@ -112,6 +114,7 @@ void* CudaBackend::allocate(std::size_t bytes) {
 void CudaBackend::release(void* p, std::size_t) {
   if (!p) return;
   cudaStreamSynchronize(stream_);  // queued work may still use it
+  if (copy_stream_) cudaStreamSynchronize(copy_stream_);
   cudaFree(p);                     // not checked: release runs in destructors
 }
 
@@ -147,6 +150,35 @@ void CudaBackend::copy_from_host(void* dev, const void* host, std::size_t bytes)
     cudaGetLastError();  // unregistered memory on an old driver: pageable
   else if (a.type == cudaMemoryTypeHost)
     cuda_check(cudaStreamSynchronize(stream_), site_, "copy_from_host (synchronize)");
+}
+
+cudaStream_t CudaBackend::copy_stream_after_compute() {
+  if (!copy_stream_) {
+    copy_stream_ = create_stream(site_.device, site_);
+    cuda_check(cudaEventCreateWithFlags(&issued_, cudaEventDisableTiming), site_,
+               "cudaEventCreate (copies)");
+  }
+  // The wait captures the event as recorded now; re-recording it later is safe.
+  cuda_check(cudaEventRecord(issued_, stream_), site_, "cudaEventRecord (copies)");
+  cuda_check(cudaStreamWaitEvent(copy_stream_, issued_, 0), site_, "cudaStreamWaitEvent (copies)");
+  return copy_stream_;
+}
+
+void CudaBackend::copy_to_host_async(void* host, const void* dev, std::size_t bytes) {
+  const cudaStream_t s = copy_stream_after_compute();
+  cuda_check(cudaMemcpyAsync(host, dev, bytes, cudaMemcpyDeviceToHost, s), site_,
+             "copy_to_host_async");
+}
+
+void CudaBackend::copy_from_host_async(void* dev, const void* host, std::size_t bytes) {
+  const cudaStream_t s = copy_stream_after_compute();
+  cuda_check(cudaMemcpyAsync(dev, host, bytes, cudaMemcpyHostToDevice, s), site_,
+             "copy_from_host_async");
+}
+
+void CudaBackend::wait_copies() {
+  // Once the host has seen them finish, work it issues later follows them.
+  if (copy_stream_) cuda_check(cudaStreamSynchronize(copy_stream_), site_, "wait_copies");
 }
 
 void CudaBackend::copy(void* dst, const void* src, std::size_t bytes) {

@@ -49,6 +49,9 @@ class CudaBackend final : public ComputeBackend {
   void copy_to_host(void* host, const void* dev, std::size_t bytes) override;
   void copy_from_host(void* dev, const void* host, std::size_t bytes) override;
   void copy(void* dst, const void* src, std::size_t bytes) override;
+  void copy_to_host_async(void* host, const void* dev, std::size_t bytes) override;
+  void copy_from_host_async(void* dev, const void* host, std::size_t bytes) override;
+  void wait_copies() override;
   void copy_2d(float* dst, std::size_t dst_ld, const float* src, std::size_t src_ld,
                std::size_t rows, std::size_t cols) override;
   void synchronize() override;
@@ -115,10 +118,14 @@ class CudaBackend final : public ComputeBackend {
   // null when m is f32 values (the product then runs in f32).
   const std::uint16_t* bits_of(MatrixIn m, std::size_t n, int slot);
   void* widen_slot(int slot, std::size_t bytes);
+  // The copy stream, made to wait for the work issued so far on the compute stream.
+  cudaStream_t copy_stream_after_compute();
 
   CudaSite site_;
   bool allow_tf32_;
   cudaStream_t stream_ = nullptr;
+  cudaStream_t copy_stream_ = nullptr;  // the async copies (made on first use)
+  cudaEvent_t issued_ = nullptr;        // the compute stream's work before one of them
   std::unique_ptr<Gemms> gemms_;
   KernelTimer timer_;
   void* scratch_ = nullptr;

@@ -13,8 +13,46 @@ ZeroOptimizer::ZeroOptimizer(ZeroStorage& storage, const TensorTable& table,
       backend_(backend),
       cfg_(cfg),
       home_(offload, backend, ledger, storage.plan().shard_size(),
-            cfg.weights != DType::f32 ? 3 : 2, rank) {
+            cfg.weights != DType::f32 ? 3 : 2, storage.grads_dtype(), rank) {
   view_ = GradView(backend, ledger, storage.grads_dtype(), storage.plan().shard_size());
+  if (home_.updates_on_host()) {
+    // ZeRO-Offload: each slice leaves for the host once its sum is final,
+    // while backward computes the next units.
+    on_host_.assign(storage.plan().units().size(), false);
+    storage.on_final_grads([this](int u) { copy_grads_to_host(u, /*now=*/false); });
+  }
+}
+
+void ZeroOptimizer::copy_grads_to_host(int u, bool now) {
+  const ZeroUnit& U = storage_.plan().units()[u];
+  char* host = host_grads(U.shard_offset);
+  const std::size_t bytes = storage_.plan().slice(U) * dtype_size(storage_.grads_dtype());
+  if (now) backend_.copy_to_host(host, storage_.owned_grads(u), bytes);
+  else backend_.copy_to_host_async(host, storage_.owned_grads(u), bytes);
+  on_host_[std::size_t(u)] = true;
+}
+
+void ZeroOptimizer::begin_step() {
+  if (on_host_.empty()) return;
+  backend_.wait_copies();
+  std::fill(on_host_.begin(), on_host_.end(), false);
+}
+
+void ZeroOptimizer::grads_changed(int u) {
+  if (!on_host_.empty()) on_host_[std::size_t(u)] = false;
+}
+
+template <class F>
+void ZeroOptimizer::host_grad_chunks(std::size_t first, std::size_t n, F&& f) {
+  const DType type = storage_.grads_dtype();
+  if (type == DType::f32) return f(reinterpret_cast<const float*>(host_grads(first)), 0, n);
+  float* wide = home_.staging_block(0);
+  const std::size_t cap = home_.staging_elements();
+  for (std::size_t off = 0; off < n; off += cap) {
+    const std::size_t k = std::min(cap, n - off);
+    home_.host_backend().convert(wide, DType::f32, host_grads(first + off), type, k);
+    f(static_cast<const float*>(wide), off, k);
+  }
 }
 
 void ZeroOptimizer::init_masters(std::size_t first, const float* host, std::size_t n) {
@@ -51,25 +89,30 @@ void ZeroOptimizer::for_owned(std::size_t first, std::size_t count, F&& f) {
 // The owned 16-bit weights of shard elements [first, first + count) become
 // the rounding of `master` (element `first` of the masters); `block` is the
 // piece of the parameters update_owned_params gave. Masters in host memory
-// (a cpu home) are rounded there and the weights copied over.
+// (a cpu home) are rounded there into one of two staging blocks and copied
+// over while the host updates the next block (the caller waits for the last).
 void ZeroOptimizer::round_weights(std::size_t first, std::size_t count, const float* master,
                                   void* block) {
   const ZeroPlan& plan = storage_.plan();
   const DType type = storage_.param_dtype();
+  const std::size_t w = dtype_size(type);
   const bool on_host = home_.updates_on_host();
-  void* rounded = on_host ? home_.staging_block(1) : nullptr;  // 16-bit values fit in floats
+  char* rounded = nullptr;  // 16-bit values of a block fit in its floats
+  if (on_host) {
+    rounded = reinterpret_cast<char*>(home_.staging_block(1 + weights_block_));
+    weights_block_ ^= 1;
+    home_.host_backend().convert(rounded, type, master, DType::f32, count);
+    backend_.wait_copies();  // the previous block's copies: its staging is the next one's
+  }
   for (std::size_t u = 0; u < plan.units().size(); ++u) {
     const ZeroUnit& U = plan.units()[u];
     const std::size_t a = std::max(U.shard_offset, first);
     const std::size_t b = std::min(U.shard_offset + plan.slice(U), first + count);
     if (a >= b) continue;
     void* weights = storage_.owned_param_at(int(u), a - U.shard_offset, first, block);
-    if (!on_host) {
-      backend_.convert(weights, type, master + (a - first), DType::f32, b - a);
-      continue;
-    }
-    home_.host_backend().convert(rounded, type, master + (a - first), DType::f32, b - a);
-    backend_.copy_from_host(weights, rounded, (b - a) * dtype_size(type));
+    if (!on_host) backend_.convert(weights, type, master + (a - first), DType::f32, b - a);
+    else if (block) backend_.copy_from_host(weights, rounded + (a - first) * w, (b - a) * w);
+    else backend_.copy_from_host_async(weights, rounded + (a - first) * w, (b - a) * w);
   }
 }
 
@@ -80,6 +123,7 @@ void ZeroOptimizer::refresh_weights() {
       round_weights(a, k, state[OptimizerHome::masters] + (a - first), block);
     });
   }, /*write_back=*/false);
+  backend_.wait_copies();
   storage_.publish_params();
 }
 
@@ -105,19 +149,25 @@ bool ZeroOptimizer::grads_nonfinite() {
 // Block by block of the home (the whole shard when it is resident): the
 // update of each element, then, with 16-bit weights, their rounding. A cpu
 // home updates on the host (ZeRO-Offload): the moments and masters stay in
-// host memory and AdamW runs there, on the home's host backend; each piece's
-// gradients come from the backend's memory through a staging block, f32
-// weights through the other and back, 16-bit ones rounded on the host. Same
-// arithmetic either way (compute/adamw_math.hpp): bit for bit as without offload.
+// host memory and AdamW runs there, on the home's host backend, reading the
+// gradients' host copy (slices backward did not send, or that changed since,
+// are copied first); f32 weights pass through a staging block and back,
+// 16-bit ones are rounded on the host. Same arithmetic either way
+// (compute/adamw_math.hpp): bit for bit as without offload.
 void ZeroOptimizer::step(float lr, float grad_scale) {
   ++t_;
   const float bc1 = 1.0f - static_cast<float>(std::pow(double(cfg_.beta1), double(t_)));
   const float bc2 = 1.0f - static_cast<float>(std::pow(double(cfg_.beta2), double(t_)));
   const bool masters = has_masters(), on_host = home_.updates_on_host();
   ComputeBackend& update = on_host ? home_.host_backend() : backend_;
-  float* g_stage = on_host ? home_.staging_block(0) : nullptr;
   float* p_stage = on_host ? home_.staging_block(1) : nullptr;
   const Arena& grads = storage_.owned_grads_arena();
+  if (on_host) {
+    backend_.wait_copies();
+    for (std::size_t u = 0; u < on_host_.size(); ++u)
+      if (!on_host_[u]) copy_grads_to_host(int(u), /*now=*/true);
+    std::fill(on_host_.begin(), on_host_.end(), false);
+  }
   home_.for_blocks([&](std::size_t first, std::size_t count, float* const* state) {
     float* m = state[OptimizerHome::exp_avg];
     float* v = state[OptimizerHome::exp_avg_sq];
@@ -129,18 +179,21 @@ void ZeroOptimizer::step(float lr, float grad_scale) {
         void* weights = masters ? nullptr : storage_.owned_param_at(u, off, a, block);
         float* p = masters ? master + at : on_host ? p_stage : static_cast<float*>(weights);
         if (on_host && weights) backend_.copy_to_host(p, weights, n * sizeof(float));
-        const std::size_t g0 = storage_.owned_grads_first(u) + off;
-        view_.for_chunks(grads, g0, n, [&](float* g, std::size_t o, std::size_t c) {
-          if (on_host) backend_.copy_to_host(g_stage, g, c * sizeof(float)), g = g_stage;
+        auto adamw = [&](const float* g, std::size_t o, std::size_t c) {
           update.adamw(p + o, g, m + at + o, v + at + o, c, lr, cfg_.beta1, cfg_.beta2,
                        cfg_.eps, t.weight_decay ? cfg_.weight_decay : 0.0f, bc1, bc2, grad_scale,
                        nullptr);
-        });
+        };
+        if (on_host)
+          host_grad_chunks(storage_.plan().units()[u].shard_offset + off, n, adamw);
+        else
+          view_.for_chunks(grads, storage_.owned_grads_first(u) + off, n, adamw);
         if (on_host && weights) backend_.copy_from_host(weights, p, n * sizeof(float));
       });
       if (masters) round_weights(a, k, master + (a - first), block);
     });
   });
+  backend_.wait_copies();
   storage_.publish_params();
 }
 

@@ -25,6 +25,12 @@ class ZeroOptimizer {
   // values: 16-bit gradients are unpacked chunk by chunk), then publish
   // (stages 1-2).
   void step(float lr, float grad_scale);
+  // Before the step's passes: the previous step's gradient copies are done
+  // (a skipped step leaves them), none counts as taken.
+  void begin_step();
+  // Unit u's owned gradients changed after backward (the tied copies' sum, a
+  // test's poison): a cpu home copies them again at the step.
+  void grads_changed(int u);
   // With 16-bit weights: f32 masters of the owned slices, taken from table
   // elements [first, first + n) at `host` (e.g. the initial parameters);
   // step() then writes their rounding to the owned 16-bit slices.
@@ -43,6 +49,15 @@ class ZeroOptimizer {
   // tensor's part of an owned slice within shard elements [first, first + count).
   template <class F> void for_owned(std::size_t first, std::size_t count, F&& f);
   void round_weights(std::size_t first, std::size_t count, const float* master, void* block);
+  // cpu home: unit u's owned gradients, final, to their host copy (`now`,
+  // or overlapping what is issued next until wait_copies).
+  void copy_grads_to_host(int u, bool now);
+  // f(g, offset, length) over the host copy of shard elements [first, first + n)
+  // as f32 (in place, or widened chunk by chunk).
+  template <class F> void host_grad_chunks(std::size_t first, std::size_t n, F&& f);
+  char* host_grads(std::size_t element) {
+    return static_cast<char*>(home_.host_grads()) + element * dtype_size(storage_.grads_dtype());
+  }
 
   ZeroStorage& storage_;
   const TensorTable& table_;
@@ -51,6 +66,8 @@ class ZeroOptimizer {
   OptimizerHome home_;
   GradView view_;  // the owned gradients as f32
   std::int64_t t_ = 0;
+  std::vector<bool> on_host_;  // cpu home: unit's gradients copied (or on their way)
+  int weights_block_ = 0;      // cpu home: the staging block the next rounding fills
 };
 
 }  // namespace trident

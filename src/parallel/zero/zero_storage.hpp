@@ -106,6 +106,9 @@ class ZeroStorage final : public ModelStorage {
 
   void begin_step();       // zero the owned gradients (and stage 1's full ones)
   void finish_backward();  // complete every outstanding reduction
+  // f(u) runs once unit u's owned gradients hold the step's sum (its
+  // reduction from the step's last backward complete), while backward goes on.
+  void on_final_grads(std::function<void(int)> f) { final_grads_ = std::move(f); }
   // This rank's slice of unit u: its parameters (of param_dtype()) and its
   // summed gradients (of grads_dtype()). Offloaded slices have no address:
   // update_owned_params and the params window reach them.
@@ -158,6 +161,7 @@ class ZeroStorage final : public ModelStorage {
     Slot* slot;     // stages 2-3: the gradient slot to recycle afterwards
     void* recv;     // where the summed slice lands before it is accumulated
     Request req;
+    bool last;      // from the step's last backward: the slice is then final
   };
   Slot* find(std::vector<std::unique_ptr<Slot>>& pool, int unit);
   Slot* acquire(std::vector<std::unique_ptr<Slot>>& pool, int unit, bool may_fail = false);
@@ -177,6 +181,7 @@ class ZeroStorage final : public ModelStorage {
     return static_cast<char*>(a.data()) + element * dtype_size(weights_);
   }
   void complete_oldest_reduction();
+  void sum_into_owned(const Reduction& r);
   void* free_recv_buffer();
   void* recv_buffer(void* full);  // where a unit's summed slice lands
   bool sixteen_grads() const { return grads_ != DType::f32; }
@@ -203,6 +208,7 @@ class ZeroStorage final : public ModelStorage {
   int grad_table_unit_ = -1;    // its gradients, through grad_working_'s
   WorkingCopies grad_working_;  // stage 1 with 16-bit gradients only
   std::deque<Reduction> reductions_;
+  std::function<void(int)> final_grads_;
   std::unique_ptr<ParamHome> home_;       // offload.params
   std::vector<std::size_t> resident_at_;  // offloaded: persistent slices' place in p_shard_
   MemoryLedger window_ledger_;            // transient: host transfers and checkpoint windows

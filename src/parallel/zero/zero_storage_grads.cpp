@@ -56,7 +56,7 @@ void ZeroStorage::done_grads(int u, bool last) {
     if (!last) return;  // stage 1 accumulates in full gradients: one reduction per step
     void* full = grad_bytes(g_full_, U.begin());
     void* recv = U.persistent ? nullptr : recv_buffer(full);
-    Reduction r{u, nullptr, recv, {}};
+    Reduction r{u, nullptr, recv, {}, true};
     r.req = comm_.reduce_unit(U, full, r.recv, grads_);
     reductions_.push_back(std::move(r));
     return;
@@ -65,7 +65,7 @@ void ZeroStorage::done_grads(int u, bool last) {
   s->unit = -2 - u;  // reducing: invisible to find(), recycled on completion
   void* full = sixteen_grads() ? s->bits.data() : s->mem.data();
   void* recv = U.persistent ? nullptr : recv_buffer(full);
-  Reduction r{u, s, recv, {}};
+  Reduction r{u, s, recv, {}, last};
   if (sixteen_grads()) backend_.convert(s->bits.data(), grads_, s->mem.data(), DType::f32, U.size());
   r.req = comm_.reduce_unit(U, full, recv, grads_);
   reductions_.push_back(std::move(r));
@@ -92,6 +92,11 @@ void ZeroStorage::complete_oldest_reduction() {
   Reduction r = std::move(reductions_.front());
   reductions_.pop_front();
   comm_.wait(r.req);
+  sum_into_owned(r);
+  if (r.last && final_grads_) final_grads_(r.unit);
+}
+
+void ZeroStorage::sum_into_owned(const Reduction& r) {
   const ZeroUnit& U = plan_.units()[r.unit];
   void* owned = owned_grads(r.unit);
   const std::size_t n = plan_.slice(U);
