@@ -86,6 +86,9 @@ int estimate_command(const EstimateOptions& o) {
                deck.zero.stage, format_bytes(at_deck.peak()), host, format_bytes(at_deck.runtime),
                format_bytes(at_deck.process_rss()), format_bytes(kRuntimeBaseBytes),
                format_bytes(at_deck.runtime - kRuntimeBaseBytes));
+    if (at_deck.swap > 0)
+      fmt::print("swap files per rank in offload.nvme_path: {} (offload = \"nvme\")\n",
+                 format_bytes(at_deck.swap));
     if (at_deck.host > 0 && deck.system.device != Device::cpu)
       fmt::print("host memory per rank beside the device's: {} (offload: optimizer state, the "
                  "gradients' copy, parameter shards; pinned with offload.pin_memory)\n",

@@ -48,6 +48,11 @@ std::size_t OptimizerHome::host_bytes(const OffloadSection& o, std::size_t n, in
   return std::size_t(kinds) * n * sizeof(float) + n * dtype_size(grads);
 }
 
+std::uint64_t OptimizerHome::swap_bytes(const OffloadSection& o, std::size_t n, int kinds) {
+  if (o.optimizer != OffloadTarget::nvme) return 0;
+  return std::uint64_t(kinds) * round_up(n * sizeof(float), SwapFile::kAlign);
+}
+
 OptimizerHome::OptimizerHome(const OffloadSection& o, ComputeBackend& backend,
                              MemoryLedger& ledger, std::size_t n, int kinds, DType grads,
                              int rank)
@@ -90,8 +95,7 @@ OptimizerHome::OptimizerHome(const OffloadSection& o, ComputeBackend& backend,
   if (!backend.memory_is_host())  // each block is updated in device memory
     device_block_ = Arena(backend, ledger, MemCategory::buffers, std::size_t(kinds) * block_);
   region_bytes_ = round_up(n * sizeof(float), SwapFile::kAlign);
-  swap_ = std::make_unique<SwapFile>(o.nvme_path, rank, region_bytes_ * std::uint64_t(kinds),
-                                     o.queue_depth);
+  swap_ = std::make_unique<SwapFile>(o.nvme_path, rank, swap_bytes(o, n, kinds), o.queue_depth);
   staging_ = std::make_unique<AlignedBuffers>(kStreamSets * kinds, block_ * sizeof(float),
                                               SwapFile::kAlign);
   staging_counted_ = std::size_t(kStreamSets) * std::size_t(kinds) * block_ * sizeof(float);
@@ -114,6 +118,8 @@ OptimizerHome::~OptimizerHome() {
 }
 
 std::string OptimizerHome::warning() const { return swap_ ? swap_->warning() : std::string(); }
+
+std::uint64_t OptimizerHome::swap_size() const { return swap_ ? swap_->size() : 0; }
 
 void OptimizerHome::for_blocks(const BlockFn& f, bool write_back) {
   if (target_ == OffloadTarget::none) {

@@ -19,6 +19,7 @@
 #pragma once
 #include <algorithm>
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
@@ -48,6 +49,7 @@ class OptimizerHome {
   int kinds() const { return kinds_; }
   OffloadTarget target() const { return target_; }
   std::string warning() const;  // a swap file's I/O fallback, or ""
+  std::uint64_t swap_size() const;  // the swap file's bytes (0 without one)
   // Elements per block of the nvme stream (the staging buffers' size).
   static std::size_t block_elements(const OffloadSection& o);
   // What a home of n elements of `kinds` kinds adds to the arenas, exactly
@@ -61,6 +63,8 @@ class OptimizerHome {
                                 bool memory_is_host);
   // Host memory outside the arenas: offloaded state and (cpu) the gradients' copy.
   static std::size_t host_bytes(const OffloadSection& o, std::size_t n, int kinds, DType grads);
+  // The swap file's size (nvme), 0 otherwise.
+  static std::uint64_t swap_bytes(const OffloadSection& o, std::size_t n, int kinds);
 
   // f(first, count, state) for consecutive blocks covering [0, n): state[k]
   // points at element `first` of kind k where the update runs, backend

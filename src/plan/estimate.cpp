@@ -1,6 +1,7 @@
 #include "plan/estimate.hpp"
 
 #include <algorithm>
+#include <cmath>
 
 #include "engine/grad_engine.hpp"
 #include "parallel/pipeline/schedule_costs.hpp"
@@ -8,6 +9,7 @@
 #include "model/gpt.hpp"
 #include "offload/optimizer_home.hpp"
 #include "offload/param_home.hpp"
+#include "offload/swap_file.hpp"
 #include "optim/grad_view.hpp"
 #include "model/gpt_params.hpp"
 #include "parallel/pipeline/partition.hpp"
@@ -132,6 +134,9 @@ MemoryEstimate estimate_memory(const Deck& deck, const GridShape& shape, int sta
       e.host += double(OptimizerHome::host_bytes(deck.offload, plan.shard_size(),
                                                  2 + int(masters), grads));
       if (params_off && deck.offload.params == OffloadTarget::cpu) e.host += shard * w;
+      e.swap += double(OptimizerHome::swap_bytes(deck.offload, plan.shard_size(), 2 + int(masters)));
+      if (params_off && deck.offload.params == OffloadTarget::nvme)  // rounded up a page
+        e.swap += std::ceil(shard * w / SwapFile::kAlign) * SwapFile::kAlign;
       // 16-bit gradients: the optimizer's and the accumulation's f32 chunks.
       at(MemCategory::buffers) +=
           double(GradView::buffer_elements(grads, plan.shard_size()) +

@@ -19,6 +19,7 @@ struct MemoryEstimate {
   // Host memory outside the arenas: offload "cpu"'s optimizer state and
   // gradient copy, offloaded parameter shards.
   double host = 0;
+  double swap = 0;  // offload "nvme": the swap files' bytes in offload.nvme_path
   double model_state() const;                  // params + grads + optimizer
   double peak() const;                         // every arena is live for the whole step
   // CPU backend: the arenas are host memory too.

@@ -92,6 +92,8 @@ TEST_P(Homes, BlocksCoverTheShardAndStateRoundTrips) {
     const auto bytes = OptimizerHome::arena_bytes(o, n, 3, true);
     EXPECT_EQ(ledger.current(MemCategory::optimizer), bytes.optimizer);
     EXPECT_EQ(ledger.current(MemCategory::buffers), bytes.buffers);
+    EXPECT_EQ(home.swap_size(), OptimizerHome::swap_bytes(o, n, 3));  // the estimator's figure
+    if (GetParam() == OffloadTarget::nvme) EXPECT_GE(home.swap_size(), 3 * n * sizeof(float));
     std::vector<float> masters(n);
     std::iota(masters.begin(), masters.end(), 1.0f);
     home.write(OptimizerHome::masters, 0, 100, masters.data());  // unaligned pieces
