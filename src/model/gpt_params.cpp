@@ -72,8 +72,11 @@ void init_gpt_params_range(const TensorTable& table, float* out, const GptConfig
     const bool residual = ends_with(t.name, "attn.proj.w") || ends_with(t.name, "mlp.proj.w");
     const double sd = residual ? std_residual : std_matrix;
     const std::uint64_t key = stream_key(seed, t.name.c_str());
-    for (std::size_t i = 0; i < n; ++i) {
-      const std::int64_t g = t.global_index(i0 + i);
+    // Each value depends on its index alone: threads give the same bits.
+    const std::int64_t len = std::int64_t(n);
+#pragma omp parallel for schedule(static) if (len > 65536)
+    for (std::int64_t i = 0; i < len; ++i) {
+      const std::int64_t g = t.global_index(i0 + std::size_t(i));
       p[i] = g < 0 ? 0.0f : static_cast<float>(sd * counter_normal(key, std::uint64_t(g)));
     }
   }
