@@ -219,7 +219,7 @@ int train(const TrainOptions& o, Communicator& boot) {
   }
   const double wall = now_seconds() - wall0;
   report_phase_timers(grid, trainer.times(), wall);
-  report_memory(grid, ledger);
+  report_memory(grid, ledger, *backend);
   report_communication(grid, std::max(1, steps - first));
   report_bubble(grid, trainer, after_first);
   if (!o.trace.empty()) {

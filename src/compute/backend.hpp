@@ -65,6 +65,8 @@ class ComputeBackend {
 
   // Memory on the backend's device.
   virtual void* allocate(std::size_t bytes) = 0;
+  // The most memory the kernels held at once outside the arenas (scratch).
+  virtual std::size_t kernel_scratch_peak() const { return 0; }
   // Whether that memory is host memory the CPU reads and writes in place
   // (checkpoint files pass device memory through host buffers).
   virtual bool memory_is_host() const { return true; }

@@ -27,7 +27,7 @@ constexpr int kTask = 128;  // queries per task handed to a thread
 // hsp x 16 values in (d, d + 1) pairs) and values as the B operand of P V
 // (per 16 columns, Tp / 2 rows of (key, key + 1) pairs); `rows` keys packed.
 struct HeadTiles {
-  std::vector<u16> k_store, v_store;
+  ScratchVector<u16> k_store, v_store;
   u16 *k = nullptr, *v = nullptr;
   long head = -1;
   int rows = 0;
@@ -117,8 +117,8 @@ TRIDENT_AMX_TARGET void forward_tasks(float* out, float* lse, const u16* qkv16, 
   const int tasks = (T + kTask - 1) / kTask;
   const float scale = 1.0f / std::sqrt(float(hs));
   thread_local HeadTiles ht;
-  thread_local std::vector<u16> q_store, p_store;
-  thread_local std::vector<float> o_store;
+  thread_local ScratchVector<u16> q_store, p_store;
+  thread_local ScratchVector<float> o_store;
   ht.k = aligned(ht.k_store, std::size_t(Tp) * hsp);
   ht.v = aligned(ht.v_store, std::size_t(Tp) * hsp);
   ht.head = -1;

@@ -29,7 +29,7 @@ constexpr int kSpan = 4;  // blocks per span: the K of the products that sum ove
 
 // A head's operands as the products read them, each Tp x hsp values.
 struct HeadOperands {
-  std::vector<u16> store[7];
+  ScratchVector<u16> store[7];
   // A panels: rows of queries (q, dO; 32-row panels of hsp), rows of head
   // dimensions (q^T, dO^T; 32-row panels of Tp).
   u16 *q_a, *do_a, *qt_a, *dot_a;
@@ -120,8 +120,8 @@ TRIDENT_AMX_TARGET void backward_heads(float* dqkv, const float* dout, const flo
   const int hs = C / NH, C3 = 3 * C, hsp = round_up(hs, kStep), Tp = round_up(T, kBlk);
   const float scale = 1.0f / std::sqrt(float(hs));
   thread_local HeadOperands h;
-  thread_local std::vector<u16> bits_store;
-  thread_local std::vector<float> f32_store;
+  thread_local ScratchVector<u16> bits_store;
+  thread_local ScratchVector<float> f32_store;
   u16** homes[7] = {&h.q_a, &h.do_a, &h.qt_a, &h.dot_a, &h.k_bt, &h.v_bt, &h.k_b};
   for (int i = 0; i < 7; ++i) *homes[i] = aligned(h.store[i], std::size_t(Tp) * hsp);
   // Bits of a query block's dS (the A operand of dQ), and of the span pair's

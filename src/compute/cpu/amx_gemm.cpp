@@ -104,7 +104,7 @@ TRIDENT_AMX_TARGET void run_panels(int p0, int p1, bool ta, bool tb, int M, int 
                                    int nc, const u16* A, int lda, const u16* B, int ldb,
                                    bool accumulate, float* C, int ldc, const float* bias) {
   if (p0 >= p1) return;
-  thread_local std::vector<u16> panel_storage, chunk_storage;
+  thread_local ScratchVector<u16> panel_storage, chunk_storage;
   const int Kp = padded_k(K), Np = round_up(N, kBlock);
   // With several chunks of B, the thread's panels of A are packed once per K
   // block (at most M x kc values) and reused by every chunk.

@@ -9,6 +9,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "compute/cpu/kernel_scratch.hpp"
+
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 // GCC 12 flags the deliberately undefined registers inside its AVX-512
 // intrinsics (_mm512_undefined_*) as maybe uninitialised.
@@ -215,7 +217,7 @@ inline TRIDENT_AMX_TARGET __m256i bf16_bits16(__m512 x) {
 }
 
 // 64-byte aligned storage of n values in `v`.
-inline u16* aligned(std::vector<u16>& v, std::size_t n) {
+inline u16* aligned(ScratchVector<u16>& v, std::size_t n) {
   v.resize(n + 32);
   return reinterpret_cast<u16*>((reinterpret_cast<std::uintptr_t>(v.data()) + 63) &
                                 ~std::uintptr_t(63));

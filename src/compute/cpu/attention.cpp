@@ -41,15 +41,15 @@ void attention_forward(T* out, T* lse, const T* qkv, int B, int T_, int C, int N
   const int tile = kAttentionTile, tiles = (T_ + tile - 1) / tile;
   if constexpr (std::is_same_v<T, float>) {
     if (b16 && amx_available()) {  // fused on the tile unit
-      thread_local std::vector<std::uint16_t> bits;
+      thread_local ScratchVector<std::uint16_t> bits;
       const std::uint16_t* q16 = bits_of(qkv16, qkv, std::size_t(B) * T_ * C3, bits);
       if (amx_attention_forward(out, lse, q16, B, T_, C, NH)) return;
     }
   }
 #pragma omp parallel
   {
-    std::vector<T> S(tile * tile), acc(std::size_t(tile) * hs), m(tile), l(tile);
-    std::vector<std::uint16_t> q16, kv16, p16;  // bf16: Q_i, K and V up to the diagonal, P
+    ScratchVector<T> S(tile * tile), acc(std::size_t(tile) * hs), m(tile), l(tile);
+    ScratchVector<std::uint16_t> q16, kv16, p16;  // bf16: Q_i, K and V up to the diagonal, P
     if (b16)
       p16.resize(tile * tile), q16.resize(std::size_t(tile) * hs),
           kv16.resize(2 * std::size_t(T_) * hs);
@@ -141,7 +141,7 @@ void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, cons
   const int tile = kAttentionTile;
   if constexpr (std::is_same_v<T, float>) {
     if (b16 && amx_available()) {  // fused on the tile unit
-      thread_local std::vector<std::uint16_t> q_bits, d_bits;
+      thread_local ScratchVector<std::uint16_t> q_bits, d_bits;
       const std::uint16_t* q16 = bits_of(qkv16, qkv, std::size_t(B) * T_ * C3, q_bits);
       const std::uint16_t* d16 = bits_of(dout16, dout, std::size_t(B) * T_ * C, d_bits);
       if (amx_attention_backward(dqkv, dout, out, lse, q16, d16, B, T_, C, NH)) return;
@@ -149,9 +149,9 @@ void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, cons
   }
 #pragma omp parallel
   {
-    std::vector<T> P(tile * tile), dS(tile * tile), D(T_);
-    std::vector<std::uint16_t> qkvo16, p16, ds16;  // bf16: Q, K, V, dO of a head; P and dS
-    std::vector<float> dqkv32;  // bf16: the head's dQ, dK, dV, dense
+    ScratchVector<T> P(tile * tile), dS(tile * tile), D(T_);
+    ScratchVector<std::uint16_t> qkvo16, p16, ds16;  // bf16: Q, K, V, dO of a head; P and dS
+    ScratchVector<float> dqkv32;  // bf16: the head's dQ, dK, dV, dense
     if (b16)
       p16.resize(tile * tile), ds16.resize(tile * tile), qkvo16.resize(4 * std::size_t(T_) * hs),
           dqkv32.resize(3 * std::size_t(T_) * hs);

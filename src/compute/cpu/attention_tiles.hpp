@@ -77,7 +77,7 @@ const float* f32(const T* x) { return reinterpret_cast<const float*>(x); }
 // n values' bf16 bits: the caller's (`bits`) where given, else those of x,
 // which holds bf16 values, written into `store`.
 inline const std::uint16_t* bits_of(const std::uint16_t* bits, const float* x, std::size_t n,
-                                    std::vector<std::uint16_t>& store) {
+                                    ScratchVector<std::uint16_t>& store) {
   if (bits) return bits;
   store.resize(n);
   to_16bit(store.data(), x, n, DType::bf16);

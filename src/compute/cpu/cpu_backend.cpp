@@ -21,6 +21,7 @@
 #include "compute/cpu/gemm_bf16.hpp"
 #include "compute/cpu/gemm_library.hpp"
 #include "compute/cpu/half_convert.hpp"
+#include "compute/cpu/kernel_scratch.hpp"
 #include "compute/cpu/kernels.hpp"
 #include "compute/cpu/linear.hpp"
 #include "compute/cpu/vector_ops.hpp"
@@ -107,6 +108,7 @@ class CpuBackend final : public ComputeBackend {
     return p;
   }
   void release(void* p, std::size_t) override { std::free(p); }
+  std::size_t kernel_scratch_peak() const override { return cpu::kernel_scratch_peak(); }
   void zero(void* p, std::size_t bytes) override { zero_bytes(p, bytes); }
   void copy_to_host(void* h, const void* d, std::size_t n) override { std::memcpy(h, d, n); }
   void copy_from_host(void* d, const void* h, std::size_t n) override { std::memcpy(d, h, n); }

@@ -96,7 +96,7 @@ const TileMatmul& tile_matmul(const TileShape& s) {
 
 // The rows x cols matrix x as bf16 bits, rows contiguous: the high half of
 // each f32. False when a low half is not zero (a value bf16 cannot hold).
-TRIDENT_VECTOR_CLONES bool pack_bf16(std::vector<std::uint16_t>& out, const float* x, int rows,
+TRIDENT_VECTOR_CLONES bool pack_bf16(ScratchVector<std::uint16_t>& out, const float* x, int rows,
                                      int cols, int ld) {
   out.resize(std::size_t(rows) * cols);
   std::uint16_t* o = out.data();
@@ -144,7 +144,7 @@ void copy_rows(T* out, const T* x, int rows, int cols, int ld, int out_ld) {
 }
 
 // rows x cols of x, contiguous, in `out`.
-const std::uint16_t* copy_rows(std::vector<std::uint16_t>& out, const std::uint16_t* x, int rows,
+const std::uint16_t* copy_rows(ScratchVector<std::uint16_t>& out, const std::uint16_t* x, int rows,
                                int cols, int ld) {
   out.resize(std::size_t(rows) * cols);
   copy_rows(out.data(), x, rows, cols, ld, cols);
@@ -156,7 +156,7 @@ const std::uint16_t* copy_rows(std::vector<std::uint16_t>& out, const std::uint1
 void run_tile(const TileMatmul& op, const std::uint16_t* a, const std::uint16_t* b, float* c,
               const float* bias = nullptr) {
   thread_local dnnl::stream stream(cpu_engine());
-  thread_local std::vector<std::uint8_t> scratch;
+  thread_local ScratchVector<std::uint8_t> scratch;
   const dnnl::engine& eng = cpu_engine();
   memory am(op.pd.src_desc(), eng, const_cast<std::uint16_t*>(a));
   memory bm(op.pd.weights_desc(), eng, const_cast<std::uint16_t*>(b));
@@ -188,7 +188,7 @@ TRIDENT_VECTOR_CLONES bool holds_bf16_values(const float* x, int rows, int cols,
   return true;
 }
 
-bool pack_bf16_values(std::vector<std::uint16_t>& out, const float* x, int rows, int cols, int ld) {
+bool pack_bf16_values(ScratchVector<std::uint16_t>& out, const float* x, int rows, int cols, int ld) {
   return holds_bf16_values(x, 1, cols, ld) && pack_bf16(out, x, rows, cols, ld);
 }
 
@@ -201,7 +201,7 @@ bool gemm_bf16(bool ta, bool tb, int M, int N, int K, Bf16Operand A, int lda, Bf
   const int a_rows = ta ? K : M, a_cols = ta ? M : K, b_rows = tb ? N : K, b_cols = tb ? K : N;
   if (!A.bits && !holds_bf16_values(A.values, 1, a_cols, lda)) return false;
   if (!B.bits && !holds_bf16_values(B.values, 1, b_cols, ldb)) return false;
-  thread_local std::vector<std::uint16_t> a16, b16;
+  thread_local ScratchVector<std::uint16_t> a16, b16;
   const std::uint16_t *a = A.bits, *b = B.bits;
   int a_ld = lda, b_ld = ldb;
   if (!A.bits && !pack_bf16(a16, A.values, a_rows, a_cols, lda)) return false;
@@ -232,8 +232,8 @@ bool gemm_bf16(bool ta, bool tb, int M, int N, int K, Bf16Operand A, int lda, Bf
 #pragma omp parallel if (omp_get_level() == 0 && g.rows > 1)
   {
     omp_set_num_threads(1);  // as in gemm(): each tile on its own thread
-    thread_local std::vector<std::uint16_t> a_tile;
-    thread_local std::vector<float> c_tile;
+    thread_local ScratchVector<std::uint16_t> a_tile;
+    thread_local ScratchVector<float> c_tile;
 #pragma omp for schedule(static)
     for (int t = 0; t < g.rows; ++t) {
       const std::int64_t i = std::int64_t(t) * g.tm;
@@ -272,8 +272,8 @@ void gemm_bf16_bits(bool ta, bool tb, int M, int N, int K, const std::uint16_t* 
     } catch (const dnnl::error&) {
     }
   if (!op) {  // the same products and f32 sums on the f32 GEMM
-    thread_local std::vector<float> a, b;
-    auto widen = [](std::vector<float>& out, const std::uint16_t* x, int rows, int cols, int ld) {
+    thread_local ScratchVector<float> a, b;
+    auto widen = [](ScratchVector<float>& out, const std::uint16_t* x, int rows, int cols, int ld) {
       out.resize(std::size_t(rows) * cols);
       for (int r = 0; r < rows; ++r)
         from_16bit(out.data() + std::size_t(r) * cols, x + std::size_t(r) * ld, cols, DType::bf16);

@@ -10,6 +10,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "compute/cpu/kernel_scratch.hpp"
+
 namespace trident::cpu {
 
 // Whether the CPU has bf16 instructions oneDNN's kernels use.
@@ -39,7 +41,7 @@ bool gemm_bf16(bool ta, bool tb, int M, int N, int K, Bf16Operand A, int lda, Bf
 
 // x (rows x cols, leading dimension ld) as contiguous bf16 bits; false when
 // it holds a value bf16 cannot represent.
-bool pack_bf16_values(std::vector<std::uint16_t>& out, const float* x, int rows, int cols, int ld);
+bool pack_bf16_values(ScratchVector<std::uint16_t>& out, const float* x, int rows, int cols, int ld);
 
 // C = alpha * op(A) op(B) + beta * C on bf16 kernels; returns false, having
 // done nothing, when alpha is not 1, beta is neither 0 nor 1, the CPU has no
