@@ -265,3 +265,25 @@ TEST(GemmBf16, FusedGeluEqualsTheSeparatePasses) {
     EXPECT_EQ(b1, b2);
   }
 }
+
+// What the kernels keep outside the arenas is counted: a ScratchVector's
+// bytes while it lives, and the bf16 copy of an operand given as values,
+// which the calling thread keeps for the next call.
+TEST(GemmBf16, ScratchOutsideTheArenasIsCounted) {
+  using cpu::KernelScratchCount;
+  const std::size_t before = KernelScratchCount::now.load();
+  {
+    cpu::ScratchVector<float> v(1000);
+    EXPECT_GE(KernelScratchCount::now.load(), before + 1000 * sizeof(float));
+    EXPECT_GE(cpu::kernel_scratch_peak(), KernelScratchCount::now.load());
+  }
+  EXPECT_EQ(KernelScratchCount::now.load(), before);
+  const int M = 700, N = 64, K = 96;
+  const auto A = bf16_valued(std::size_t(M) * K, 4);
+  const auto B = bits_of(bf16_valued(std::size_t(K) * N, 5));
+  std::vector<float> C(std::size_t(M) * N);
+  if (!cpu::gemm_bf16(false, false, M, N, K, {A.data(), nullptr}, K, {nullptr, B.data()}, N,
+                      false, C.data(), N))
+    GTEST_SKIP() << "no bf16 instructions on this CPU";
+  EXPECT_GE(KernelScratchCount::now.load(), std::size_t(M) * K * sizeof(std::uint16_t));
+}
