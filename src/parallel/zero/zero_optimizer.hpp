@@ -16,6 +16,9 @@ class ZeroOptimizer {
   ZeroOptimizer(ZeroStorage& storage, const TensorTable& table, ComputeBackend& backend,
                 MemoryLedger& ledger, AdamWConfig cfg, const OffloadSection& offload = {},
                 int rank = 0);
+  ~ZeroOptimizer() { storage_.on_final_grads(nullptr); }  // the storage may outlive this
+  ZeroOptimizer(const ZeroOptimizer&) = delete;
+  ZeroOptimizer& operator=(const ZeroOptimizer&) = delete;
   // Sum of squares of the owned gradients. Replicated copies count once: a
   // persistent unit only on data rank 0, a tensor-replicated tensor only where
   // count_tp_replicated (tensor rank 0).
