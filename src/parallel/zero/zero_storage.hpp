@@ -181,6 +181,7 @@ class ZeroStorage final : public ModelStorage {
     return static_cast<char*>(a.data()) + element * dtype_size(weights_);
   }
   void complete_oldest_reduction();
+  void complete_finished_reductions();
   void sum_into_owned(const Reduction& r);
   void* free_recv_buffer();
   void* recv_buffer(void* full);  // where a unit's summed slice lands

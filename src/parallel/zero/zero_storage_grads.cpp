@@ -59,6 +59,7 @@ void ZeroStorage::done_grads(int u, bool last) {
     Reduction r{u, nullptr, recv, {}, true};
     r.req = comm_.reduce_unit(U, full, r.recv, grads_);
     reductions_.push_back(std::move(r));
+    complete_finished_reductions();
     return;
   }
   Slot* s = find(g_slots_, u);
@@ -69,7 +70,14 @@ void ZeroStorage::done_grads(int u, bool last) {
   if (sixteen_grads()) backend_.convert(s->bits.data(), grads_, s->mem.data(), DType::f32, U.size());
   r.req = comm_.reduce_unit(U, full, recv, grads_);
   reductions_.push_back(std::move(r));
-  comm_.test(reductions_.front().req);  // drive progress of the oldest
+  complete_finished_reductions();
+}
+
+// The oldest reductions that are done are summed in now (in order, as ever):
+// their slots and buffers come free, and final slices leave for a host copy
+// while backward goes on. Testing the oldest also drives its progress.
+void ZeroStorage::complete_finished_reductions() {
+  while (!reductions_.empty() && comm_.test(reductions_.front().req)) complete_oldest_reduction();
 }
 
 void* ZeroStorage::recv_buffer(void* full) {
