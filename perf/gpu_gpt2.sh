@@ -4,7 +4,8 @@
 # tokens/s, MFU, peak memory, the ratio, and Trident's per-kernel device time;
 # then ZeRO-Offload's cost: ZeRO-1 with the optimizer on the host (offload.
 # optimizer = "cpu": fp32 masters and Adam moments in pinned host memory, the
-# Adam step on the CPU) against ZeRO-1 without.
+# Adam step on the CPU) against ZeRO-1 without, at a batch of one micro-batch
+# and of ACCUMULATE (default 8).
 #   usage: perf/gpu_gpt2.sh [MICRO_BATCH] [STEPS] [LOG_DIR]
 # Trident: bf16 weights and activations, fp32 masters (precision.dtype = bf16).
 # PyTorch (perf/pytorch_gpt.py, the python3 that has torch): the same GPT with
