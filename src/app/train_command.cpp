@@ -219,7 +219,9 @@ int train(const TrainOptions& o, Communicator& boot) {
   }
   const double wall = now_seconds() - wall0;
   report_phase_timers(grid, trainer.times(), wall);
-  report_memory(grid, ledger, *backend);
+  double host_offload = 0;
+  for (ModelChunk& c : trainer.chunks()) host_offload += double(c.engine->host_bytes());
+  report_memory(grid, ledger, *backend, host_offload);
   report_communication(grid, std::max(1, steps - first));
   report_bubble(grid, trainer, after_first);
   if (!o.trace.empty()) {

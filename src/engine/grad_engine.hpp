@@ -88,6 +88,8 @@ class GradEngine {
   // a load wrote. No-ops where the state is resident.
   virtual void open_state(StateKind) {}
   virtual void close_state(StateKind, bool /*changed*/) {}
+  // Offloaded state this rank holds in host memory, outside the arenas (bytes).
+  virtual std::size_t host_bytes() const { return 0; }
   // Something about where the state lives the user should know, else "".
   virtual std::string warning() const { return {}; }
 

@@ -41,6 +41,9 @@ class ZeroEngine final : public GradEngine {
     return w.empty() ? storage_->warning() : w;
   }
   void poison_gradient() override;
+  std::size_t host_bytes() const override {
+    return optimizer_->home().host_state_bytes() + storage_->host_bytes();
+  }
 
   const ZeroPlan& plan() const { return plan_; }
   ZeroStorage& zero_storage() { return *storage_; }

@@ -80,6 +80,8 @@ OptimizerHome::OptimizerHome(const OffloadSection& o, ComputeBackend& backend,
     };
     for (int k = 0; k < kinds; ++k) host_.push_back(host_floats(n));
     host_grads_ = host_floats((n * dtype_size(grads) + sizeof(float) - 1) / sizeof(float));
+    for (const auto& h : host_) host_state_bytes_ += h.get_deleter().bytes;
+    host_state_bytes_ += host_grads_.get_deleter().bytes;
     const std::size_t staged = std::min(block_, n);
     for (std::size_t i = 0; i < kHostStaging; ++i) host_staging_.push_back(host_floats(staged));
     staging_counted_ = kHostStaging * staged * sizeof(float);

@@ -81,6 +81,8 @@ class OptimizerHome {
   std::size_t staging_elements() const { return std::min(block_, n_); }
   // cpu: the owned gradients in host memory, n of the gradients' type.
   void* host_grads() { return host_grads_.get(); }
+  // cpu: the bytes of the state and the gradients' copy in host memory.
+  std::size_t host_state_bytes() const { return host_state_bytes_; }
   // A resident home's arena of a kind (null when offloaded).
   Arena* resident(int kind) {
     return std::size_t(kind) < resident_.size() ? &resident_[std::size_t(kind)] : nullptr;
@@ -117,6 +119,7 @@ class OptimizerHome {
   std::vector<std::unique_ptr<float, FreeHost>> host_;  // cpu
   std::vector<std::unique_ptr<float, FreeHost>> host_staging_;  // cpu: gradients, parameters
   std::unique_ptr<float, FreeHost> host_grads_;                 // cpu
+  std::size_t host_state_bytes_ = 0;                            // cpu: host_ and host_grads_
   std::unique_ptr<ComputeBackend> own_host_backend_;    // cpu on a device backend
   ComputeBackend* host_backend_ = nullptr;
   std::unique_ptr<SwapFile> swap_;                      // nvme

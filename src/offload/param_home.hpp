@@ -67,6 +67,8 @@ class ParamHome {
   // Elements [first, first + count) to or from backend memory.
   void load(std::size_t first, std::size_t count, void* out);
   void store(std::size_t first, std::size_t count, const void* in);
+  // cpu: the shard's bytes in host memory (outside the arenas).
+  std::size_t host_bytes() const { return host_ ? host_.get_deleter().bytes : 0; }
 
  private:
   struct Staging {

@@ -33,7 +33,9 @@ std::string format_step_line(const StepStats& s, int steps, const Throughput& tp
 
 // Collective over the world: prints on rank 0.
 void report_phase_timers(Grid& grid, const PhaseTimes& t, double wall_s);
-void report_memory(Grid& grid, const MemoryLedger& ledger, const ComputeBackend& backend);
+// host_offload: this rank's offloaded state in host memory (GradEngine::host_bytes).
+void report_memory(Grid& grid, const MemoryLedger& ledger, const ComputeBackend& backend,
+                   double host_offload);
 // Calls and payload bytes per step of each process group (max over ranks).
 void report_communication(Grid& grid, int steps);
 

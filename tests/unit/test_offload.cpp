@@ -94,6 +94,11 @@ TEST_P(Homes, BlocksCoverTheShardAndStateRoundTrips) {
     EXPECT_EQ(ledger.current(MemCategory::buffers), bytes.buffers);
     EXPECT_EQ(home.swap_size(), OptimizerHome::swap_bytes(o, n, 3));  // the estimator's figure
     if (GetParam() == OffloadTarget::nvme) EXPECT_GE(home.swap_size(), 3 * n * sizeof(float));
+    // Host state as the estimator counts it, each allocation rounded up to a page.
+    const std::size_t host = OptimizerHome::host_bytes(o, n, 3, DType::bf16);
+    EXPECT_GE(home.host_state_bytes(), host);
+    EXPECT_LE(home.host_state_bytes(), host + 4 * 4096);
+    if (GetParam() == OffloadTarget::cpu) EXPECT_GE(host, 3 * n * sizeof(float) + n * 2);
     std::vector<float> masters(n);
     std::iota(masters.begin(), masters.end(), 1.0f);
     home.write(OptimizerHome::masters, 0, 100, masters.data());  // unaligned pieces

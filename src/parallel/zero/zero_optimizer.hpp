@@ -46,6 +46,7 @@ class ZeroOptimizer {
   std::int64_t steps_taken() const { return t_; }
   void set_steps_taken(std::int64_t t) { t_ = t; }  // on resume
   OptimizerHome& home() { return home_; }
+  const OptimizerHome& home() const { return home_; }
 
  private:
   // Calls f(tensor, unit, offset in the unit's slice, length) for each

@@ -71,6 +71,7 @@ class ZeroStorage final : public ModelStorage {
   // largest that is not the token embedding's (elements).
   static std::pair<std::size_t, std::size_t> staging_slices(const ZeroPlan& plan);
   bool params_offloaded() const { return home_ != nullptr; }
+  std::size_t host_bytes() const { return home_ ? home_->host_bytes() : 0; }  // offload.params = cpu
   std::string warning() const { return home_ ? home_->warning() : std::string(); }
   DType param_dtype() const { return weights_; }
   int stage() const { return stage_; }
