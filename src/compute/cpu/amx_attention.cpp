@@ -5,12 +5,10 @@
 #include <cstddef>
 #include <cstdint>
 #include <limits>
-#include <vector>
 
 #include "compute/cpu/amx_gemm.hpp"
 #include "compute/cpu/amx_tiles.hpp"
 #include "compute/cpu/fast_math.hpp"
-#include "core/half.hpp"
 
 namespace trident::cpu {
 
@@ -54,13 +52,10 @@ TRIDENT_AMX_TARGET void pack_head(HeadTiles& ht, const u16* k, const u16* v, int
 template <bool masked>
 TRIDENT_AMX_TARGET void row_softmax(const float* sr, int n, int width, __m512 scale, u16* pr,
                                     float* orow, float& m, float& l, int hsp) {
-  auto lanes = [](int left) {  // of 16 lanes, those below `left`
-    return __mmask16(left >= 16 ? 0xffff : left <= 0 ? 0 : (1u << left) - 1);
-  };
   __m512 vmax = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
   for (int c = 0; c < width; c += 16) {
     const __m512 x = _mm512_mul_ps(_mm512_load_ps(sr + c), scale);
-    vmax = masked ? _mm512_mask_max_ps(vmax, lanes(n - c), vmax, x) : _mm512_max_ps(vmax, x);
+    vmax = masked ? _mm512_mask_max_ps(vmax, lanes_below(n - c), vmax, x) : _mm512_max_ps(vmax, x);
   }
   const float mx = _mm512_reduce_max_ps(vmax);
   if (mx > m) {  // rescale what earlier spans summed
@@ -77,7 +72,7 @@ TRIDENT_AMX_TARGET void row_softmax(const float* sr, int n, int width, __m512 sc
   __m512 sum = _mm512_setzero_ps();
   for (int c = 0; c < width; c += 16) {
     __m512 e = exp16(_mm512_fmsub_ps(_mm512_load_ps(sr + c), scale, ref));
-    if (masked) e = _mm512_maskz_mov_ps(lanes(n - c), e);
+    if (masked) e = _mm512_maskz_mov_ps(lanes_below(n - c), e);
     sum = _mm512_add_ps(sum, e);
     u16* dst = pr + (c / kBlk) * 1024 + c % kBlk;
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst), bf16_bits16(e));
@@ -124,9 +119,7 @@ TRIDENT_AMX_TARGET void forward_tasks(float* out, float* lse, const u16* qkv16, 
   ht.head = -1;
   u16* qp = aligned(q_store, std::size_t(kBlk) * hsp);
   u16* pb = aligned(p_store, kSpan * kBlk * kBlk);
-  o_store.resize(std::size_t(kBlk) * hsp + kSpan * kBlk * kBlk + 16);
-  float* o = reinterpret_cast<float*>(
-      (reinterpret_cast<std::uintptr_t>(o_store.data()) + 63) & ~std::uintptr_t(63));
+  float* o = aligned(o_store, std::size_t(kBlk) * hsp + kSpan * kBlk * kBlk);
   float* s = o + std::size_t(kBlk) * hsp;  // 32 x 128 scores, 64-byte aligned (hsp % 32 == 0)
   float m[kBlk], l[kBlk];
   configure_tiles();

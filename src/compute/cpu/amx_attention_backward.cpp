@@ -11,7 +11,6 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
-#include <vector>
 
 #include "compute/cpu/amx_attention.hpp"
 #include "compute/cpu/amx_gemm.hpp"
@@ -74,8 +73,7 @@ TRIDENT_AMX_TARGET void span_gradients(const float* S, const float* dP, const fl
       const __m512 lse = _mm512_set1_ps(q < T ? L[q] : 0.0f);
       const __m512 d = _mm512_set1_ps(q < T ? D[q] : 0.0f);
       for (int c = 0; c < steps * kBlk; c += 16) {
-        const int left = n - c;
-        const __mmask16 valid = __mmask16(left >= 16 ? 0xffff : left <= 0 ? 0 : (1u << left) - 1);
+        const __mmask16 valid = lanes_below(n - c);
         const float *sr = S + (r + i) * kSpan * kBlk + c, *dpr = dP + (r + i) * kSpan * kBlk + c;
         const __m512 p =
             _mm512_maskz_mov_ps(valid, exp16(_mm512_fmsub_ps(_mm512_load_ps(sr), vscale, lse)));
@@ -104,7 +102,7 @@ TRIDENT_AMX_TARGET void add_transposed(float* dst, std::size_t ld, const float* 
       __m512i r[16];
       for (int i = 0; i < 16; ++i) r[i] = _mm512_load_si512(src + (d0 + i) * kSpan * kBlk + t0);
       transpose_16x16(r);  // r[j]: column t0 + j, head dimensions d0..d0 + 15
-      const __mmask16 m = __mmask16(hs - d0 >= 16 ? 0xffff : (1u << (hs - d0)) - 1);
+      const __mmask16 m = lanes_below(hs - d0);
       for (int j = 0; j < std::min(16, rows - t0); ++j) {
         float* p = dst + std::size_t(t0 + j) * ld + d0;
         _mm512_mask_storeu_ps(p, m, _mm512_add_ps(_mm512_maskz_loadu_ps(m, p),
@@ -133,9 +131,7 @@ TRIDENT_AMX_TARGET void backward_heads(float* dqkv, const float* dout, const flo
   // S and dP of a query block against the span (32 x 128), D.
   const std::size_t dq_n = std::size_t(Tp) * hsp, kt_n = std::size_t(hsp) * kSpan * kBlk;
   const std::size_t s_n = std::size_t(kBlk) * kSpan * kBlk;
-  f32_store.resize(dq_n + 2 * kt_n + 2 * s_n + Tp + 16);
-  float* dq_acc = reinterpret_cast<float*>(
-      (reinterpret_cast<std::uintptr_t>(f32_store.data()) + 63) & ~std::uintptr_t(63));
+  float* dq_acc = aligned(f32_store, dq_n + 2 * kt_n + 2 * s_n + Tp);
   float *dkt = dq_acc + dq_n, *dvt = dkt + kt_n, *S = dvt + kt_n, *dP = S + s_n;
   float* D = dP + s_n;
   configure_tiles();

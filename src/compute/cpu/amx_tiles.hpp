@@ -57,6 +57,11 @@ inline TRIDENT_AMX_TARGET __mmask32 k_mask(int left) {
   return left >= 32 ? ~__mmask32(0) : __mmask32((1u << std::max(0, left)) - 1);
 }
 
+// Of 16 lanes, the first `left` (none when left <= 0).
+inline __mmask16 lanes_below(int left) {
+  return __mmask16(left >= 16 ? 0xffff : left <= 0 ? 0 : (1u << left) - 1);
+}
+
 // 16 values of lo and hi as 16 words (lo[i], hi[i]): a (k, k + 1) pair each.
 inline TRIDENT_AMX_TARGET __m512i interleave_words(__m256i lo, __m256i hi) {
   const __m512i order = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24,
@@ -95,7 +100,7 @@ inline TRIDENT_AMX_TARGET void transpose_16x16(__m512i r[16]) {
 inline TRIDENT_AMX_TARGET void pack_b_block(u16* out, bool tb, int n0, int N, int k0, int kc, int K,
                                      const u16* B, int ldb) {
   const int cols = std::clamp(N - n0, 0, 16);
-  const __mmask16 valid = __mmask16((1u << cols) - 1);  // cols <= 16: no overflow in 32 bits
+  const __mmask16 valid = lanes_below(cols);
   if (tb) {  // B stored N x K: a column's (k, k + 1) pairs are adjacent; transpose the words
     for (int k = k0; k < k0 + kc; k += kStep) {
       const __mmask32 kvalid = k_mask(K - k);
@@ -143,7 +148,7 @@ inline TRIDENT_AMX_TARGET void pack_a_panel(u16* out, bool ta, int m0, int M, in
       }
       // A stored K x M: pair rows k, k + 1 into words, then transpose.
       const int hrows = std::clamp(rows - h * 16, 0, 16);
-      const __mmask16 mvalid = __mmask16((1u << hrows) - 1);
+      const __mmask16 mvalid = lanes_below(hrows);
       __m512i w[16];
       for (int kk = 0; kk < 16; ++kk) {
         const int ka = k + 2 * kk;
@@ -217,10 +222,11 @@ inline TRIDENT_AMX_TARGET __m256i bf16_bits16(__m512 x) {
 }
 
 // 64-byte aligned storage of n values in `v`.
-inline u16* aligned(ScratchVector<u16>& v, std::size_t n) {
-  v.resize(n + 32);
-  return reinterpret_cast<u16*>((reinterpret_cast<std::uintptr_t>(v.data()) + 63) &
-                                ~std::uintptr_t(63));
+template <class T>
+T* aligned(ScratchVector<T>& v, std::size_t n) {
+  v.resize(n + 64 / sizeof(T));
+  return reinterpret_cast<T*>((reinterpret_cast<std::uintptr_t>(v.data()) + 63) &
+                              ~std::uintptr_t(63));
 }
 
 }  // namespace trident::cpu::amx_tiles
