@@ -50,7 +50,7 @@ std::string launch_warning(int world_size) {
 
 void print_banner(const Deck& deck, Grid& grid, const ComputeBackend& backend,
                   CommBackend comm, const TokenDataset& train, const TokenDataset* val,
-                  int threads, const RankPeak& peak) {
+                  int threads, const RankPeak& peak, const std::string& backend_warning) {
   if (!grid.is_root()) return;
   const auto& m = deck.model;
   const auto& t = deck.train;
@@ -85,7 +85,7 @@ void print_banner(const Deck& deck, Grid& grid, const ComputeBackend& backend,
   fmt::print("compute: {}{} | collectives: {}\n", backend.describe(),
              backend.name() == "cpu" ? fmt::format(" (threads/rank {})", threads) : "",
              choice_name(comm));
-  if (const std::string w = backend.warning(); !w.empty()) fmt::print("warning: {}\n", w);
+  if (!backend_warning.empty()) fmt::print("warning: {}\n", backend_warning);
   if (const std::string w = launch_warning(grid.size()); !w.empty()) fmt::print("warning: {}\n", w);
   const std::string rate = peak.flops > 0 ? fmt::format("{:.1f} GFLOP/s", peak.flops / 1e9)
                                           : "unknown, MFU not printed";
@@ -161,16 +161,19 @@ int train(const TrainOptions& o, Communicator& boot) {
       metrics = MetricsWriter(deck.output.metrics, /*append=*/!o.resume.empty());
   });
   const RankPeak peak = rank_peak(deck, *backend, grid.local_size(), threads);
-  print_banner(deck, grid, *backend, comm, *train_data, val_data.get(), threads, peak);
+  print_banner(deck, grid, *backend, comm, *train_data, val_data.get(), threads, peak,
+               agreed_warning(grid.world(), backend->warning()));
 
   MemoryLedger ledger;
   TraceRecorder trace;
   Trainer trainer(deck, grid, *backend, ledger, *train_data, val_data.get(),
                   o.trace.empty() ? nullptr : &trace);
   print_pipeline(deck, grid, trainer);
-  if (grid.is_root())
-    for (ModelChunk& ch : trainer.chunks())
-      if (const std::string w = ch.engine->warning(); !w.empty()) fmt::print("warning: {}\n", w);
+  std::string engine_warning;  // a swap file's fallback, which any rank's disk may need
+  for (ModelChunk& ch : trainer.chunks())
+    if (engine_warning.empty()) engine_warning = ch.engine->warning();
+  engine_warning = agreed_warning(grid.world(), engine_warning);
+  if (grid.is_root() && !engine_warning.empty()) fmt::print("warning: {}\n", engine_warning);
   Checkpointer checkpoints(deck, grid, trainer);
   const int first = o.resume.empty() ? 0 : checkpoints.resume(o.resume);
   const int steps = deck.train.steps;

@@ -22,4 +22,10 @@ struct AgreedError : std::runtime_error {
 // the lowest failing rank's error as an AgreedError on every rank.
 void run_agreed(Communicator& comm, const std::function<void()>& phase);
 
+// A warning that may hold on some ranks only (a node's scratch disk without
+// O_DIRECT, a node's different CPU): every rank learns the lowest such rank's
+// text, with how many ranks have one where the job has several; "" when no
+// rank has one. Collective.
+std::string agreed_warning(Communicator& comm, const std::string& local);
+
 }  // namespace trident

@@ -261,3 +261,18 @@ TEST(Agreement, AnErrorOnOneRankReachesEveryRank) {
   }
   EXPECT_NO_THROW(run_agreed(*c, [] {}));
 }
+
+TEST(Agreement, AWarningOnSomeRanksReachesEveryRank) {
+  auto c = make_communicator(MPI_COMM_WORLD, "world");
+  EXPECT_EQ(agreed_warning(*c, ""), "");
+  // Every rank from 1 on has one (the lowest speaks): rank 0 alone would
+  // print it, so it must learn the others'.
+  const std::string mine = c->rank() >= 1 ? "scratch of rank " + std::to_string(c->rank()) : "";
+  const std::string agreed = agreed_warning(*c, mine);
+  if (c->size() == 1) {
+    EXPECT_EQ(agreed, "");
+    return;
+  }
+  EXPECT_EQ(agreed, "scratch of rank 1 (" + std::to_string(c->size() - 1) + " of " +
+                        std::to_string(c->size()) + " ranks, the first rank 1)");
+}
