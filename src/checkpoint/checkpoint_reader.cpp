@@ -68,7 +68,7 @@ CheckpointReader::CheckpointReader(Communicator& comm, std::string path, std::si
 CheckpointReader::~CheckpointReader() { file_.reset(); }
 
 void CheckpointReader::read(const DatasetSpec& spec, const TensorSlice& slice) {
-  read_all({{spec, slice}});
+  read_all({{spec, slice, {}}});
 }
 
 void CheckpointReader::read_all(const std::vector<SliceRead>& reads,
@@ -76,7 +76,7 @@ void CheckpointReader::read_all(const std::vector<SliceRead>& reads,
   run_agreed(comm_, [&] {
     std::vector<DirectFile::ReadRange> ranges;
     std::vector<DirectRun> runs;
-    for (const auto& [spec, slice] : reads) {
+    for (const auto& [spec, slice, copies] : reads) {
       try {
         if (H5Lexists(file_.get(), spec.path.c_str(), H5P_DEFAULT) <= 0)
           throw InputError(fmt::format("{}: dataset {} is missing", path_, spec.path));
@@ -95,6 +95,10 @@ void CheckpointReader::read_all(const std::vector<SliceRead>& reads,
         sums_.push_back(0);  // checksum
         sums_.push_back(0);  // elements counted
         if (!slice.empty()) read_slice(d.get(), spec.dtype, slice, index, ranges, runs);
+        for (const TensorSlice& copy : copies)  // through HDF5: small, outside the stream
+          if (!copy.empty())
+            read_pieces(d.get(), spec.dtype, copy, /*counted=*/false, sums_[2 * index],
+                        sums_[2 * index + 1]);
         std::uint64_t numel = 1;
         for (hsize_t x : h5_dims(spec.shape)) numel *= x;
         bytes_ += numel * dtype_size(spec.dtype);

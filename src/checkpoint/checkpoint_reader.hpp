@@ -58,6 +58,9 @@ class CheckpointReader {
   struct SliceRead {
     DatasetSpec spec;
     TensorSlice slice;
+    // Further copies this rank holds, read whole, never counted (a V
+    // placement's second tied embedding): every rank lists each dataset once.
+    std::vector<TensorSlice> copies;
   };
   // Reads every slice as read() does, in one pass: the slices that are one
   // range of the file (all but padded tensor-parallel shards) are read as one

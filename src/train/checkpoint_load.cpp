@@ -26,6 +26,7 @@ struct LoadItem {
   DatasetSpec spec;
   TensorSlice whole;
   std::vector<std::size_t> cuts;  // empty: read whole by this rank
+  std::vector<TensorSlice> copies;  // further copies on this rank, read whole
 };
 
 // What the data replicas all hold is read once per data group: each set's
@@ -40,12 +41,16 @@ std::vector<LoadItem> plan_set(Grid& grid, const TensorTable& global, const Tens
   std::vector<std::uint64_t> shared_at;  // per item: byte offset among the set's shared bytes
   std::uint64_t total = 0;
   for (const TensorInfo& g : global.tensors()) {
-    LoadItem it{{dataset_path(set.group, g.name), g.global_shape, set.dtype}, set.slice_of(g), {}};
+    LoadItem it{{dataset_path(set.group, g.name), g.global_shape, set.dtype}, set.slice_of(g), {},
+                set.more_slices_of ? set.more_slices_of(g) : std::vector<TensorSlice>{}};
     const std::uint64_t bytes = (it.whole.hi - it.whole.lo) * esz;
-    if (set.staged_through && !it.whole.empty()) {
-      staged.push_back({set.staged_through, it.whole.data, std::vector<char>(bytes)});
-      it.whole.data = staged.back().host.data();  // stays put when `staged` grows
-    }
+    auto stage = [&](TensorSlice& s) {
+      if (!set.staged_through || s.empty()) return;
+      staged.push_back({set.staged_through, s.data, std::vector<char>((s.hi - s.lo) * esz)});
+      s.data = staged.back().host.data();  // stays put when `staged` grows
+    };
+    stage(it.whole);
+    for (TensorSlice& copy : it.copies) stage(copy);
     const bool shared = set.replicated_over_data && dp > 1 && !it.whole.empty();
     shared_at.push_back(total);
     if (shared) {
@@ -100,13 +105,13 @@ CheckpointIo load_checkpoint(Grid& grid, const std::string& path, const GptConfi
       std::vector<CheckpointReader::SliceRead> reads;
       for (const LoadItem& it : items[k]) {
         if (it.cuts.empty()) {
-          reads.push_back({it.spec, it.whole});
+          reads.push_back({it.spec, it.whole, it.copies});
           continue;
         }
         TensorSlice part = sub_slice(it.whole, it.whole.lo + it.cuts[me],
                                      it.whole.lo + it.cuts[me + 1], esz);
         part.counted = counts_copy(*it.whole.shard, grid.coord(), false);
-        reads.push_back({it.spec, part});
+        reads.push_back({it.spec, part, it.copies});
       }
       r.read_all(reads, [&] { exchange.progress(); });
       for (const LoadItem& it : items[k])

@@ -40,7 +40,8 @@ TensorSet dense_set(std::string group, const TensorTable& table, Arena* arena,
 namespace {
 
 // The engines' slices of one kind of state. The last stage's copy of the tied
-// embedding is read, never saved (it is not primary).
+// embedding is read, never saved (it is not primary); where it is on the
+// same rank as the first stage's (zb-v), it is read as a further slice.
 TensorSet chunked_set(std::string group, Trainer& trainer, const GridCoord& coord, StateKind kind) {
   TensorSet set;
   set.group = std::move(group);
@@ -51,6 +52,16 @@ TensorSet chunked_set(std::string group, Trainer& trainer, const GridCoord& coor
       if (const TensorInfo* t = ch.model->param_table().find(global.name))
         return ch.engine->state_slice(kind, *t, coord);
     return {};
+  };
+  set.more_slices_of = [&trainer, coord, kind](const TensorInfo& global) {
+    std::vector<TensorSlice> more;
+    bool first = true;
+    for (ModelChunk& ch : trainer.chunks())
+      if (const TensorInfo* t = ch.model->param_table().find(global.name)) {
+        if (!first) more.push_back(ch.engine->state_slice(kind, *t, coord));
+        first = false;
+      }
+    return more;
   };
   set.open = [&trainer, kind] {
     for (ModelChunk& ch : trainer.chunks()) ch.engine->open_state(kind);

@@ -27,6 +27,9 @@ struct TensorSet {
   DType dtype = DType::f32;   // element type in memory and in the file
   // This rank's slice of a global tensor (empty when it holds none of it).
   std::function<TensorSlice(const TensorInfo& global)> slice_of;
+  // Load only, when set: further slices of the same tensor on this rank, each
+  // read as the first (a V placement holds both tied embedding copies).
+  std::function<std::vector<TensorSlice>(const TensorInfo& global)> more_slices_of;
   // Every data rank holds the same slices (plain data parallelism, ZeRO 1-2
   // parameters). The replicas share the work: data rank r writes the r-th of
   // dp equal parts of each slice, and reads the r-th of dp equal byte ranges

@@ -216,6 +216,21 @@ TEST_F(Resume, CheckpointsReshardAcrossEveryParallelism) {
   expect_close(serial_to_3d, *dp1, "serial -> dp2 tp2 pp2 SP ZeRO-2");
 }
 
+// zb-v runs both ends of the pipeline, and so both copies of the tied
+// embedding, on one rank: a load fills both (with one left at its initial
+// values the losses part at the first step after the resume).
+TEST_F(Resume, VPlacementReadsBothTiedCopies) {
+  const std::vector<std::string> zb_v = {"parallel.pp=2", "parallel.schedule=\"zb-v\""};
+  const std::vector<std::string> zb_v_zero3 = {"parallel.pp=2", "parallel.schedule=\"zb-v\"",
+                                               "zero.stage=3"};
+  const Trained v = train(2, "zbv", zb_v);
+  const Trained again = train(2, "zbv_again", zb_v, step_file("zbv", kSaveAt));
+  const Trained from_serial = train(4, "serial_to_zbv_zero3", zb_v_zero3, step_file("dp1", kSaveAt));
+  if (!is_root()) return;
+  expect_bit_exact(again, v, "zb-v pp2");
+  expect_close(from_serial, *dp1, "serial -> zb-v pp2 dp2 ZeRO-3");
+}
+
 TEST_F(Resume, SameLayoutContinuesBitExactly) {
   const Trained a = train(1, "dp1_again", {}, step_file("dp1", kSaveAt));
   const Trained b = train(2, "dp2_again", {}, step_file("dp2", kSaveAt));
