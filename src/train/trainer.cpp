@@ -189,7 +189,10 @@ double Trainer::evaluate() {
   const auto& t = deck_.train;
   const int per_rank = t.eval_sequences / grid_.shape().dp;
   double sum = 0;
-  // Forward only, one micro-batch at a time through every virtual stage.
+  // Forward only, one micro-batch at a time through every virtual stage. Its
+  // sends are waited for once all of its chunks have run: in a V the turn at
+  // stage p - 1 is a message this rank receives itself, in its next chunk.
+  std::vector<Request> sends;
   for (int k = 0; k < per_rank; k += t.micro_batch) {
     load(*val_data_, window_of(0, t.eval_sequences, k));
     for (std::size_t c = 0; c < chunks_.size(); ++c) {
@@ -198,11 +201,10 @@ double Trainer::evaluate() {
       const int slot = pipedream_ ? pipedream_->eval_slot() : 0, mb = -1 - k;  // see PipelineComm::tag
       if (!pcomm_.first_virtual(int(c))) pcomm_.recv_forward(m.input_buffer(slot), n, mb, int(c));
       sum += m.forward(slot, tokens_.data(), targets_.data(), 0.0f);
-      if (!pcomm_.last_virtual(int(c))) {
-        Request r = pcomm_.send_forward(m.output(slot), n, mb, int(c));
-        pcomm_.wait(r);
-      }
+      if (!pcomm_.last_virtual(int(c))) sends.push_back(pcomm_.send_forward(m.output(slot), n, mb, int(c)));
     }
+    for (Request& r : sends) pcomm_.wait(r);
+    sends.clear();
   }
   if (grid_.pipeline().size() > 1) grid_.pipeline().all_reduce(&sum, 1, DType::f64, ReduceOp::sum);
   grid_.data().all_reduce(&sum, 1, DType::f64, ReduceOp::sum);

@@ -32,6 +32,7 @@ using GlobalTensors = std::map<std::string, std::vector<float>>;
 
 struct PipeRun {
   std::vector<double> losses;
+  double val_loss = 0;  // evaluation after the last step
   GlobalTensors grads;
   double activation_bytes = 0;
   int stage0_slots = 0;
@@ -66,7 +67,9 @@ GlobalTensors gather_global(Trainer& tr, Grid& grid, const GptConfig& c) {
 PipeRun train(MPI_Comm comm, const std::vector<std::string>& sets) {
   // lr 1e-3 (GPT-2 small trains at 6e-4): a realistic rate at which Adam's
   // amplification of fp32 summation-order noise stays well inside 1e-5.
-  std::vector<std::string> all = {"train.lr=1e-3", "model.layers=8", "train.micro_batch=1"};
+  // A schedule that deadlocks fails in a minute, naming the stuck transfer.
+  std::vector<std::string> all = {"train.lr=1e-3", "model.layers=8", "train.micro_batch=1",
+                                  "system.comm_timeout_s=60"};
   all.insert(all.end(), sets.begin(), sets.end());
   const std::string text = trident::testing::tiny_deck(shard_dir() + "/train.bin",
                                                        shard_dir() + "/train.bin", "");
@@ -77,9 +80,10 @@ PipeRun train(MPI_Comm comm, const std::vector<std::string>& sets) {
   auto be = make_cpu_backend(1);
   MemoryLedger ledger;
   TokenDataset data(d.data.train, d.model.seq_len, "data.train");
-  Trainer tr(d, grid, *be, ledger, data, nullptr);
+  Trainer tr(d, grid, *be, ledger, data, &data);
   PipeRun run;
   for (int s = 0; s < kSteps; ++s) run.losses.push_back(tr.step(s).loss);
+  run.val_loss = tr.evaluate();
   if (d.zero.stage == 0) run.grads = gather_global(tr, grid, d.model);  // ZeRO: losses only
   run.activation_bytes = double(ledger.peak(MemCategory::activations));
   run.stage0_slots = int(tr.chunks().front().busy.size());
@@ -95,6 +99,9 @@ void expect_serial(const PipeRun& run, const PipeRun& serial, const std::string&
     worst = std::max(worst, rel);
     EXPECT_LE(rel, kTol) << what << " step " << s;
   }
+  const double val = std::abs(run.val_loss - serial.val_loss) / serial.val_loss;
+  worst = std::max(worst, val);
+  EXPECT_LE(val, kTol) << what << " evaluation";
   for (const auto& [name, g] : serial.grads) {
     const double rel = trident::testing::rel_diff(run.grads.at(name).data(), g.data(), g.size());
     worst = std::max(worst, rel);
@@ -259,7 +266,9 @@ TEST(Pipeline, ChunksOfARankShareOneWorkingBufferAsTheEstimatorCounts) {
                                            fmt::format("parallel.schedule=\"{}\"", sched),
                                            std::string("parallel.virtual_stages=2")};
     const PipeRun run = train(comm, sets);
-    std::vector<std::string> all = {"train.lr=1e-3", "model.layers=8", "train.micro_batch=1"};
+    // A schedule that deadlocks fails in a minute, naming the stuck transfer.
+  std::vector<std::string> all = {"train.lr=1e-3", "model.layers=8", "train.micro_batch=1",
+                                  "system.comm_timeout_s=60"};
     all.insert(all.end(), sets.begin(), sets.end());
     Deck d = parse_deck(trident::testing::tiny_deck(shard_dir() + "/train.bin",
                                                     shard_dir() + "/train.bin", ""),
