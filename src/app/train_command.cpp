@@ -183,7 +183,8 @@ int train(const TrainOptions& o, Communicator& boot) {
   double val_loss = -1;
   PhaseTimes after_first;  // the timers once the first step is done
   // Count communication from the first step on (set-up checks are not per step).
-  for (Communicator* c : {&grid.world(), &grid.data(), &grid.tensor(), &grid.pipeline(), &grid.model()})
+  for (Communicator* c : {&grid.world(), &grid.data(), &grid.tensor(), &grid.pipeline(),
+                          &grid.pipeline_grads(), &grid.model()})
     c->reset_stats();
   for (int step = first; step < steps; ++step) {
     StepStats s = trainer.step(step);

@@ -89,6 +89,9 @@ class Communicator {
   virtual Request isend(const void* buf, std::size_t count, DType t, int peer, int tag) = 0;
   virtual Request irecv(void* buf, std::size_t count, DType t, int peer, int tag) = 0;
   virtual Request ibarrier() = 0;
+  // Issues queued sends and receives now (a backend that batches them until
+  // one is waited for: NCCL), before this rank blocks on another communicator.
+  virtual void flush() {}
 
   // Completion. wait() fails with RuntimeFailure naming the operation once the
   // timeout passes, instead of hanging the job until its wall-clock limit.

@@ -56,6 +56,7 @@ class NcclCommunicator final : public Communicator {
     cudaEvent_t done = nullptr;
   };
   bool poll(Batch& batch, const std::string& what);  // PendingOp::test of an NCCL op
+  void flush() override { flush_p2p(); }
 
  private:
   using Launch = std::function<ncclResult_t()>;

@@ -38,6 +38,7 @@ Grid::Grid(MPI_Comm parent, GridShape shape) : shape_(shape) {
   MPI_Comm_split(parent, c.dp + shape.dp * c.pp, c.tp, &tensor_comm_);
   MPI_Comm_split(parent, c.tp + shape.tp * c.pp, c.dp, &data_comm_);
   MPI_Comm_split(parent, c.tp + shape.tp * c.dp, c.pp, &pipeline_comm_);
+  MPI_Comm_dup(pipeline_comm_, &pipeline_grads_comm_);
   MPI_Comm_split(parent, c.dp, c.tp + shape.tp * c.pp, &model_comm_);
   const bool ends = shape.pp > 1 && (c.pp == 0 || c.pp == shape.pp - 1);
   MPI_Comm_split(parent, ends ? c.tp + shape.tp * c.dp : MPI_UNDEFINED, c.pp, &embedding_comm_);
@@ -57,31 +58,32 @@ void Grid::make_communicators(const CommunicatorFactory& make) {
   tensor_ = make(tensor_comm_, "tensor");
   data_ = make(data_comm_, "data");
   pipeline_ = make(pipeline_comm_, "pipeline");
+  pipeline_grads_ = make(pipeline_grads_comm_, "pipeline-grads");
   model_ = make(model_comm_, "model");
   if (embedding_comm_ != MPI_COMM_NULL) embedding_ = make(embedding_comm_, "embedding");
-  for (Communicator* c : {world_.get(), tensor_.get(), data_.get(), pipeline_.get(), model_.get(),
+  for (Communicator* c : {world_.get(), tensor_.get(), data_.get(), pipeline_.get(), pipeline_grads_.get(), model_.get(),
                           embedding_.get()})
     if (c) c->set_wait_observer(board_.get());
 }
 
 void Grid::use_communicators(const CommunicatorFactory& make) {
   const double timeout = world_->timeout_seconds();
-  world_.reset(); tensor_.reset(); data_.reset(); pipeline_.reset(); model_.reset();
+  world_.reset(); tensor_.reset(); data_.reset(); pipeline_.reset(); pipeline_grads_.reset(); model_.reset();
   embedding_.reset();
   make_communicators(make);
   set_timeout_seconds(timeout);
 }
 
 Grid::~Grid() {
-  host_.reset(); world_.reset(); tensor_.reset(); data_.reset(); pipeline_.reset(); model_.reset();
+  host_.reset(); world_.reset(); tensor_.reset(); data_.reset(); pipeline_.reset(); pipeline_grads_.reset(); model_.reset();
   embedding_.reset();
-  for (MPI_Comm* c : {&host_comm_, &world_comm_, &tensor_comm_, &data_comm_, &pipeline_comm_, &model_comm_,
+  for (MPI_Comm* c : {&host_comm_, &world_comm_, &tensor_comm_, &data_comm_, &pipeline_comm_, &pipeline_grads_comm_, &model_comm_,
                       &embedding_comm_})
     if (*c != MPI_COMM_NULL) MPI_Comm_free(c);
 }
 
 void Grid::set_timeout_seconds(double s) {
-  for (Communicator* c : {host_.get(), world_.get(), tensor_.get(), data_.get(), pipeline_.get(), model_.get(),
+  for (Communicator* c : {host_.get(), world_.get(), tensor_.get(), data_.get(), pipeline_.get(), pipeline_grads_.get(), model_.get(),
                           embedding_.get()})
     if (c) c->set_timeout_seconds(s);
 }

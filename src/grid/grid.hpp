@@ -61,6 +61,12 @@ class Grid {
   Communicator& data() { return *data_; }
   Communicator& tensor() { return *tensor_; }
   Communicator& pipeline() { return *pipeline_; }
+  // The pipeline group again, for gradients flowing back (and evaluation's
+  // activations): a backend without tags (NCCL) pairs the messages between two
+  // ranks in issue order, and a V placement sends activations and gradients
+  // between one pair in an order its receiver does not share; per direction
+  // every schedule's receives come in send order (validate_schedule).
+  Communicator& pipeline_grads() { return *pipeline_grads_; }
   Communicator& model() { return *model_; }  // tensor x pipeline of one replica
   // First and last pipeline stage of one (tensor, data) position: they share
   // the tied token embedding. Null on middle stages and without pipelining.
@@ -82,8 +88,10 @@ class Grid {
   int local_rank_ = 0, local_size_ = 1;
   MPI_Comm host_comm_ = MPI_COMM_NULL, world_comm_ = MPI_COMM_NULL, data_comm_ = MPI_COMM_NULL,
            tensor_comm_ = MPI_COMM_NULL, pipeline_comm_ = MPI_COMM_NULL,
-           model_comm_ = MPI_COMM_NULL, embedding_comm_ = MPI_COMM_NULL;
-  std::unique_ptr<Communicator> host_, world_, data_, tensor_, pipeline_, model_, embedding_;
+           pipeline_grads_comm_ = MPI_COMM_NULL, model_comm_ = MPI_COMM_NULL,
+           embedding_comm_ = MPI_COMM_NULL;
+  std::unique_ptr<Communicator> host_, world_, data_, tensor_, pipeline_, pipeline_grads_, model_,
+      embedding_;
 };
 
 }  // namespace trident

@@ -4,6 +4,7 @@
 #include <sys/resource.h>
 
 #include <array>
+#include <vector>
 #include <thread>
 
 #include "model/activation_policy.hpp"
@@ -101,16 +102,18 @@ void report_memory(Grid& grid, const MemoryLedger& ledger, const ComputeBackend&
 }
 
 void report_communication(Grid& grid, int steps) {
-  const std::array<std::pair<const char*, Communicator*>, 4> groups{
-      {{"data", &grid.data()}, {"tensor", &grid.tensor()}, {"pipeline", &grid.pipeline()},
-       {"world", &grid.world()}}};
+  // The pipeline's two communicators (activations, gradients) count as one group.
+  const std::array<std::pair<const char*, std::vector<Communicator*>>, 4> groups{
+      {{"data", {&grid.data()}}, {"tensor", {&grid.tensor()}},
+       {"pipeline", {&grid.pipeline(), &grid.pipeline_grads()}}, {"world", {&grid.world()}}}};
   std::array<double, 8> v{};
-  for (std::size_t i = 0; i < groups.size(); ++i) {
-    std::uint64_t calls = 0;
-    for (auto c : groups[i].second->stats().calls) calls += c;
-    v[2 * i] = double(calls) / steps;
-    v[2 * i + 1] = double(groups[i].second->stats().total_bytes()) / steps;
-  }
+  for (std::size_t i = 0; i < groups.size(); ++i)
+    for (Communicator* comm : groups[i].second) {
+      std::uint64_t calls = 0;
+      for (auto c : comm->stats().calls) calls += c;
+      v[2 * i] += double(calls) / steps;
+      v[2 * i + 1] += double(comm->stats().total_bytes()) / steps;
+    }
   grid.world().all_reduce(v.data(), v.size(), DType::f64, ReduceOp::max);
   if (!grid.is_root()) return;
   std::string line = "communication per step per rank (max over ranks):";

@@ -38,6 +38,23 @@ TEST(Schedule, ValidatorCatchesBrokenLists) {
   EXPECT_EQ(replay_schedule(ranks, 1).makespan, 5);
 }
 
+// NCCL pairs the messages between two ranks in issue order: per direction the
+// receiver must take them in the sender's order. Stage 1 taking micro-batch
+// 1's activation first would be paired with micro-batch 0's.
+TEST(Schedule, ReceivesOutOfSendOrderAreFound) {
+  using A = PipelineAction;
+  std::vector<std::vector<PipelineAction>> ranks = {
+      {A{true, 0, 0}, A{true, 1, 0}, A{false, 0, 0}, A{false, 1, 0}},
+      {A{true, 1, 0}, A{false, 1, 0}, A{true, 0, 0}, A{false, 0, 0}}};
+  EXPECT_EQ(message_order_problem(ranks, 1, false),
+            "activations from rank 0 to rank 1 are received in another order than sent");
+  std::swap(ranks[1][0], ranks[1][2]);  // F0 B1 F1 B0: activations in order, gradients not
+  EXPECT_EQ(message_order_problem(ranks, 1, false),
+            "gradients from rank 1 to rank 0 are received in another order than sent");
+  std::swap(ranks[1][1], ranks[1][3]);
+  EXPECT_EQ(message_order_problem(ranks, 1, false), "");
+}
+
 TEST(Schedule, ZeroBubbleKeepsItsMemoryBound) {
   for (int p = 2; p <= 8; ++p)
     for (int m = p; m <= 4 * p; ++m)

@@ -2,8 +2,8 @@
 
 namespace trident {
 
-PipelineComm::PipelineComm(Communicator& pipeline, int chunks, bool v_shape)
-    : pipe_(pipeline), chunks_(chunks), v_shape_(v_shape) {}
+PipelineComm::PipelineComm(Communicator& activations, Communicator& grads, int chunks, bool v_shape)
+    : acts_(activations), grads_(grads), chunks_(chunks), v_shape_(v_shape) {}
 
 int PipelineComm::tag(int mb, int receiver, bool forward, int space) const {
   // Evaluation numbers its micro-batches -1, -2, ...: they get a tag range of
@@ -14,38 +14,44 @@ int PipelineComm::tag(int mb, int receiver, bool forward, int space) const {
   const long long t = (k * chunks_ * stages() + receiver) * 2 + (forward ? 0 : 1);
   // Each space is a quarter of the library's tags; a tag repeats only after
   // that many micro-batch messages, long after the earlier one was received.
-  const long long span = (static_cast<long long>(pipe_.max_tag()) + 1) / 4;
+  const long long span = (static_cast<long long>(acts_.max_tag()) + 1) / 4;
   return int(space * span + t % span);
+}
+
+void PipelineComm::receive(Communicator& channel, float* buf, std::size_t n, int peer, int tag) {
+  Request r = channel.irecv(buf, n, DType::f32, peer, tag);
+  flush();
+  channel.wait(r);
 }
 
 // Neighbours are the ranks of virtual stages vs - 1 and vs + 1: the ring for
 // interleaving; in a V the turn at stage p - 1 is a message to itself.
 void PipelineComm::recv_forward(float* buf, std::size_t n, int mb, int chunk) {
   const int vs = virtual_stage(chunk);
-  pipe_.recv(buf, n, DType::f32, rank_of(vs - 1), tag(mb, vs, true));
+  receive(forward_channel(mb), buf, n, rank_of(vs - 1), tag(mb, vs, true));
 }
 
 Request PipelineComm::send_forward(const float* buf, std::size_t n, int mb, int chunk) {
   const int vs = virtual_stage(chunk);
-  return pipe_.isend(buf, n, DType::f32, rank_of(vs + 1), tag(mb, vs + 1, true));
+  return forward_channel(mb).isend(buf, n, DType::f32, rank_of(vs + 1), tag(mb, vs + 1, true));
 }
 
 void PipelineComm::recv_backward(float* buf, std::size_t n, int mb, int chunk) {
   const int vs = virtual_stage(chunk);
-  pipe_.recv(buf, n, DType::f32, rank_of(vs + 1), tag(mb, vs, false));
+  receive(grads_, buf, n, rank_of(vs + 1), tag(mb, vs, false));
 }
 
 Request PipelineComm::send_backward(const float* buf, std::size_t n, int mb, int chunk) {
   const int vs = virtual_stage(chunk);
-  return pipe_.isend(buf, n, DType::f32, rank_of(vs - 1), tag(mb, vs - 1, false));
+  return grads_.isend(buf, n, DType::f32, rank_of(vs - 1), tag(mb, vs - 1, false));
 }
 
 Request PipelineComm::send_head_grad(const float* buf, std::size_t n, int mb) {
-  return pipe_.isend(buf, n, DType::f32, 0, tag(mb, 0, false, kHeadTags));
+  return grads_.isend(buf, n, DType::f32, 0, tag(mb, 0, false, kHeadTags));
 }
 
 void PipelineComm::recv_head_grad(float* buf, std::size_t n, int mb) {
-  pipe_.recv(buf, n, DType::f32, stages() - 1, tag(mb, 0, false, kHeadTags));
+  receive(grads_, buf, n, stages() - 1, tag(mb, 0, false, kHeadTags));
 }
 
 }  // namespace trident

@@ -7,6 +7,12 @@
 // the micro-batch, the receiving virtual stage and the direction, so a
 // message is never taken for another; evaluation's micro-batches (numbered
 // -1, -2, ...) and pipedream's head gradients have tag spaces of their own.
+// Activations and gradients also travel on communicators of their own: a
+// backend without tags (NCCL) pairs messages in issue order, which each
+// direction keeps (validate_schedule checks it) but a V's two together do
+// not. Evaluation's activations take the gradients' communicator, on which
+// nothing is in flight between steps (pipedream's forwards run ahead across
+// them). Before this rank blocks, both communicators issue what they queued.
 #pragma once
 #include <vector>
 
@@ -18,9 +24,9 @@ namespace trident {
 class PipelineComm {
  public:
   // v_shape: zb-v's placement (chunk 1 of rank s is virtual stage 2p - 1 - s).
-  PipelineComm(Communicator& pipeline, int chunks, bool v_shape = false);
-  int stage() const { return pipe_.rank(); }
-  int stages() const { return pipe_.size(); }
+  PipelineComm(Communicator& activations, Communicator& grads, int chunks, bool v_shape = false);
+  int stage() const { return acts_.rank(); }
+  int stages() const { return acts_.size(); }
   bool first_virtual(int chunk) const { return virtual_stage(chunk) == 0; }
   bool last_virtual(int chunk) const { return virtual_stage(chunk) == chunks_ * stages() - 1; }
 
@@ -32,8 +38,11 @@ class PipelineComm {
   // micro-batch mb, from the last stage to the first (which owns the embedding).
   Request send_head_grad(const float* buf, std::size_t n, int mb);
   void recv_head_grad(float* buf, std::size_t n, int mb);
-  void wait(Request& r) { pipe_.wait(r); }
-  bool test(Request& r) { return pipe_.test(r); }
+  void wait(Request& r) {
+    flush();
+    acts_.wait(r);
+  }
+  bool test(Request& r) { return acts_.test(r); }
 
  private:
   int virtual_stage(int chunk) const { return virtual_stage_of(v_shape_, stages(), stage(), chunk); }
@@ -42,7 +51,14 @@ class PipelineComm {
   // evaluation's, and pipedream's head gradients to stage 0.
   static constexpr int kTrainTags = 0, kEvalTags = 1, kHeadTags = 2;
   int tag(int mb, int receiver_virtual_stage, bool forward, int space = kTrainTags) const;
-  Communicator& pipe_;
+  Communicator& forward_channel(int mb) { return mb < 0 ? grads_ : acts_; }
+  void flush() {
+    acts_.flush();
+    grads_.flush();
+  }
+  void receive(Communicator& channel, float* buf, std::size_t n, int peer, int tag);
+  Communicator& acts_;
+  Communicator& grads_;
   int chunks_;
   bool v_shape_;
 };

@@ -98,6 +98,31 @@ double replayed_bubble(const std::vector<std::vector<PipelineAction>>& ranks, in
   return 1.0 - busy / (p * r.time);
 }
 
+std::string message_order_problem(const std::vector<std::vector<PipelineAction>>& ranks,
+                                  int chunks, bool v_shape) {
+  const int p = int(ranks.size()), V = p * chunks;
+  // (sender, receiver, forward) -> (receiving virtual stage, micro-batch) in order
+  std::map<std::tuple<int, int, bool>, std::vector<std::pair<int, int>>> sent, received;
+  for (int s = 0; s < p; ++s)
+    for (const PipelineAction& a : ranks[s]) {
+      const int vs = virtual_stage_of(v_shape, p, s, a.chunk), mb = a.micro_batch;
+      auto rank = [&](int v) { return rank_of_virtual_stage(v_shape, p, v); };
+      if (a.forward) {
+        if (vs > 0) received[{rank(vs - 1), s, true}].push_back({vs, mb});
+        if (vs < V - 1) sent[{s, rank(vs + 1), true}].push_back({vs + 1, mb});
+      } else if (is_input_grad(a)) {
+        if (vs < V - 1) received[{rank(vs + 1), s, false}].push_back({vs, mb});
+        if (vs > 0) sent[{s, rank(vs - 1), false}].push_back({vs - 1, mb});
+      }
+    }
+  for (const auto& [pair, order] : sent)
+    if (received[pair] != order)
+      return fmt::format("{} from rank {} to rank {} are received in another order than sent",
+                         std::get<2>(pair) ? "activations" : "gradients", std::get<0>(pair),
+                         std::get<1>(pair));
+  return "";
+}
+
 std::string validate_schedule(ScheduleKind kind, int p, int m, int v) {
   const bool v_shape = v_placement(kind);
   if (v_shape) v = 2;
@@ -175,6 +200,7 @@ std::string validate_schedule(ScheduleKind kind, int p, int m, int v) {
                          std::get<0>(key) ? "activation" : "gradient", std::get<2>(key),
                          std::get<1>(key),
                          balance > 0 ? "sent, never received" : "received, never sent");
+  if (std::string order = message_order_problem(ranks, v, v_shape); !order.empty()) return order;
   return replay_schedule(ranks, v, v_shape).deadlock;
 }
 

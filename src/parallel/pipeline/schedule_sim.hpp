@@ -31,9 +31,17 @@ ScheduleReplay replay_schedule(const std::vector<std::vector<PipelineAction>>& r
 double replayed_bubble(const std::vector<std::vector<PipelineAction>>& ranks, int chunks,
                        bool v_shape, const ZeroBubbleCosts& costs);
 
+// Empty when, between every pair of ranks and in each direction (activations
+// forward, gradients back), the receiver's list takes the messages in the
+// order the sender's list sends them, as a backend without tags (NCCL)
+// pairs them; else the first pair that differs.
+std::string message_order_problem(const std::vector<std::vector<PipelineAction>>& ranks,
+                                  int chunks, bool v_shape);
+
 // Empty when build_schedule's lists for every rank are sound; else the first
 // problem found. Zero bubble (unit costs): each B that sends names a send
-// buffer, and each rank's slots, W and send buffers stay within its budget.
+// buffer, and each rank's slots, W and send buffers stay within its budget;
+// every list: message_order_problem finds nothing.
 std::string validate_schedule(ScheduleKind kind, int stages, int micro_batches, int chunks);
 
 }  // namespace trident
