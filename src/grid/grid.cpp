@@ -61,31 +61,33 @@ void Grid::make_communicators(const CommunicatorFactory& make) {
   pipeline_grads_ = make(pipeline_grads_comm_, "pipeline-grads");
   model_ = make(model_comm_, "model");
   if (embedding_comm_ != MPI_COMM_NULL) embedding_ = make(embedding_comm_, "embedding");
-  for (Communicator* c : {world_.get(), tensor_.get(), data_.get(), pipeline_.get(), pipeline_grads_.get(), model_.get(),
-                          embedding_.get()})
-    if (c) c->set_wait_observer(board_.get());
+  for (auto* c : groups())
+    if (*c) (*c)->set_wait_observer(board_.get());
+}
+
+std::array<std::unique_ptr<Communicator>*, 7> Grid::groups() {
+  return {&world_, &tensor_, &data_, &pipeline_, &pipeline_grads_, &model_, &embedding_};
 }
 
 void Grid::use_communicators(const CommunicatorFactory& make) {
   const double timeout = world_->timeout_seconds();
-  world_.reset(); tensor_.reset(); data_.reset(); pipeline_.reset(); pipeline_grads_.reset(); model_.reset();
-  embedding_.reset();
+  for (auto* c : groups()) c->reset();
   make_communicators(make);
   set_timeout_seconds(timeout);
 }
 
 Grid::~Grid() {
-  host_.reset(); world_.reset(); tensor_.reset(); data_.reset(); pipeline_.reset(); pipeline_grads_.reset(); model_.reset();
-  embedding_.reset();
-  for (MPI_Comm* c : {&host_comm_, &world_comm_, &tensor_comm_, &data_comm_, &pipeline_comm_, &pipeline_grads_comm_, &model_comm_,
-                      &embedding_comm_})
+  host_.reset();
+  for (auto* c : groups()) c->reset();
+  for (MPI_Comm* c : {&host_comm_, &world_comm_, &tensor_comm_, &data_comm_, &pipeline_comm_,
+                      &pipeline_grads_comm_, &model_comm_, &embedding_comm_})
     if (*c != MPI_COMM_NULL) MPI_Comm_free(c);
 }
 
 void Grid::set_timeout_seconds(double s) {
-  for (Communicator* c : {host_.get(), world_.get(), tensor_.get(), data_.get(), pipeline_.get(), pipeline_grads_.get(), model_.get(),
-                          embedding_.get()})
-    if (c) c->set_timeout_seconds(s);
+  host_->set_timeout_seconds(s);
+  for (auto* c : groups())
+    if (*c) (*c)->set_timeout_seconds(s);
 }
 
 std::string Grid::describe() const {

@@ -5,6 +5,7 @@
 #pragma once
 #include <mpi.h>
 
+#include <array>
 #include <functional>
 #include <memory>
 #include <string>
@@ -92,6 +93,8 @@ class Grid {
            embedding_comm_ = MPI_COMM_NULL;
   std::unique_ptr<Communicator> host_, world_, data_, tensor_, pipeline_, pipeline_grads_, model_,
       embedding_;
+  // Every group's communicator but host_ (which use_communicators keeps).
+  std::array<std::unique_ptr<Communicator>*, 7> groups();
 };
 
 }  // namespace trident
