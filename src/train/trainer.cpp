@@ -25,7 +25,7 @@ Trainer::Trainer(const Deck& deck, Grid& grid, ComputeBackend& backend, MemoryLe
       trace_(trace),
       schedule_(deck.parallel.schedule),
       micro_batches_(deck.train.batch / (grid.shape().dp * deck.train.micro_batch)),
-      pcomm_(grid.pipeline(), grid.pipeline_grads(), deck.parallel.virtual_stages,
+      pcomm_(grid.pipeline(), grid.pipeline_grads(), backend, deck.parallel.virtual_stages,
              v_placement(schedule_)),
       weights_(precision_dtype(deck.precision.dtype)),
       grads_(precision_dtype(deck.precision.reduce_dtype)) {

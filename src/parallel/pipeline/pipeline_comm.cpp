@@ -1,9 +1,28 @@
 #include "parallel/pipeline/pipeline_comm.hpp"
 
+#include <stdexcept>
+
 namespace trident {
 
-PipelineComm::PipelineComm(Communicator& activations, Communicator& grads, int chunks, bool v_shape)
-    : acts_(activations), grads_(grads), chunks_(chunks), v_shape_(v_shape) {}
+namespace {
+
+// The send of a message to this rank: done once its receive has copied it.
+class LocalSend final : public PendingOp {
+ public:
+  explicit LocalSend(std::shared_ptr<bool> taken) : taken_(std::move(taken)) {
+    what = "pipeline send to this rank";
+  }
+  bool test() override { return *taken_; }
+
+ private:
+  std::shared_ptr<bool> taken_;
+};
+
+}  // namespace
+
+PipelineComm::PipelineComm(Communicator& activations, Communicator& grads,
+                           ComputeBackend& backend, int chunks, bool v_shape)
+    : acts_(activations), grads_(grads), backend_(backend), chunks_(chunks), v_shape_(v_shape) {}
 
 int PipelineComm::tag(int mb, int receiver, bool forward, int space) const {
   // Evaluation numbers its micro-batches -1, -2, ...: they get a tag range of
@@ -19,13 +38,33 @@ int PipelineComm::tag(int mb, int receiver, bool forward, int space) const {
 }
 
 void PipelineComm::receive(Communicator& channel, float* buf, std::size_t n, int peer, int tag) {
+  if (peer == stage()) {  // a rank runs its list in order: the send came first
+    auto it = local_.find(tag);
+    if (it == local_.end() || it->second.empty() || it->second.front().n != n)
+      throw std::logic_error("pipeline: a receive from this rank without its send");
+    const LocalMessage m = it->second.front();
+    it->second.pop_front();
+    if (it->second.empty()) local_.erase(it);
+    backend_.copy(buf, m.data, n * sizeof(float));
+    *m.taken = true;
+    return;
+  }
   Request r = channel.irecv(buf, n, DType::f32, peer, tag);
   flush();
   channel.wait(r);
 }
 
+Request PipelineComm::send(Communicator& channel, const float* buf, std::size_t n, int peer,
+                           int tag) {
+  if (peer != stage()) return channel.isend(buf, n, DType::f32, peer, tag);
+  auto taken = std::make_shared<bool>(false);
+  local_[tag].push_back({buf, n, taken});
+  return Request(std::make_unique<LocalSend>(std::move(taken)));
+}
+
 // Neighbours are the ranks of virtual stages vs - 1 and vs + 1: the ring for
-// interleaving; in a V the turn at stage p - 1 is a message to itself.
+// interleaving; in a V the turn at stage p - 1 is a message to itself, kept
+// in local_.
 void PipelineComm::recv_forward(float* buf, std::size_t n, int mb, int chunk) {
   const int vs = virtual_stage(chunk);
   receive(forward_channel(mb), buf, n, rank_of(vs - 1), tag(mb, vs, true));
@@ -33,7 +72,7 @@ void PipelineComm::recv_forward(float* buf, std::size_t n, int mb, int chunk) {
 
 Request PipelineComm::send_forward(const float* buf, std::size_t n, int mb, int chunk) {
   const int vs = virtual_stage(chunk);
-  return forward_channel(mb).isend(buf, n, DType::f32, rank_of(vs + 1), tag(mb, vs + 1, true));
+  return send(forward_channel(mb), buf, n, rank_of(vs + 1), tag(mb, vs + 1, true));
 }
 
 void PipelineComm::recv_backward(float* buf, std::size_t n, int mb, int chunk) {
@@ -43,11 +82,11 @@ void PipelineComm::recv_backward(float* buf, std::size_t n, int mb, int chunk) {
 
 Request PipelineComm::send_backward(const float* buf, std::size_t n, int mb, int chunk) {
   const int vs = virtual_stage(chunk);
-  return grads_.isend(buf, n, DType::f32, rank_of(vs - 1), tag(mb, vs - 1, false));
+  return send(grads_, buf, n, rank_of(vs - 1), tag(mb, vs - 1, false));
 }
 
 Request PipelineComm::send_head_grad(const float* buf, std::size_t n, int mb) {
-  return grads_.isend(buf, n, DType::f32, 0, tag(mb, 0, false, kHeadTags));
+  return send(grads_, buf, n, 0, tag(mb, 0, false, kHeadTags));
 }
 
 void PipelineComm::recv_head_grad(float* buf, std::size_t n, int mb) {

@@ -13,10 +13,17 @@
 // not. Evaluation's activations take the gradients' communicator, on which
 // nothing is in flight between steps (pipedream's forwards run ahead across
 // them). Before this rank blocks, both communicators issue what they queued.
+// A V's turn at stage p - 1 (a message to this rank itself) stays here: its
+// receive copies it on the compute backend and completes its send, so no
+// communicator (NCCL: a self-send needs its receive in the same group) sees it.
 #pragma once
+#include <deque>
+#include <map>
+#include <memory>
 #include <vector>
 
 #include "comm/communicator.hpp"
+#include "compute/backend.hpp"
 #include "parallel/pipeline/schedule.hpp"
 
 namespace trident {
@@ -24,7 +31,8 @@ namespace trident {
 class PipelineComm {
  public:
   // v_shape: zb-v's placement (chunk 1 of rank s is virtual stage 2p - 1 - s).
-  PipelineComm(Communicator& activations, Communicator& grads, int chunks, bool v_shape = false);
+  PipelineComm(Communicator& activations, Communicator& grads, ComputeBackend& backend,
+               int chunks, bool v_shape = false);
   int stage() const { return acts_.rank(); }
   int stages() const { return acts_.size(); }
   bool first_virtual(int chunk) const { return virtual_stage(chunk) == 0; }
@@ -57,8 +65,16 @@ class PipelineComm {
     grads_.flush();
   }
   void receive(Communicator& channel, float* buf, std::size_t n, int peer, int tag);
+  Request send(Communicator& channel, const float* buf, std::size_t n, int peer, int tag);
+  struct LocalMessage {
+    const float* data;
+    std::size_t n;
+    std::shared_ptr<bool> taken;  // its send's completion
+  };
   Communicator& acts_;
   Communicator& grads_;
+  ComputeBackend& backend_;
+  std::map<int, std::deque<LocalMessage>> local_;  // sent to this rank, by tag
   int chunks_;
   bool v_shape_;
 };
