@@ -4,8 +4,8 @@
 #include <sys/resource.h>
 
 #include <array>
-#include <vector>
 #include <thread>
+#include <vector>
 
 #include "model/activation_policy.hpp"
 #include "model/gpt_config.hpp"

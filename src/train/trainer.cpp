@@ -202,7 +202,8 @@ double Trainer::evaluate() {
       const int slot = pipedream_ ? pipedream_->eval_slot() : 0, mb = -1 - k;  // see PipelineComm::tag
       if (!pcomm_.first_virtual(int(c))) pcomm_.recv_forward(m.input_buffer(slot), n, mb, int(c));
       sum += m.forward(slot, tokens_.data(), targets_.data(), 0.0f);
-      if (!pcomm_.last_virtual(int(c))) sends.push_back(pcomm_.send_forward(m.output(slot), n, mb, int(c)));
+      if (!pcomm_.last_virtual(int(c)))
+        sends.push_back(pcomm_.send_forward(m.output(slot), n, mb, int(c)));
     }
     for (Request& r : sends) pcomm_.wait(r);
     sends.clear();

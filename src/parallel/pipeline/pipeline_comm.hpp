@@ -7,15 +7,13 @@
 // the micro-batch, the receiving virtual stage and the direction, so a
 // message is never taken for another; evaluation's micro-batches (numbered
 // -1, -2, ...) and pipedream's head gradients have tag spaces of their own.
-// Activations and gradients also travel on communicators of their own: a
-// backend without tags (NCCL) pairs messages in issue order, which each
-// direction keeps (validate_schedule checks it) but a V's two together do
-// not. Evaluation's activations take the gradients' communicator, on which
-// nothing is in flight between steps (pipedream's forwards run ahead across
-// them). Before this rank blocks, both communicators issue what they queued.
-// A V's turn at stage p - 1 (a message to this rank itself) stays here: its
-// receive copies it on the compute backend and completes its send, so no
-// communicator (NCCL: a self-send needs its receive in the same group) sees it.
+// Activations and gradients travel on communicators of their own: NCCL has no
+// tags and pairs a pair's messages in issue order, which each direction keeps
+// (validate_schedule checks it) but a V's two together do not. Evaluation's
+// activations use the gradients' one, idle between steps (pipedream's forwards
+// run ahead across them). Before blocking, both issue what they queued. A V's
+// turn at stage p - 1, a message to this rank, never reaches a communicator:
+// its receive copies it (compute backend) and completes its send.
 #pragma once
 #include <deque>
 #include <map>
