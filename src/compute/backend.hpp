@@ -114,6 +114,10 @@ class ComputeBackend {
   // out[n,:] = wte[tok[n] - lo, :] for tokens in the shard [lo, lo + count), else 0.
   virtual void embedding_forward(float* out, const std::int32_t* tokens, const float* wte, int lo,
                                  int count, int N, int C) = 0;
+  // The same from a bf16 table given as its bits (no f32 copy of the table).
+  virtual void embedding_forward_bits(float* out, const std::int32_t* tokens,
+                                      const std::uint16_t* wte, int lo, int count, int N,
+                                      int C) = 0;
   virtual void embedding_backward(float* dwte, const float* dout, const std::int32_t* tokens,
                                   int lo, int count, int N, int C) = 0;
   // out[n,:] += wpe[(first + n) % T, :] for N consecutive tokens of sequences of T.

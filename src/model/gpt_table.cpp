@@ -40,6 +40,12 @@ void GptModel::lookup_tokens(float* out, const std::int32_t* tok) {
   bool first = true;
   for (const TableUnit& u : table_units_) {
     storage_->need_params(u.unit, Pass::forward);
+    if (const std::uint16_t* bits = table_cut() ? nullptr : table_bits()) {
+      // A whole table held as bf16: the lookup reads its bits where they are.
+      backend_.embedding_forward_bits(out, tok, bits, vlo, u.rows.front().second, BT_, C);
+      storage_->done_params(u.unit);
+      return;
+    }
     for_each_row_block(u.rows, most, [&](int row, int rows) {
       // Tokens outside a piece look up zeros: the pieces' lookups add up.
       const std::size_t at = std::size_t(row) * C;
@@ -129,7 +135,7 @@ void GptModel::logits_backward(int slot, float* d_lnf, const float* lnf_all, boo
 void GptModel::table_grads_from_tokens(int slot, const float* d_emb, bool finalize) {
   const int C = cfg_.d_model, vlo = tp_.vocab_begin(cfg_);
   const TensorInfo& w = table_.at("wte");
-  const int most = storage_->table_in_windows() ? C : tp_.local_vocab(cfg_);
+  const int most = storage_->table_grads_in_windows() ? C : tp_.local_vocab(cfg_);
   for (const TableUnit& u : table_units_) {
     storage_->need_grads(u.unit);
     for_each_row_block(u.rows, most, [&](int row, int rows) {

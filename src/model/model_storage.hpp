@@ -34,6 +34,9 @@ class ModelStorage {
   // The token embedding is read d_model rows at a time, each block through
   // param_rows (a 16-bit table, whole: converted block by block, never whole).
   virtual bool table_in_windows() const { return false; }
+  // Its gradients likewise, through grad_rows (16-bit gradients); else
+  // grad_rows reaches any number of rows at once.
+  virtual bool table_grads_in_windows() const { return table_in_windows(); }
   // The whole windowed table's bf16 bits, where the head's GEMMs may read it
   // as it is (bf16 weights held whole, f32 gradients); else null.
   virtual const std::uint16_t* table_bf16(const TensorInfo& t) { return nullptr; }
@@ -79,6 +82,7 @@ class FullStorage : public ModelStorage {
   const std::uint16_t* param_bf16(const TensorInfo& t) override;
   void read_as_bits(const TensorInfo& t) override;
   bool table_in_windows() const override { return table_unit_ >= 0; }
+  bool table_grads_in_windows() const override { return grad_table_unit_ >= 0; }
   const std::uint16_t* table_bf16(const TensorInfo& t) override;
   const float* param_rows(const TensorInfo& t, std::size_t element, std::size_t n) override;
   float* grad_rows(const TensorInfo& t, std::size_t element, std::size_t n) override;

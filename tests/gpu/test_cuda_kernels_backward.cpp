@@ -3,6 +3,7 @@
 // outputs start as NaN. Reductions must also be bit-for-bit repeatable.
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <random>
 
 #include "core/half.hpp"
@@ -31,20 +32,24 @@ std::vector<std::int32_t> skewed_tokens(std::size_t n, int below, std::uint64_t 
 }  // namespace
 
 TEST_F(CudaBackward, EmbeddingAccumulatesRepeatedTokensInOrder) {
-  const int N = 700, C = 50, lo = 32, count = 96;  // several token tiles and row blocks
-  const auto tok = skewed_tokens(N, 160, 1);
-  const auto dout = random_vector(std::size_t(N) * C, 2);
-  const auto init = random_vector(std::size_t(count) * C, 3);
-  auto dwte = init;
-  cpu->embedding_backward(dwte.data(), dout.data(), tok.data(), lo, count, N, C);
-  const float* gd = d.upload(dout);
-  const std::int32_t* gt = d.upload(tok);
-  float *g1 = d.upload(init), *g2 = d.upload(init);
-  gpu->embedding_backward(g1, gd, gt, lo, count, N, C);
-  gpu->embedding_backward(g2, gd, gt, lo, count, N, C);
-  const auto r1 = d.download(g1, dwte.size());
-  EXPECT_TRUE(matches_cpu(r1, dwte));
-  EXPECT_EQ(r1, d.download(g2, dwte.size())) << "not deterministic";
+  // Several 1024-token scan tiles and row blocks; rows summed in shared
+  // memory (C 50) and, too wide for it, in place (C 25000).
+  for (int C : {50, 25000}) {
+    const int N = 2500, lo = 32, count = 96;
+    const auto tok = skewed_tokens(N, 160, 1);
+    const auto dout = random_vector(std::size_t(N) * C, 2);
+    const auto init = random_vector(std::size_t(count) * C, 3);
+    auto dwte = init;
+    cpu->embedding_backward(dwte.data(), dout.data(), tok.data(), lo, count, N, C);
+    const float* gd = d.upload(dout);
+    const std::int32_t* gt = d.upload(tok);
+    float *g1 = d.upload(init), *g2 = d.upload(init);
+    gpu->embedding_backward(g1, gd, gt, lo, count, N, C);
+    gpu->embedding_backward(g2, gd, gt, lo, count, N, C);
+    const auto r1 = d.download(g1, dwte.size());
+    EXPECT_EQ(r1, dwte) << "C " << C << ": token order, as the CPU";
+    EXPECT_EQ(r1, d.download(g2, dwte.size())) << "not deterministic";
+  }
 }
 
 TEST_F(CudaBackward, Positions) {
@@ -138,6 +143,9 @@ TEST_F(CudaBackward, MatmulOnBf16Operands) {
     float* go = d.poisoned(out.size());
     gpu->matmul_forward(go, MatrixIn(nullptr, gx), gwm, d.upload(b), N, IC, OC);
     EXPECT_TRUE(matches_cpu(d.download(go, out.size()), out)) << "forward, " << what;
+    cpu->matmul_forward(out.data(), MatrixIn(nullptr, xb.data()), cw, nullptr, N, IC, OC);
+    gpu->matmul_forward(go, MatrixIn(nullptr, gx), gwm, nullptr, N, IC, OC);
+    EXPECT_TRUE(matches_cpu(d.download(go, out.size()), out)) << "forward without bias, " << what;
 
     auto dx = random_vector(x.size(), 25), dw = random_vector(w.size(), 26);
     auto dbias = random_vector(OC, 27);
@@ -182,12 +190,17 @@ TEST_F(CudaBackward, CausalAttention) {
 
 // bf16 attention: q, k, v and dout bf16 values (bits only, and values only,
 // as a bf16 run hands them), probabilities and score gradients rounded to
-// bf16 for the products. The CPU rounds its tiles' unnormalised
-// probabilities and the GPU the normalised ones: the two agree to bf16's
-// rounding, 1e-2 here; a wrong stride or a missed product is off by O(1).
+// bf16 for the products. Head size 8 takes the GEMM path (which rounds the
+// normalised probabilities), 32, 64 and 128 the flash kernels (which round
+// the unnormalised ones, as the CPU does), at T below, at and across their
+// 64-row tiles and at GPT-2's shape: all agree with the CPU to bf16's
+// rounding, 1e-2 here; a wrong stride, mask or missed product is off by O(1).
+// The flash backward adds one fixed-order sum into each element of dqkv.
 TEST_F(CudaBackward, CausalAttentionInBf16) {
   struct Shape { int B, T, C, NH; };
-  for (Shape s : {Shape{2, 19, 24, 3}, Shape{1, 300, 128, 2}}) {
+  for (Shape s : {Shape{2, 19, 24, 3}, Shape{1, 300, 128, 2}, Shape{2, 200, 192, 6},
+                  Shape{3, 64, 128, 2}, Shape{1, 130, 256, 2}, Shape{2, 1, 64, 1},
+                  Shape{1, 1024, 768, 12}}) {
     const std::size_t n_qkv = std::size_t(s.B) * s.T * 3 * s.C, n_out = std::size_t(s.B) * s.T * s.C;
     auto qkv = random_vector(n_qkv, 29, -2, 2), dout = random_vector(n_out, 30);
     std::vector<std::uint16_t> qb(n_qkv);
@@ -206,9 +219,20 @@ TEST_F(CudaBackward, CausalAttentionInBf16) {
     float* gdqkv = d.upload(dqkv);
     cpu->attention_backward(dqkv.data(), dout.data(), MatrixIn(qkv.data(), qb.data()), out.data(),
                             lse.data(), s.B, s.T, s.C, s.NH, true);
-    gpu->attention_backward(gdqkv, d.upload(dout), MatrixIn(nullptr, gq), d.upload(out), gl, s.B,
-                            s.T, s.C, s.NH, true);
-    EXPECT_TRUE(matches_cpu(d.download(gdqkv, n_qkv), dqkv, 1e-2)) << "dqkv, T " << s.T;
+    const float *gdo = d.upload(dout), *gout = d.upload(out);
+    gpu->attention_backward(gdqkv, gdo, MatrixIn(nullptr, gq), gout, gl, s.B, s.T, s.C, s.NH,
+                            true);
+    const auto first = d.download(gdqkv, n_qkv);
+    EXPECT_TRUE(matches_cpu(first, dqkv, 1e-2)) << "dqkv, T " << s.T << ", C " << s.C;
+    if (s.C / s.NH < 32) continue;  // cuBLAS may add a GEMM's beta term in any order
+    float* again = d.upload(std::vector<float>(n_qkv, 0.0f));
+    gpu->attention_backward(again, gdo, MatrixIn(nullptr, gq), gout, gl, s.B, s.T, s.C, s.NH,
+                            true);
+    gpu->attention_backward(gdqkv, gdo, MatrixIn(nullptr, gq), gout, gl, s.B, s.T, s.C, s.NH,
+                            true);
+    const auto second = d.download(gdqkv, n_qkv), alone = d.download(again, n_qkv);
+    for (std::size_t i = 0; i < n_qkv; ++i)
+      ASSERT_EQ(second[i], first[i] + alone[i]) << "dqkv " << i << " of T " << s.T;
   }
 }
 
@@ -220,6 +244,52 @@ TEST_F(CudaBackward, Gelu) {
   cpu->gelu_backward(dx.data(), x.data(), dout.data(), n);
   gpu->gelu_backward(g, d.upload(x), d.upload(dout), n);
   EXPECT_TRUE(matches_cpu(d.download(g, n), dx));
+}
+
+// The CUDA backend's one-pass GELU of a 16-bit run leaves the bits of the
+// passes it replaces (ComputeBackend's), rounded values and bf16 bits alike.
+TEST_F(CudaBackward, RoundedGeluInOnePassEqualsItsPasses) {
+  const std::size_t n = 10001;
+  const auto x = random_vector(n, 32, -5, 5);
+  auto dy = random_vector(n, 33, -2, 2);
+  for (std::size_t i = 0; i < 64; ++i) dy[i] = i % 2 ? -0.0f : 0.0f;  // zeros' signs too
+  for (DType store : {DType::bf16, DType::f16}) {
+    for (bool with_bits : {false, true}) {
+      if (with_bits && store != DType::bf16) continue;
+      auto outputs = [&](bool fused) {
+        float *gx = d.upload(x), *gy = d.poisoned(n), *gdy = d.upload(dy), *gdx = d.poisoned(n);
+        std::uint16_t* bits[3] = {};
+        if (with_bits)
+          for (auto& b : bits) b = d.upload(std::vector<std::uint16_t>(n));
+        if (fused) {
+          gpu->gelu_forward_rounded(gy, bits[0], gx, bits[1], n, store);
+          gpu->gelu_backward_rounded(gdx, bits[2], gx, gdy, n, store);
+        } else {
+          gpu->ComputeBackend::gelu_forward_rounded(gy, bits[0], gx, bits[1], n, store);
+          gpu->ComputeBackend::gelu_backward_rounded(gdx, bits[2], gx, gdy, n, store);
+        }
+        std::vector<std::vector<float>> out = {d.download(gx, n), d.download(gy, n),
+                                               d.download(gdx, n)};
+        for (auto* b : bits) {
+          if (!b) continue;
+          float* wide = d.poisoned(n);
+          gpu->convert(wide, DType::f32, b, DType::bf16, n);
+          out.push_back(d.download(wide, n));
+        }
+        return out;
+      };
+      const auto fused = outputs(true), passes = outputs(false);
+      ASSERT_EQ(fused.size(), passes.size());
+      auto bits = [](const std::vector<float>& v) {  // -0 and +0 apart
+        std::vector<std::uint32_t> b(v.size());
+        std::memcpy(b.data(), v.data(), v.size() * sizeof(float));
+        return b;
+      };
+      for (std::size_t k = 0; k < fused.size(); ++k)
+        EXPECT_EQ(bits(fused[k]), bits(passes[k])) << "output " << k << ", " << dtype_name(store)
+                                                   << (with_bits ? " with bits" : "");
+    }
+  }
 }
 
 TEST_F(CudaBackward, BiasGradientIsDeterministic) {

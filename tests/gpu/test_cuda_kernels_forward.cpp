@@ -38,6 +38,15 @@ TEST_F(CudaForward, EmbeddingOfAVocabularyShard) {
   float* g = d.poisoned(out.size());
   gpu->embedding_forward(g, d.upload(tok), d.upload(wte), lo, count, N, C);
   EXPECT_EQ(d.download(g, out.size()), out);  // a copy: exact
+  // The same from the table's bf16 bits: the widened bits, exactly.
+  std::vector<std::uint16_t> bits(wte.size());
+  auto widened = wte;
+  for (std::size_t i = 0; i < wte.size(); ++i)
+    widened[i] = bf16_to_f32(bits[i] = f32_to_bf16(wte[i]));
+  cpu->embedding_forward(out.data(), tok.data(), widened.data(), lo, count, N, C);
+  float* gb = d.poisoned(out.size());
+  gpu->embedding_forward_bits(gb, d.upload(tok), d.upload(bits), lo, count, N, C);
+  EXPECT_EQ(d.download(gb, out.size()), out);
 }
 
 TEST_F(CudaForward, PositionsWithAnOffset) {

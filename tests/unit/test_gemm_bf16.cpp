@@ -266,6 +266,23 @@ TEST(GemmBf16, FusedGeluEqualsTheSeparatePasses) {
   }
 }
 
+// A bf16 table's lookup from its bits equals the lookup from its values,
+// tokens outside the vocabulary shard giving zeros.
+TEST(GemmBf16, EmbeddingFromBitsEqualsFromValues) {
+  auto be = make_cpu_backend(0);
+  const int N = 500, C = 24, lo = 100, count = 200;
+  std::vector<std::int32_t> tok(N);
+  for (int n = 0; n < N; ++n) tok[n] = n * 37 % 400;  // in and out of [100, 300)
+  const auto wte = bf16_valued(std::size_t(count) * C, 9);
+  std::vector<std::uint16_t> bits(wte.size());
+  for (std::size_t i = 0; i < wte.size(); ++i) bits[i] = f32_to_bf16(wte[i]);
+  std::vector<float> from_values(std::size_t(N) * C, NAN), from_bits = from_values;
+  be->embedding_forward(from_values.data(), tok.data(), wte.data(), lo, count, N, C);
+  be->embedding_forward_bits(from_bits.data(), tok.data(), bits.data(), lo, count, N, C);
+  EXPECT_EQ(float_bits(from_bits), float_bits(from_values));
+  EXPECT_EQ(from_bits[0], 0.0f);  // token 0 lies outside the shard
+}
+
 // What the kernels keep outside the arenas is counted: a ScratchVector's
 // bytes while it lives, and the bf16 copy of an operand given as values,
 // which the calling thread keeps for the next call.

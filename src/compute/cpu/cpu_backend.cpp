@@ -142,6 +142,10 @@ class CpuBackend final : public ComputeBackend {
                          int N, int C) override {
     cpu::embedding_forward(out, tok, wte, lo, count, N, C);
   }
+  void embedding_forward_bits(float* out, const std::int32_t* tok, const std::uint16_t* wte,
+                              int lo, int count, int N, int C) override {
+    cpu::embedding_forward_bits(out, tok, wte, lo, count, N, C);
+  }
   void embedding_backward(float* dwte, const float* dout, const std::int32_t* tok, int lo,
                           int count, int N, int C) override {
     cpu::embedding_backward(dwte, dout, tok, lo, count, N, C);

@@ -9,6 +9,7 @@
 #include "compute/cpu/gelu.hpp"
 #include "compute/cpu/gemm_bf16.hpp"
 #include "compute/cpu/vector_clones.hpp"
+#include "core/half.hpp"
 
 namespace trident::cpu {
 namespace {
@@ -41,6 +42,21 @@ void embedding_forward(T* out, const std::int32_t* tok, const T* wte, int lo, in
     }
     const T* we = wte + static_cast<std::size_t>(row) * C;
     for (int c = 0; c < C; ++c) o[c] = we[c];
+  }
+}
+
+void embedding_forward_bits(float* out, const std::int32_t* tok, const std::uint16_t* wte, int lo,
+                            int count, int N, int C) {
+#pragma omp parallel for schedule(static) if (N * C > 16384)
+  for (int n = 0; n < N; ++n) {
+    float* o = out + static_cast<std::size_t>(n) * C;
+    const int row = tok[n] - lo;
+    if (row < 0 || row >= count) {
+      for (int c = 0; c < C; ++c) o[c] = 0.0f;
+      continue;
+    }
+    const std::uint16_t* we = wte + static_cast<std::size_t>(row) * C;
+    for (int c = 0; c < C; ++c) o[c] = bf16_to_f32(we[c]);
   }
 }
 

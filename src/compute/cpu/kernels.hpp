@@ -14,6 +14,9 @@ namespace trident::cpu {
 template <class T>
 void embedding_forward(T* out, const std::int32_t* tok, const T* wte, int lo, int count, int N,
                        int C);
+// The same from a bf16 table's bits.
+void embedding_forward_bits(float* out, const std::int32_t* tok, const std::uint16_t* wte, int lo,
+                            int count, int N, int C);
 template <class T>
 void embedding_backward(T* dwte, const T* dout, const std::int32_t* tok, int lo, int count, int N,
                         int C);

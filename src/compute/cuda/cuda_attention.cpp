@@ -1,15 +1,18 @@
-// CudaBackend's causal attention. Per sequence b, one strided-batched GEMM
-// over the NH heads: head h's q, k, v start hs columns after head h-1's in
-// the (T, 3C) rows of qkv, its scores T*T after in the probabilities, its
-// output hs columns after in (T, C); the masked softmax is one fused kernel
-// between. The probabilities of one sequence live in the backend's scratch
-// for the op only; what crosses the seam is the log-sum-exp, from which
-// backward rebuilds them (a GEMM and an element-wise pass, not T*T kept).
-// bf16 runs: q, k, v and dout are bf16 values, and the probabilities and
-// score gradients are rounded to bf16 for the products, which run on bf16
-// tensor cores with f32 sums (as the seam's bf16 attention defines; the CPU
-// rounds the unnormalised tile probabilities, this the normalised ones).
+// CudaBackend's causal attention. bf16 runs whose head size the flash
+// kernels take (32, 64, 128) run them (flash_attention.cu): no T x T matrix
+// in device memory. Otherwise, per sequence b, one strided-batched GEMM over
+// the NH heads: head h's q, k, v start hs columns after head h-1's in the
+// (T, 3C) rows of qkv, its scores T*T after in the probabilities, its output
+// hs columns after in (T, C); the masked softmax is one fused kernel between.
+// The probabilities of one sequence live in the backend's scratch for the op
+// only; what crosses the seam is the log-sum-exp, from which backward
+// rebuilds them. bf16 runs: q, k, v and dout are bf16 values, and the
+// probabilities and score gradients are rounded to bf16 for the products,
+// which run on bf16 tensor cores with f32 sums (as the seam's bf16 attention
+// defines; the flash kernels and the CPU round the unnormalised tile
+// probabilities, the GEMM path the normalised ones).
 #include <cmath>
+#include <cstdint>
 
 #include "compute/cuda/cuda_backend.hpp"
 #include "compute/cuda/launch.hpp"
@@ -65,39 +68,53 @@ void backward_passes(Gemms& g, cudaStream_t s, float* dqkv, const E* qkv, const 
   }
 }
 
+// The flash kernels read 16-byte pieces of rows: they need those aligned.
+bool flash_operands(int C, int NH, const std::uint16_t* a, const std::uint16_t* b = nullptr) {
+  auto aligned = [](const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; };
+  return gpu::flash_attention_fits(C, NH) && C % 8 == 0 && aligned(a) && aligned(b);
+}
+
 }  // namespace
 
 void CudaBackend::attention_forward(float* out, float* lse, MatrixIn qkv, int B, int T, int C,
                                     int NH, bool bf16) {
   const std::size_t n_qkv = std::size_t(B) * T * 3 * C, n_att = std::size_t(NH) * T * T;
-  float* P = static_cast<float*>(scratch(n_att * sizeof(float)));
   run("attention_forward", [&] {
-    if (!bf16)
+    const std::uint16_t* q16 = bf16 ? bits_of(qkv.as_bf16_values(), n_qkv, 0) : nullptr;
+    if (q16 && flash_operands(C, NH, q16))
+      return gpu::flash_attention_forward(out, lse, q16, B, T, C, NH, stream_);
+    float* P = static_cast<float*>(scratch(n_att * sizeof(float)));
+    if (!q16)
       return forward_passes(*gemms_, stream_, out, lse, values_of(qkv, n_qkv, 0), P, P, nullptr,
                             B, T, C, NH);
     auto* P16 = static_cast<std::uint16_t*>(widen_slot(2, n_att * sizeof(std::uint16_t)));
-    forward_passes(*gemms_, stream_, out, lse, bits_of(qkv.as_bf16_values(), n_qkv, 0), P, P16,
-                   P16, B, T, C, NH);
+    forward_passes(*gemms_, stream_, out, lse, q16, P, P16, P16, B, T, C, NH);
   });
 }
 
-void CudaBackend::attention_backward(float* dqkv, MatrixIn dout, MatrixIn qkv,
-                                     const float* /*out: rowsum(P * dP) equals dO . O*/,
+void CudaBackend::attention_backward(float* dqkv, MatrixIn dout, MatrixIn qkv, const float* out,
                                      const float* lse, int B, int T, int C, int NH, bool bf16) {
   const std::size_t n_qkv = std::size_t(B) * T * 3 * C, n_out = std::size_t(B) * T * C;
   const std::size_t n_att = std::size_t(NH) * T * T;
-  float* P = static_cast<float*>(scratch(2 * n_att * sizeof(float)));
-  float* dP = P + n_att;
   run("attention_backward", [&] {
-    if (!bf16)
+    const std::uint16_t* q16 = bf16 ? bits_of(qkv.as_bf16_values(), n_qkv, 0) : nullptr;
+    const std::uint16_t* d16 = bf16 ? bits_of(dout.as_bf16_values(), n_out, 1) : nullptr;
+    if (q16 && flash_operands(C, NH, q16, d16)) {
+      // D_t = dO_t . O_t from the f32 values, as the CPU computes it.
+      auto* dots = static_cast<float*>(scratch(std::size_t(B) * NH * T * sizeof(float)));
+      return gpu::flash_attention_backward(dqkv, q16, d16, values_of(dout, n_out, 2), out, lse,
+                                           dots, B, T, C, NH, stream_);
+    }
+    float* P = static_cast<float*>(scratch(2 * n_att * sizeof(float)));
+    float* dP = P + n_att;
+    if (!q16)
       return backward_passes(*gemms_, stream_, dqkv, values_of(qkv, n_qkv, 0),
                              values_of(dout, n_out, 1), lse, P, dP, P, dP, nullptr, nullptr, B,
                              T, C, NH);
     auto* P16 = static_cast<std::uint16_t*>(widen_slot(2, 2 * n_att * sizeof(std::uint16_t)));
     std::uint16_t* dS16 = P16 + n_att;
-    backward_passes(*gemms_, stream_, dqkv, bits_of(qkv.as_bf16_values(), n_qkv, 0),
-                    bits_of(dout.as_bf16_values(), n_out, 1), lse, P, dP, P16, dS16, P16, dS16,
-                    B, T, C, NH);
+    backward_passes(*gemms_, stream_, dqkv, q16, d16, lse, P, dP, P16, dS16, P16, dS16, B, T, C,
+                    NH);
   });
 }
 

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "compute/cuda/cuda_backend.hpp"
 #include "compute/cuda/device.hpp"
@@ -249,15 +250,28 @@ double CudaBackend::sum_squares(const float* x, std::size_t n) {
 void CudaBackend::sum_squares_each(const float* const* xs, const std::size_t* ns,
                                    std::size_t count, double* out) {
   if (!count) return;
-  std::size_t partials = 0;
-  for (std::size_t i = 0; i < count; ++i)
-    partials = std::max(partials, gpu::sum_squares_scratch(ns[i]));
-  auto* s = static_cast<double*>(scratch((partials + count) * sizeof(double)));
+  // The plan (chunks, each tensor's first chunk) goes over in one copy, then
+  // the partials and results follow it in the scratch.
+  std::size_t n_chunks = 0;
+  for (std::size_t i = 0; i < count; ++i) n_chunks += gpu::sum_squares_chunk_count(ns[i]);
+  const std::size_t chunk_bytes = n_chunks * sizeof(gpu::SumSquaresChunk);
+  const std::size_t table_bytes =
+      (chunk_bytes + (count + 1) * sizeof(unsigned) + sizeof(double) - 1) / sizeof(double) *
+      sizeof(double);
+  std::vector<unsigned char> table(table_bytes);
+  auto* chunks = reinterpret_cast<gpu::SumSquaresChunk*>(table.data());
+  auto* first = reinterpret_cast<unsigned*>(table.data() + chunk_bytes);
+  gpu::sum_squares_plan(xs, ns, count, chunks, first);
+  auto* s = static_cast<unsigned char*>(
+      scratch(table_bytes + (n_chunks + count) * sizeof(double)));
+  auto* partial = reinterpret_cast<double*>(s + table_bytes);
+  double* results = partial + n_chunks;
   run("sum_squares", [&] {
-    // One partials buffer for all: each sum is done with it before the next starts.
-    for (std::size_t i = 0; i < count; ++i)
-      gpu::sum_squares(s + partials + i, xs[i], ns[i], s, stream_);
-    cuda_check(cudaMemcpyAsync(out, s + partials, count * sizeof(double), cudaMemcpyDeviceToHost,
+    cuda_check(cudaMemcpyAsync(s, table.data(), table_bytes, cudaMemcpyHostToDevice, stream_),
+               site_, "sum_squares (plan)");
+    gpu::sum_squares_each(results, partial, reinterpret_cast<gpu::SumSquaresChunk*>(s),
+                          n_chunks, reinterpret_cast<unsigned*>(s + chunk_bytes), count, stream_);
+    cuda_check(cudaMemcpyAsync(out, results, count * sizeof(double), cudaMemcpyDeviceToHost,
                                stream_),
                site_, "sum_squares (copy)");
   });

@@ -62,6 +62,8 @@ class CudaBackend final : public ComputeBackend {
 
   void embedding_forward(float* out, const std::int32_t* tokens, const float* wte, int lo,
                          int count, int N, int C) override;
+  void embedding_forward_bits(float* out, const std::int32_t* tok, const std::uint16_t* wte,
+                              int lo, int count, int N, int C) override;
   void embedding_backward(float* dwte, const float* dout, const std::int32_t* tokens, int lo,
                           int count, int N, int C) override;
   void position_forward(float* out, const float* wpe, int N, int T, int first, int C) override;
@@ -85,6 +87,10 @@ class CudaBackend final : public ComputeBackend {
                           const float* lse, int B, int T, int C, int NH, bool bf16) override;
   void gelu_forward(float* out, const float* inp, std::size_t n) override;
   void gelu_backward(float* dinp, const float* inp, const float* dout, std::size_t n) override;
+  void gelu_forward_rounded(float* out, std::uint16_t* bits, float* inp, std::uint16_t* inp_bits,
+                            std::size_t n, DType store) override;
+  void gelu_backward_rounded(float* dinp, std::uint16_t* bits, const float* inp, float* dout,
+                             std::size_t n, DType store) override;
   void add(float* out, const float* a, const float* b, std::size_t n) override;
   void xent_max(float* row_max, const float* logits, int N, int V, int valid) override;
   void xent_sums(float* packed, const float* logits, const float* row_max,

@@ -12,6 +12,13 @@ void CudaBackend::embedding_forward(float* out, const std::int32_t* tok, const f
   run("embedding_forward", [&] { gpu::embedding_forward(out, tok, wte, lo, count, N, C, stream_); });
 }
 
+void CudaBackend::embedding_forward_bits(float* out, const std::int32_t* tok,
+                                         const std::uint16_t* wte, int lo, int count, int N,
+                                         int C) {
+  run("embedding_forward",
+      [&] { gpu::embedding_forward_bits(out, tok, wte, lo, count, N, C, stream_); });
+}
+
 void CudaBackend::embedding_backward(float* dwte, const float* dout, const std::int32_t* tok,
                                      int lo, int count, int N, int C) {
   run("embedding_backward",
@@ -72,6 +79,7 @@ void CudaBackend::matmul_forward(float* out, MatrixIn inp, MatrixIn w, const flo
     const std::uint16_t* x16 = bits_of(inp, std::size_t(N) * IC, 2);
     const std::uint16_t* w16 = x16 ? bits_of(w, std::size_t(OC) * IC, 1) : nullptr;
     if (x16 && w16) {
+      if (gemms_->linear_bf16(out, x16, w16, bias, N, IC, OC)) return;
       gemms_->gemm_bf16(false, true, N, OC, IC, x16, IC, w16, IC, 0.0f, out, OC);
       if (bias) gpu::add_bias(out, bias, N, OC, stream_);
       return;
@@ -119,6 +127,24 @@ void CudaBackend::gelu_forward(float* out, const float* inp, std::size_t n) {
 
 void CudaBackend::gelu_backward(float* dinp, const float* inp, const float* dout, std::size_t n) {
   run("gelu_backward", [&] { gpu::gelu_backward(dinp, inp, dout, n, stream_); });
+}
+
+void CudaBackend::gelu_forward_rounded(float* out, std::uint16_t* bits, float* inp,
+                                       std::uint16_t* inp_bits, std::size_t n, DType store) {
+  const int kind = store == DType::bf16 ? gpu::kBF16 : store == DType::f16 ? gpu::kF16 : -1;
+  if (kind < 0)
+    return ComputeBackend::gelu_forward_rounded(out, bits, inp, inp_bits, n, store);
+  run("gelu_forward",
+      [&] { gpu::gelu_forward_rounded(out, bits, inp, inp_bits, n, kind, stream_); });
+}
+
+void CudaBackend::gelu_backward_rounded(float* dinp, std::uint16_t* bits, const float* inp,
+                                        float* dout, std::size_t n, DType store) {
+  const int kind = store == DType::bf16 ? gpu::kBF16 : store == DType::f16 ? gpu::kF16 : -1;
+  if (kind < 0)
+    return ComputeBackend::gelu_backward_rounded(dinp, bits, inp, dout, n, store);
+  run("gelu_backward",
+      [&] { gpu::gelu_backward_rounded(dinp, bits, inp, dout, n, kind, stream_); });
 }
 
 void CudaBackend::xent_max(float* row_max, const float* logits, int N, int V, int valid) {

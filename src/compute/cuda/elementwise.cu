@@ -1,4 +1,5 @@
-// Element-wise kernels: GELU (tanh form), add, scale and AdamW. Grid-stride
+// Element-wise kernels: GELU (tanh form, also fused with a 16-bit run's
+// roundings), add, scale and AdamW. Grid-stride
 // loops in fp32; each element is independent, so results are deterministic.
 #include "compute/cuda/device_math.cuh"
 #include "compute/cuda/launch.hpp"
@@ -14,23 +15,67 @@ constexpr float kGeluK = 0.7978845608028654f;  // sqrt(2/pi)
   for (std::size_t i = std::size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < (n); \
        i += std::size_t(gridDim.x) * blockDim.x)
 
+__device__ __forceinline__ float gelu_of(float x) {
+  return 0.5f * x * (1.0f + tanhf(kGeluK * (x + 0.044715f * x * x * x)));
+}
+
+__device__ __forceinline__ float gelu_slope(float x) {
+  const float th = tanhf(kGeluK * (x + 0.044715f * x * x * x));
+  const float sech2 = 1.0f - th * th;
+  return 0.5f * (1.0f + th) + 0.5f * x * sech2 * kGeluK * (1.0f + 3.0f * 0.044715f * x * x);
+}
+
+// x as a 16-bit store type H holds it.
+template <class H>
+__device__ __forceinline__ float stored(float x) {
+  return to_f32(from_f32<H>(x));
+}
+
 template <class S>
 __global__ void gelu_forward_kernel(S* out, const S* inp, std::size_t n) {
-  TRIDENT_GRID_STRIDE(i, n) {
-    const float x = to_f32(inp[i]);
-    out[i] = from_f32<S>(0.5f * x * (1.0f + tanhf(kGeluK * (x + 0.044715f * x * x * x))));
-  }
+  TRIDENT_GRID_STRIDE(i, n) out[i] = from_f32<S>(gelu_of(to_f32(inp[i])));
 }
 
 template <class S>
 __global__ void gelu_backward_kernel(S* dinp, const S* inp, const S* dout, std::size_t n) {
   TRIDENT_GRID_STRIDE(i, n) {
-    const float x = to_f32(inp[i]);
-    const float th = tanhf(kGeluK * (x + 0.044715f * x * x * x));
-    const float sech2 = 1.0f - th * th;
-    const float local =
-        0.5f * (1.0f + th) + 0.5f * x * sech2 * kGeluK * (1.0f + 3.0f * 0.044715f * x * x);
-    dinp[i] = from_f32<S>(to_f32(dinp[i]) + local * to_f32(dout[i]));
+    dinp[i] = from_f32<S>(to_f32(dinp[i]) + gelu_slope(to_f32(inp[i])) * to_f32(dout[i]));
+  }
+}
+
+// ComputeBackend::gelu_forward_rounded's passes in one: inp rounded to H in
+// place (and its bf16 bits), out = gelu of it rounded to bf16 with its bits,
+// or to H without.
+template <class H>
+__global__ void gelu_forward_rounded_kernel(float* out, std::uint16_t* bits, float* inp,
+                                            std::uint16_t* inp_bits, std::size_t n) {
+  TRIDENT_GRID_STRIDE(i, n) {
+    const float x = stored<H>(inp[i]);
+    inp[i] = x;
+    if (inp_bits) inp_bits[i] = bf16_bits(x);
+    const float y = gelu_of(x);
+    if (bits) {
+      out[i] = stored<__nv_bfloat16>(y);
+      bits[i] = bf16_bits(y);
+    } else {
+      out[i] = stored<H>(y);
+    }
+  }
+}
+
+// ComputeBackend::gelu_backward_rounded's passes in one: dout rounded to H,
+// dinp = 0 + gelu'(inp) dout rounded as above (dout is left as it was).
+template <class H>
+__global__ void gelu_backward_rounded_kernel(float* dinp, std::uint16_t* bits, const float* inp,
+                                             const float* dout, std::size_t n) {
+  TRIDENT_GRID_STRIDE(i, n) {
+    const float d = 0.0f + gelu_slope(inp[i]) * stored<H>(dout[i]);
+    if (bits) {
+      dinp[i] = stored<__nv_bfloat16>(d);
+      bits[i] = bf16_bits(d);
+    } else {
+      dinp[i] = stored<H>(d);
+    }
   }
 }
 
@@ -76,6 +121,34 @@ template <class S>
 void gelu_backward(S* dinp, const S* inp, const S* dout, std::size_t n, cudaStream_t s) {
   if (n)
     gelu_backward_kernel<<<elementwise_blocks(n, kThreads), kThreads, 0, s>>>(dinp, inp, dout, n);
+}
+
+bool gelu_forward_rounded(float* out, std::uint16_t* bits, float* inp, std::uint16_t* inp_bits,
+                          std::size_t n, int store_kind, cudaStream_t s) {
+  const unsigned blocks = elementwise_blocks(n, kThreads);
+  if (!n) return true;
+  if (store_kind == kBF16)
+    gelu_forward_rounded_kernel<__nv_bfloat16><<<blocks, kThreads, 0, s>>>(out, bits, inp,
+                                                                          inp_bits, n);
+  else if (store_kind == kF16)
+    gelu_forward_rounded_kernel<__half><<<blocks, kThreads, 0, s>>>(out, bits, inp, inp_bits, n);
+  else
+    return false;
+  return true;
+}
+
+bool gelu_backward_rounded(float* dinp, std::uint16_t* bits, const float* inp, const float* dout,
+                           std::size_t n, int store_kind, cudaStream_t s) {
+  const unsigned blocks = elementwise_blocks(n, kThreads);
+  if (!n) return true;
+  if (store_kind == kBF16)
+    gelu_backward_rounded_kernel<__nv_bfloat16><<<blocks, kThreads, 0, s>>>(dinp, bits, inp,
+                                                                           dout, n);
+  else if (store_kind == kF16)
+    gelu_backward_rounded_kernel<__half><<<blocks, kThreads, 0, s>>>(dinp, bits, inp, dout, n);
+  else
+    return false;
+  return true;
 }
 
 template <class S>

@@ -87,10 +87,11 @@ void Gemms::gemm_strided(bool ta, bool tb, int M, int N, int K, float alpha,
 Gemms::LtPlan& Gemms::plan(const LtKey& key) {
   auto it = plans_.find(key);
   if (it != plans_.end()) return it->second;
-  const auto [N, IC, OC, has_bias, align] = key;
+  const auto [N, IC, OC, has_bias, align, bf16] = key;
   LtPlan& p = plans_[key];
   const char* what = "cuBLASLt matmul set-up";
-  cublas_check(cublasLtMatmulDescCreate(&p.desc, compute_, CUDA_R_32F), site_, what);
+  cublas_check(cublasLtMatmulDescCreate(&p.desc, bf16 ? CUBLAS_COMPUTE_32F : compute_, CUDA_R_32F),
+               site_, what);
   const cublasOperation_t t = CUBLAS_OP_T, n = CUBLAS_OP_N;
   cublas_check(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &t, sizeof t),
                site_, what);
@@ -100,8 +101,9 @@ Gemms::LtPlan& Gemms::plan(const LtKey& key) {
   cublas_check(
       cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi),
       site_, what);
-  cublas_check(cublasLtMatrixLayoutCreate(&p.a, CUDA_R_32F, IC, OC, IC), site_, what);
-  cublas_check(cublasLtMatrixLayoutCreate(&p.b, CUDA_R_32F, IC, N, IC), site_, what);
+  const cudaDataType_t operand = bf16 ? CUDA_R_16BF : CUDA_R_32F;
+  cublas_check(cublasLtMatrixLayoutCreate(&p.a, operand, IC, OC, IC), site_, what);
+  cublas_check(cublasLtMatrixLayoutCreate(&p.b, operand, IC, N, IC), site_, what);
   cublas_check(cublasLtMatrixLayoutCreate(&p.d, CUDA_R_32F, OC, N, OC), site_, what);
   cublasLtMatmulPreference_t pref = nullptr;
   cublas_check(cublasLtMatmulPreferenceCreate(&pref), site_, what);
@@ -126,9 +128,19 @@ Gemms::LtPlan& Gemms::plan(const LtKey& key) {
 
 bool Gemms::linear(float* out, const float* inp, const float* w, const float* bias, int N, int IC,
                    int OC) {
+  return run_linear(out, inp, w, bias, N, IC, OC, false);
+}
+
+bool Gemms::linear_bf16(float* out, const std::uint16_t* inp, const std::uint16_t* w,
+                        const float* bias, int N, int IC, int OC) {
+  return run_linear(out, inp, w, bias, N, IC, OC, true);
+}
+
+bool Gemms::run_linear(float* out, const void* inp, const void* w, const float* bias, int N,
+                       int IC, int OC, bool bf16) {
   std::uint32_t align = std::min(std::min(alignment(out), alignment(inp)), alignment(w));
   if (bias) align = std::min(align, alignment(bias));
-  LtPlan& p = plan(LtKey{N, IC, OC, bias != nullptr, align});
+  LtPlan& p = plan(LtKey{N, IC, OC, bias != nullptr, align, bf16});
   if (!p.found) return false;
   if (bias)
     cublas_check(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,

@@ -45,6 +45,10 @@ class Gemms {
   // when cuBLASLt offers no algorithm for the shape (the caller falls back).
   bool linear(float* out, const float* inp, const float* w, const float* bias, int N, int IC,
               int OC);
+  // The same of bf16 operands (fp32 sums, out and bias): the bias in the
+  // epilogue instead of a pass over out.
+  bool linear_bf16(float* out, const std::uint16_t* inp, const std::uint16_t* w,
+                   const float* bias, int N, int IC, int OC);
   std::string describe() const;
 
  private:
@@ -54,9 +58,12 @@ class Gemms {
     cublasLtMatmulAlgo_t algo{};
     bool found = false;
   };
-  // N, IC, OC, has bias, alignment of the pointers (the heuristic depends on it).
-  using LtKey = std::tuple<int, int, int, bool, std::uint32_t>;
+  // N, IC, OC, has bias, alignment of the pointers (the heuristic depends on
+  // it), bf16 operands.
+  using LtKey = std::tuple<int, int, int, bool, std::uint32_t, bool>;
   LtPlan& plan(const LtKey& key);
+  bool run_linear(float* out, const void* inp, const void* w, const float* bias, int N, int IC,
+                  int OC, bool bf16);
 
   cudaStream_t stream_;
   CudaSite site_;

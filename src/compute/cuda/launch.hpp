@@ -17,6 +17,9 @@ namespace trident::gpu {
 template <class S>
 void embedding_forward(S* out, const std::int32_t* tok, const S* wte, int lo, int count, int N,
                        int C, cudaStream_t s);
+// The same from a bf16 table's bits.
+void embedding_forward_bits(float* out, const std::int32_t* tok, const std::uint16_t* wte, int lo,
+                            int count, int N, int C, cudaStream_t s);
 // Deterministic: one block per chunk of vocabulary rows scans the tokens and
 // adds their gradients in token order (no atomics), as the CPU loop does.
 template <class S>
@@ -63,11 +66,30 @@ template <class S>
 void causal_softmax_backward(S* datt, const S* att, std::size_t rows, int T, cudaStream_t s,
                              std::uint16_t* bits = nullptr);
 
+// Causal attention of bf16 q, k, v ((B, T, 3C) bits, rows 16-byte aligned) on
+// tensor cores, T x T never in memory (flash_attention.cu): head sizes 32,
+// 64 and 128. out (B, T, C) and lse (B, NH, T) as the seam defines them;
+// backward adds into dqkv (f32) and takes dout as bits and as f32 values
+// (for D = dO . O, beside out); dots: B * NH * T floats of scratch.
+bool flash_attention_fits(int C, int NH);
+void flash_attention_forward(float* out, float* lse, const std::uint16_t* qkv, int B, int T,
+                             int C, int NH, cudaStream_t s);
+void flash_attention_backward(float* dqkv, const std::uint16_t* qkv, const std::uint16_t* dout,
+                              const float* dout_values, const float* out, const float* lse,
+                              float* dots, int B, int T, int C, int NH, cudaStream_t s);
+
 // Element-wise ops (elementwise.cu).
 template <class S>
 void gelu_forward(S* out, const S* inp, std::size_t n, cudaStream_t s);
 template <class S>
 void gelu_backward(S* dinp, const S* inp, const S* dout, std::size_t n, cudaStream_t s);
+// GELU of a 16-bit run, each direction in one pass (store_kind kBF16 or
+// kF16; false for another), as ComputeBackend::gelu_forward_rounded and
+// gelu_backward_rounded define them.
+bool gelu_forward_rounded(float* out, std::uint16_t* bits, float* inp, std::uint16_t* inp_bits,
+                          std::size_t n, int store_kind, cudaStream_t s);
+bool gelu_backward_rounded(float* dinp, std::uint16_t* bits, const float* inp, const float* dout,
+                           std::size_t n, int store_kind, cudaStream_t s);
 template <class S>
 void add(S* out, const S* a, const S* b, std::size_t n, cudaStream_t s);
 template <class S>
@@ -99,10 +121,19 @@ void xent_finish(float* losses, S* dlogits, const S* logits, const float* row_ma
                  const float* packed, const std::int32_t* targets, int lo, int N, int V,
                  int valid, float dloss, cudaStream_t s);
 
-// Sum of squares in fp64 (reduce.cu): a fixed number of blocks for a given n
-// (independent of the GPU), then one block over their partials, in order.
-std::size_t sum_squares_scratch(std::size_t n);  // doubles
-template <class S>
-void sum_squares(double* result, const S* x, std::size_t n, double* scratch, cudaStream_t s);
+// Sums of squares in fp64 of many f32 tensors (reduce.cu): the host plans
+// the chunks (sum_squares_chunk_count per tensor, at least one; first_chunk
+// has count + 1 entries), the device tables hold that plan, then two
+// launches; each result depends on its tensor's length only, never the GPU.
+struct SumSquaresChunk {
+  const float* x;
+  unsigned n;
+};
+std::size_t sum_squares_chunk_count(std::size_t n);
+void sum_squares_plan(const float* const* xs, const std::size_t* ns, std::size_t count,
+                      SumSquaresChunk* chunks, unsigned* first_chunk);
+void sum_squares_each(double* results, double* partial, const SumSquaresChunk* chunks,
+                      std::size_t n_chunks, const unsigned* first_chunk, std::size_t count,
+                      cudaStream_t s);
 
 }  // namespace trident::gpu

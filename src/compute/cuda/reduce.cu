@@ -1,54 +1,62 @@
-// Sum of squares in fp64, deterministic: the number of blocks depends only on
-// n, each block reduces a fixed strided set of elements in a fixed tree, and a
-// single block adds the partials in order.
+// Sums of squares of many tensors in fp64, in two launches for any number of
+// them, deterministic: each tensor is cut into chunks of kChunk elements (by
+// its length alone), one block per chunk reduces a fixed strided set in a
+// fixed tree, then one block per tensor adds its chunks' partials in order.
+#include <algorithm>
+
 #include "compute/cuda/device_math.cuh"
 #include "compute/cuda/launch.hpp"
 
 namespace trident::gpu {
 namespace {
 
-constexpr unsigned kThreads = 256, kFinalThreads = 1024;
-constexpr std::size_t kPerBlock = 1 << 16;  // elements per block before the cap
-constexpr unsigned kMaxBlocks = 1024;
+constexpr unsigned kThreads = 256;
+constexpr std::size_t kChunk = std::size_t(kThreads) * 128;
 
-unsigned blocks_for(std::size_t n) {
-  const std::size_t b = (n + kPerBlock - 1) / kPerBlock;
-  return unsigned(b < 1 ? 1 : (b > kMaxBlocks ? kMaxBlocks : b));
-}
-
-template <class S>
-__global__ void sum_squares_partial_kernel(double* partial, const S* x, std::size_t n) {
+__global__ void chunk_sums_kernel(double* partial, const SumSquaresChunk* chunks) {
+  const SumSquaresChunk c = chunks[blockIdx.x];
   double acc = 0;
-  for (std::size_t i = std::size_t(blockIdx.x) * kThreads + threadIdx.x; i < n;
-       i += std::size_t(gridDim.x) * kThreads) {
-    const double v = to_f32(x[i]);
+  for (unsigned i = threadIdx.x; i < c.n; i += kThreads) {
+    const double v = c.x[i];
     acc += v * v;
   }
   acc = block_reduce(acc, SumOp{}, 0.0);
   if (threadIdx.x == 0) partial[blockIdx.x] = acc;
 }
 
-__global__ void sum_partials_kernel(double* result, const double* partial, unsigned count) {
+__global__ void tensor_sums_kernel(double* results, const double* partial,
+                                   const unsigned* first_chunk) {
+  const unsigned first = first_chunk[blockIdx.x], last = first_chunk[blockIdx.x + 1];
   double acc = 0;
-  for (unsigned i = threadIdx.x; i < count; i += kFinalThreads) acc += partial[i];
+  for (unsigned i = first + threadIdx.x; i < last; i += kThreads) acc += partial[i];
   acc = block_reduce(acc, SumOp{}, 0.0);
-  if (threadIdx.x == 0) *result = acc;
+  if (threadIdx.x == 0) results[blockIdx.x] = acc;
 }
 
 }  // namespace
 
-std::size_t sum_squares_scratch(std::size_t n) { return blocks_for(n); }
+std::size_t sum_squares_chunk_count(std::size_t n) { return n ? (n + kChunk - 1) / kChunk : 1; }
 
-template <class S>
-void sum_squares(double* result, const S* x, std::size_t n, double* scratch, cudaStream_t s) {
-  const unsigned blocks = blocks_for(n);
-  sum_squares_partial_kernel<<<blocks, kThreads, 0, s>>>(scratch, x, n);
-  sum_partials_kernel<<<1, kFinalThreads, 0, s>>>(result, scratch, blocks);
+void sum_squares_plan(const float* const* xs, const std::size_t* ns, std::size_t count,
+                      SumSquaresChunk* chunks, unsigned* first_chunk) {
+  unsigned at = 0;
+  for (std::size_t i = 0; i < count; ++i) {
+    first_chunk[i] = at;
+    const std::size_t k = sum_squares_chunk_count(ns[i]);
+    for (std::size_t j = 0; j < k; ++j) {
+      const std::size_t begin = j * kChunk;
+      chunks[at++] = {xs[i] + begin, unsigned(ns[i] > begin ? std::min(kChunk, ns[i] - begin) : 0)};
+    }
+  }
+  first_chunk[count] = at;
 }
 
-#define TRIDENT_INSTANTIATE(S) \
-  template void sum_squares<S>(double*, const S*, std::size_t, double*, cudaStream_t);
-TRIDENT_GPU_STORAGE_TYPES(TRIDENT_INSTANTIATE)
-#undef TRIDENT_INSTANTIATE
+void sum_squares_each(double* results, double* partial, const SumSquaresChunk* chunks,
+                      std::size_t n_chunks, const unsigned* first_chunk, std::size_t count,
+                      cudaStream_t s) {
+  if (!count) return;
+  chunk_sums_kernel<<<unsigned(n_chunks), kThreads, 0, s>>>(partial, chunks);
+  tensor_sums_kernel<<<unsigned(count), kThreads, 0, s>>>(results, partial, first_chunk);
+}
 
 }  // namespace trident::gpu

@@ -85,6 +85,7 @@ class ZeroStorage final : public ModelStorage {
   void read_as_bits(const TensorInfo& t) override;
   float* grad_at(const TensorInfo& t, std::size_t element) override;
   bool table_in_windows() const override { return table_unit_ >= 0; }
+  bool table_grads_in_windows() const override { return grad_table_unit_ >= 0; }
   const std::uint16_t* table_bf16(const TensorInfo& t) override;
   const float* param_rows(const TensorInfo& t, std::size_t element, std::size_t n) override;
   float* grad_rows(const TensorInfo& t, std::size_t element, std::size_t n) override;
