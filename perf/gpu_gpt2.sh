@@ -6,7 +6,7 @@
 # optimizer = "cpu": fp32 masters and Adam moments in pinned host memory, the
 # Adam step on the CPU) against ZeRO-1 without, at a batch of one micro-batch
 # and of ACCUMULATE (default 8).
-#   usage: perf/gpu_gpt2.sh [MICRO_BATCH] [STEPS] [LOG_DIR]
+#   usage: [PARTS="trident pytorch offload"] perf/gpu_gpt2.sh [MICRO_BATCH] [STEPS] [LOG_DIR]
 # Trident: bf16 weights and activations, fp32 masters (precision.dtype = bf16).
 # PyTorch (perf/pytorch_gpt.py, the python3 that has torch): the same GPT with
 # SDPA, bf16 autocast, fused AdamW, eager and torch.compile; vocab padded to
@@ -22,6 +22,8 @@ here=$(cd "$(dirname "$0")/.." && pwd)
 bin=${TRIDENT_BIN:-$here/build-cuda/src/trident}
 [ -x "$bin" ] || bin=$(command -v trident)
 peak_tflops=${PEAK_TFLOPS:-989}
+parts=${PARTS:-trident pytorch offload}
+accumulate=${ACCUMULATE:-8}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 mkdir -p "$logs"
 data=${DATA_DIR:-$here/data}
@@ -47,29 +49,33 @@ trident_run() {
     --set "output.metrics=$logs/$name.jsonl" "$@" >"$logs/$name.log" 2>&1
   grep -E "^(FOM|memory per rank)" "$logs/$name.log"
 }
-trident_run trident
-# Where the device time goes: a short run with per-kernel timing (events
-# around every op slow it, so it is not the timed run).
-TRIDENT_KERNEL_TIMES=1 timeout 120 mpirun -np 1 "$bin" "${args[@]}" --set train.steps=4 \
-  --set 'output.metrics=""' >"$logs/trident_kernels.log" 2>&1
-
+if [[ $parts == *trident* ]]; then
+  trident_run trident
+  # Where the device time goes: a short run with per-kernel timing (events
+  # around every op slow it, so it is not the timed run).
+  TRIDENT_KERNEL_TIMES=1 timeout 120 mpirun -np 1 "$bin" "${args[@]}" --set train.steps=4 \
+    --set 'output.metrics=""' >"$logs/trident_kernels.log" 2>&1
+fi
 # PyTorch from the node's own environment (the bundle's libraries stay out).
 pytorch() {
   env -u LD_LIBRARY_PATH timeout 300 python3 "$here/perf/pytorch_gpt.py" --device cuda --bf16 \
     --layers 12 --d-model 768 --heads 12 --seq-len 1024 --vocab 50304 --micro-batch "$mb" \
     --steps "$steps" --warmup-steps 3 "$@"
 }
-pytorch >"$logs/pytorch_eager.log" 2>&1
-pytorch --compile >"$logs/pytorch_compiled.log" 2>&1
-trident_run zero1 --set zero.stage=1
-trident_run zero1_offload --set zero.stage=1 --set offload.optimizer=cpu
-# The same with a batch of ACCUMULATE micro-batches (the regime ZeRO-Offload
-# is for: the host's step is paid once per batch, the gradients leave for the
-# host during the last backward). Later --set options win.
-accumulate=${ACCUMULATE:-8}
-trident_run zero1_acc --set zero.stage=1 --set "train.batch=$((mb * accumulate))"
-trident_run zero1_acc_offload --set zero.stage=1 --set offload.optimizer=cpu \
-  --set "train.batch=$((mb * accumulate))"
+if [[ $parts == *pytorch* ]]; then
+  pytorch >"$logs/pytorch_eager.log" 2>&1
+  pytorch --compile >"$logs/pytorch_compiled.log" 2>&1
+fi
+if [[ $parts == *offload* ]]; then
+  trident_run zero1 --set zero.stage=1
+  trident_run zero1_offload --set zero.stage=1 --set offload.optimizer=cpu
+  # The same with a batch of ACCUMULATE micro-batches (the regime ZeRO-Offload
+  # is for: the host's step is paid once per batch, the gradients leave for the
+  # host during the last backward). Later --set options win.
+  trident_run zero1_acc --set zero.stage=1 --set "train.batch=$((mb * accumulate))"
+  trident_run zero1_acc_offload --set zero.stage=1 --set offload.optimizer=cpu \
+    --set "train.batch=$((mb * accumulate))"
+fi
 
 python3 - "$logs" "$peak_tflops" "$mb" "$accumulate" <<'PY'
 import json, re, sys
@@ -93,7 +99,10 @@ steady = trident("trident")
 if steady:
     rows.append(("trident bf16", *steady))
 for mode in ("eager", "compiled"):
-    text = open(f"{logs}/pytorch_{mode}.log").read()
+    try:
+        text = open(f"{logs}/pytorch_{mode}.log").read()
+    except OSError:
+        continue
     m = re.search(r"tokens_per_s=([0-9.]+).*?peak_gib=([0-9.]+)", text)
     if m:
         rows.append((f"pytorch {mode}", float(m.group(1)), float(m.group(2))))
@@ -114,5 +123,5 @@ for micro, base in ((1, "zero1"), (acc, "zero1_acc")):
               f"offload.optimizer = cpu {zo[0]:,.0f} tokens/s, {zo[1]:.2f} GiB: step time "
               f"x{z[0] / zo[0]:.2f}")
 PY
-echo "per-kernel device time (4-step run):"
-sed -n '/^device time per op/,/^total/p' "$logs/trident_kernels.log"
+[[ $parts == *trident* ]] && echo "per-kernel device time (4-step run):" &&
+  sed -n '/^device time per op/,/^total/p' "$logs/trident_kernels.log"
