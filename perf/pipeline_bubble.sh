@@ -7,7 +7,8 @@
 # bubble over 1F1B's measured one (the zero-bubble targets); and pipedream,
 # whose theory is 0 (never flushed): its row shows what the per-step loss
 # reduction and the per-micro-batch updates leave idle (no ratio).
-#   usage: [ROUNDS=N] [D_MODEL=...] [SCHEDULES="..."] perf/pipeline_bubble.sh [DECK] [P...]
+#   usage: [ROUNDS=N] [D_MODEL=...] [LAYERS=...] [SCHEDULES="..."]
+#          perf/pipeline_bubble.sh [DECK] [P...]
 # Give each rank its own core (p <= cores): with shared cores a waiting rank
 # also waits for CPU and the measurement is meaningless.
 set -euo pipefail
@@ -15,15 +16,18 @@ deck=${1:-input/default.toml}
 shift || true
 pps=${*:-2}
 bin=${TRIDENT_BIN:-build/src/trident}
-# D_MODEL: a wider model makes the per-message latency a smaller share of
+# D_MODEL and LAYERS (default 8; a multiple of 2p for zb-v): a wider or
+# deeper stage makes the per-message latency a smaller share of
 # each micro-batch (the theory counts compute only).
-d_model=${D_MODEL:-256} schedules=${SCHEDULES:-gpipe 1f1b interleaved zb-h1 zb-h2 zb-v pipedream}
+d_model=${D_MODEL:-256} layers=${LAYERS:-8}
+schedules=${SCHEDULES:-gpipe 1f1b interleaved zb-h1 zb-h2 zb-v pipedream}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 # ROUNDS: each (p, m) runs every schedule once per round, the schedules in
 # turn, so a drift in the machine's speed reaches them all alike; the table
 # gives each schedule's median over the rounds (and the measured range).
 rounds=${ROUNDS:-1}
-echo "machine: $(nproc) cores; deck $deck (d_model $d_model, 8 layers, micro_batch 1), $rounds round(s)"
+echo "machine: $(nproc) cores; deck $deck (d_model $d_model, $layers layers, micro_batch 1)," \
+  "$rounds round(s)"
 printf '%-3s %-12s %-3s %-3s %10s %13s %10s %8s %8s %10s\n' p schedule m v measured range theory x_theory x_1f1b tokens/s
 for p in $pps; do
   for m in $p $((2 * p)) $((4 * p)); do
@@ -32,7 +36,8 @@ for p in $pps; do
       for sched in $schedules; do
         v=1; [ "$sched" = interleaved ] && v=2
         out=$(mpirun -np "$p" --bind-to core "$bin" train "$deck" --set parallel.pp="$p" \
-          --set parallel.schedule="$sched" --set parallel.virtual_stages="$v" --set model.layers=8 \
+          --set parallel.schedule="$sched" --set parallel.virtual_stages="$v" \
+          --set model.layers="$layers" \
           --set model.d_model="$d_model" --set model.heads=8 --set train.micro_batch=1 \
           --set train.batch="$m" --set train.steps=8 --set data.val='[]' --set output.metrics='""' \
           --set output.log_every=1000 --set system.threads=1 2>&1)
