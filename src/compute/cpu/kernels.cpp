@@ -29,9 +29,14 @@ void linear_gemm(bool ta, bool tb, int M, int N, int K, const double* A, int lda
 }
 }  // namespace
 
+namespace {
+// A table element's value: as stored, or widened from bf16 bits.
 template <class T>
-void embedding_forward(T* out, const std::int32_t* tok, const T* wte, int lo, int count, int N,
-                       int C) {
+T table_value(T x) { return x; }
+float table_value(std::uint16_t bits) { return bf16_to_f32(bits); }
+
+template <class T, class W>
+void lookup_rows(T* out, const std::int32_t* tok, const W* wte, int lo, int count, int N, int C) {
 #pragma omp parallel for schedule(static) if (N * C > 16384)
   for (int n = 0; n < N; ++n) {
     T* o = out + static_cast<std::size_t>(n) * C;
@@ -40,24 +45,21 @@ void embedding_forward(T* out, const std::int32_t* tok, const T* wte, int lo, in
       for (int c = 0; c < C; ++c) o[c] = 0;
       continue;
     }
-    const T* we = wte + static_cast<std::size_t>(row) * C;
-    for (int c = 0; c < C; ++c) o[c] = we[c];
+    const W* we = wte + static_cast<std::size_t>(row) * C;
+    for (int c = 0; c < C; ++c) o[c] = table_value(we[c]);
   }
+}
+}  // namespace
+
+template <class T>
+void embedding_forward(T* out, const std::int32_t* tok, const T* wte, int lo, int count, int N,
+                       int C) {
+  lookup_rows(out, tok, wte, lo, count, N, C);
 }
 
 void embedding_forward_bits(float* out, const std::int32_t* tok, const std::uint16_t* wte, int lo,
                             int count, int N, int C) {
-#pragma omp parallel for schedule(static) if (N * C > 16384)
-  for (int n = 0; n < N; ++n) {
-    float* o = out + static_cast<std::size_t>(n) * C;
-    const int row = tok[n] - lo;
-    if (row < 0 || row >= count) {
-      for (int c = 0; c < C; ++c) o[c] = 0.0f;
-      continue;
-    }
-    const std::uint16_t* we = wte + static_cast<std::size_t>(row) * C;
-    for (int c = 0; c < C; ++c) o[c] = bf16_to_f32(we[c]);
-  }
+  lookup_rows(out, tok, wte, lo, count, N, C);
 }
 
 template <class T>

@@ -197,11 +197,9 @@ void CudaBackend::copy_2d(float* dst, std::size_t dst_ld, const float* src, std:
   });
 }
 
-namespace {
 int storage_kind(DType t) {
   return t == DType::bf16 ? gpu::kBF16 : t == DType::f16 ? gpu::kF16 : t == DType::f32 ? gpu::kF32 : -1;
 }
-}  // namespace
 
 void CudaBackend::convert(void* dst, DType dt, const void* src, DType st, std::size_t n) {
   if (dt == st) {

@@ -140,6 +140,9 @@ class CudaBackend final : public ComputeBackend {
   std::size_t widen_bytes_[3] = {};
 };
 
+// The kernels' storage kind of t (gpu::kF32, kBF16, kF16), or -1.
+int storage_kind(DType t);
+
 // Makes the backend on options.device (which becomes this thread's device).
 std::unique_ptr<CudaBackend> make_cuda_backend(const CudaBackendOptions& options);
 

@@ -131,8 +131,8 @@ void CudaBackend::gelu_backward(float* dinp, const float* inp, const float* dout
 
 void CudaBackend::gelu_forward_rounded(float* out, std::uint16_t* bits, float* inp,
                                        std::uint16_t* inp_bits, std::size_t n, DType store) {
-  const int kind = store == DType::bf16 ? gpu::kBF16 : store == DType::f16 ? gpu::kF16 : -1;
-  if (kind < 0)
+  const int kind = storage_kind(store);
+  if (kind != gpu::kBF16 && kind != gpu::kF16)
     return ComputeBackend::gelu_forward_rounded(out, bits, inp, inp_bits, n, store);
   run("gelu_forward",
       [&] { gpu::gelu_forward_rounded(out, bits, inp, inp_bits, n, kind, stream_); });
@@ -140,8 +140,8 @@ void CudaBackend::gelu_forward_rounded(float* out, std::uint16_t* bits, float* i
 
 void CudaBackend::gelu_backward_rounded(float* dinp, std::uint16_t* bits, const float* inp,
                                         float* dout, std::size_t n, DType store) {
-  const int kind = store == DType::bf16 ? gpu::kBF16 : store == DType::f16 ? gpu::kF16 : -1;
-  if (kind < 0)
+  const int kind = storage_kind(store);
+  if (kind != gpu::kBF16 && kind != gpu::kF16)
     return ComputeBackend::gelu_backward_rounded(dinp, bits, inp, dout, n, store);
   run("gelu_backward",
       [&] { gpu::gelu_backward_rounded(dinp, bits, inp, dout, n, kind, stream_); });

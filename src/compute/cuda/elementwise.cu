@@ -123,32 +123,22 @@ void gelu_backward(S* dinp, const S* inp, const S* dout, std::size_t n, cudaStre
     gelu_backward_kernel<<<elementwise_blocks(n, kThreads), kThreads, 0, s>>>(dinp, inp, dout, n);
 }
 
-bool gelu_forward_rounded(float* out, std::uint16_t* bits, float* inp, std::uint16_t* inp_bits,
+void gelu_forward_rounded(float* out, std::uint16_t* bits, float* inp, std::uint16_t* inp_bits,
                           std::size_t n, int store_kind, cudaStream_t s) {
+  if (!n) return;
   const unsigned blocks = elementwise_blocks(n, kThreads);
-  if (!n) return true;
-  if (store_kind == kBF16)
-    gelu_forward_rounded_kernel<__nv_bfloat16><<<blocks, kThreads, 0, s>>>(out, bits, inp,
-                                                                          inp_bits, n);
-  else if (store_kind == kF16)
-    gelu_forward_rounded_kernel<__half><<<blocks, kThreads, 0, s>>>(out, bits, inp, inp_bits, n);
-  else
-    return false;
-  return true;
+  auto kernel = store_kind == kBF16 ? gelu_forward_rounded_kernel<__nv_bfloat16>
+                                    : gelu_forward_rounded_kernel<__half>;
+  kernel<<<blocks, kThreads, 0, s>>>(out, bits, inp, inp_bits, n);
 }
 
-bool gelu_backward_rounded(float* dinp, std::uint16_t* bits, const float* inp, const float* dout,
+void gelu_backward_rounded(float* dinp, std::uint16_t* bits, const float* inp, const float* dout,
                            std::size_t n, int store_kind, cudaStream_t s) {
+  if (!n) return;
   const unsigned blocks = elementwise_blocks(n, kThreads);
-  if (!n) return true;
-  if (store_kind == kBF16)
-    gelu_backward_rounded_kernel<__nv_bfloat16><<<blocks, kThreads, 0, s>>>(dinp, bits, inp,
-                                                                           dout, n);
-  else if (store_kind == kF16)
-    gelu_backward_rounded_kernel<__half><<<blocks, kThreads, 0, s>>>(dinp, bits, inp, dout, n);
-  else
-    return false;
-  return true;
+  auto kernel = store_kind == kBF16 ? gelu_backward_rounded_kernel<__nv_bfloat16>
+                                    : gelu_backward_rounded_kernel<__half>;
+  kernel<<<blocks, kThreads, 0, s>>>(dinp, bits, inp, dout, n);
 }
 
 template <class S>
