@@ -5,7 +5,8 @@
 # then ZeRO-Offload's cost: ZeRO-1 with the optimizer on the host (offload.
 # optimizer = "cpu": fp32 masters and Adam moments in pinned host memory, the
 # Adam step on the CPU) against ZeRO-1 without, at a batch of one micro-batch
-# and of ACCUMULATE (default 8).
+# and of ACCUMULATE (default 8), and at one micro-batch with OFFLOAD_RATIO
+# (default 0.25) of the state on the host, the rest updated on the GPU meanwhile.
 #   usage: [PARTS="trident pytorch offload"] perf/gpu_gpt2.sh [MICRO_BATCH] [STEPS] [LOG_DIR]
 # Trident: bf16 weights and activations, fp32 masters (precision.dtype = bf16).
 # PyTorch (perf/pytorch_gpt.py, the python3 that has torch): the same GPT with
@@ -24,6 +25,7 @@ bin=${TRIDENT_BIN:-$here/build-cuda/src/trident}
 peak_tflops=${PEAK_TFLOPS:-989}
 parts=${PARTS:-trident pytorch offload}
 accumulate=${ACCUMULATE:-8}
+ratio=${OFFLOAD_RATIO:-0.25}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 mkdir -p "$logs"
 data=${DATA_DIR:-$here/data}
@@ -69,6 +71,8 @@ fi
 if [[ $parts == *offload* ]]; then
   trident_run zero1 --set zero.stage=1
   trident_run zero1_offload --set zero.stage=1 --set offload.optimizer=cpu
+  trident_run zero1_split_offload --set zero.stage=1 --set offload.optimizer=cpu \
+    --set "offload.ratio=$ratio"
   # The same with a batch of ACCUMULATE micro-batches (the regime ZeRO-Offload
   # is for: the host's step is paid once per batch, the gradients leave for the
   # host during the last backward). Later --set options win.
@@ -77,9 +81,10 @@ if [[ $parts == *offload* ]]; then
     --set "train.batch=$((mb * accumulate))"
 fi
 
-python3 - "$logs" "$peak_tflops" "$mb" "$accumulate" <<'PY'
+python3 - "$logs" "$peak_tflops" "$mb" "$accumulate" "$ratio" <<'PY'
 import json, re, sys
 logs, peak, mb, acc = sys.argv[1], float(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+ratio = sys.argv[5]
 L, d, T, V = 12, 768, 1024, 50257
 N = V * d + T * d + L * (12 * d * d + 13 * d) + 2 * d  # GPT-2 small, tied head
 flops = 6 * N + 6 * L * d * T
@@ -116,12 +121,14 @@ for name, tps, gib in rows:
 torch_best = max((r for r in rows if r[0].startswith("pytorch")), key=lambda r: r[1], default=None)
 if steady and torch_best:
     print(f"ratio trident / best pytorch ({torch_best[0]}): {rows[0][1] / torch_best[1]:.2f}")
-for micro, base in ((1, "zero1"), (acc, "zero1_acc")):
-    z, zo = trident(base), trident(base + "_offload")
+for micro, base, offloaded, what in (
+        (1, "zero1", "zero1_offload", "offload.optimizer = cpu"),
+        (1, "zero1", "zero1_split_offload", f"offload.optimizer = cpu, ratio {ratio}"),
+        (acc, "zero1_acc", "zero1_acc_offload", "offload.optimizer = cpu")):
+    z, zo = trident(base), trident(offloaded)
     if z and zo:
         print(f"ZeRO-1, batch {micro} x {mb}: {z[0]:,.0f} tokens/s, {z[1]:.2f} GiB; with "
-              f"offload.optimizer = cpu {zo[0]:,.0f} tokens/s, {zo[1]:.2f} GiB: step time "
-              f"x{z[0] / zo[0]:.2f}")
+              f"{what} {zo[0]:,.0f} tokens/s, {zo[1]:.2f} GiB: step time x{z[0] / zo[0]:.2f}")
 PY
 [[ $parts == *trident* ]] && echo "per-kernel device time (4-step run):" &&
   sed -n '/^device time per op/,/^total/p' "$logs/trident_kernels.log"

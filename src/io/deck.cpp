@@ -144,6 +144,7 @@ void read_offload(DeckReader& r, const ZeroSection& z, OffloadSection& o) {
   r.get("offload", "block_mb", o.block_mb);
   r.get("offload", "queue_depth", o.queue_depth);
   r.get("offload", "pin_memory", o.pin_memory);
+  r.get("offload", "ratio", o.ratio);
   r.require(optimizer_named, "offload", "optimizer", not_a<OffloadTarget>("home"));
   r.require(params_named, "offload", "params", not_a<OffloadTarget>("home"));
   r.require(o.optimizer == OffloadTarget::none || z.stage >= 1, "offload", "optimizer",
@@ -160,6 +161,13 @@ void read_offload(DeckReader& r, const ZeroSection& z, OffloadSection& o) {
             "must be in [1/256, 1024] (4 KiB to 1 GiB)");
   r.require(o.queue_depth >= 1 && o.queue_depth <= 256, "offload", "queue_depth",
             "must be in [1, 256]");
+  r.require(o.ratio > 0 && o.ratio <= 1, "offload", "ratio",
+            "must be in (0, 1]: the fraction of the optimizer state in host memory (for none, "
+            "set offload.optimizer = \"none\")");
+  r.require(o.ratio == 1 || o.optimizer == OffloadTarget::cpu, "offload", "ratio",
+            fmt::format("needs offload.optimizer = \"cpu\" (it splits the state between the "
+                        "device and host memory; optimizer is \"{}\"), or ratio = 1",
+                        choice_name(o.optimizer)));
 }
 
 void read_rest(DeckReader& r, Deck& d) {

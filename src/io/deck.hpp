@@ -75,6 +75,7 @@ struct OffloadSection {
   double block_mb = 4.0;  // MiB per swap transfer (rounded down to 4 KiB pages)
   int queue_depth = 8;    // swap transfers in flight
   bool pin_memory = true;  // cuda: page-locked host buffers
+  double ratio = 1.0;      // cpu: fraction of the optimizer shard in host memory
 };
 
 struct OutputSection {

@@ -67,6 +67,7 @@ const std::map<std::string, std::string>& meanings() {
       {"offload.block_mb", "MiB per swap transfer: the step reads, updates and writes back the state in blocks of this size, three blocks in flight"},
       {"offload.queue_depth", "swap transfers in flight at the disk (io_uring)"},
       {"offload.pin_memory", "CUDA: page-locked host memory for the offloaded state and staging buffers"},
+      {"offload.ratio", "with `cpu`: the fraction of each rank's optimizer shard (its last elements) in host memory, updated by the host; the rest stays in the arenas and the device updates it meanwhile (DeepSpeed's ZeRO-Offload++ `ratio`): less host time per step for more device memory; trajectories are bit-identical"},
       {"output.metrics", "JSONL metrics path (one object per step)"},
       {"output.log_every", "steps between printed lines"},
       {"checkpoint.dir", "directory for checkpoints; when set, training also saves after the last step and on SIGUSR1/SIGTERM"},

@@ -12,10 +12,7 @@ namespace trident {
 
 namespace {
 
-constexpr int kStreamSets = 3;  // blocks being read, updated and written back
 constexpr std::size_t kHostStaging = 3;  // cpu: widened gradients, two parameter blocks
-
-std::size_t round_up(std::size_t x, std::size_t to) { return (x + to - 1) / to * to; }
 
 }  // namespace
 
@@ -30,12 +27,20 @@ std::size_t OptimizerHome::block_elements(const OffloadSection& o) {
   return std::max(bytes, SwapFile::kAlign) / sizeof(float);
 }
 
+std::size_t OptimizerHome::device_elements(const OffloadSection& o, std::size_t n) {
+  if (o.optimizer == OffloadTarget::none) return n;
+  if (o.optimizer != OffloadTarget::cpu || o.ratio >= 1.0) return 0;
+  const auto kept = std::size_t((1.0 - o.ratio) * double(n));
+  return std::min(n, kept / 16 * 16);
+}
+
 OptimizerHome::ArenaBytes OptimizerHome::arena_bytes(const OffloadSection& o, std::size_t n,
                                                      int kinds, bool memory_is_host) {
   const std::size_t k = std::size_t(kinds), block = block_elements(o) * sizeof(float);
+  const std::size_t device = device_elements(o, n);
   if (o.optimizer == OffloadTarget::none) return {k * n * sizeof(float), 0};
   if (o.optimizer == OffloadTarget::cpu)
-    return {0, kHostStaging * std::min(block, n * sizeof(float))};
+    return {k * device * sizeof(float), kHostStaging * std::min(block, (n - device) * sizeof(float))};
   ArenaBytes b;
   b.buffers += std::size_t(kStreamSets) * k * block;
   if (!memory_is_host) b.buffers += k * block;
@@ -45,7 +50,8 @@ OptimizerHome::ArenaBytes OptimizerHome::arena_bytes(const OffloadSection& o, st
 std::size_t OptimizerHome::host_bytes(const OffloadSection& o, std::size_t n, int kinds,
                                       DType grads) {
   if (o.optimizer != OffloadTarget::cpu) return 0;
-  return std::size_t(kinds) * n * sizeof(float) + n * dtype_size(grads);
+  const std::size_t host = n - device_elements(o, n);
+  return std::size_t(kinds) * host * sizeof(float) + host * dtype_size(grads);
 }
 
 std::uint64_t OptimizerHome::swap_bytes(const OffloadSection& o, std::size_t n, int kinds) {
@@ -62,6 +68,7 @@ OptimizerHome::OptimizerHome(const OffloadSection& o, ComputeBackend& backend,
       n_(n),
       kinds_(kinds),
       block_(block_elements(o)),
+      offloaded_first_(device_elements(o, n)),
       host_grads_(nullptr, FreeHost{}) {
   if (target_ == OffloadTarget::none) {
     for (int k = 0; k < kinds; ++k)
@@ -78,11 +85,14 @@ OptimizerHome::OptimizerHome(const OffloadSection& o, ComputeBackend& backend,
       if (o.pin_memory) backend.pin_host(p, bytes);
       return std::unique_ptr<float, FreeHost>(p, FreeHost{o.pin_memory ? &backend : nullptr, bytes});
     };
-    for (int k = 0; k < kinds; ++k) host_.push_back(host_floats(n));
-    host_grads_ = host_floats((n * dtype_size(grads) + sizeof(float) - 1) / sizeof(float));
+    const std::size_t on_host = n - offloaded_first_;
+    for (int k = 0; k < kinds && offloaded_first_ > 0; ++k)
+      resident_.emplace_back(backend, ledger, MemCategory::optimizer, offloaded_first_);
+    for (int k = 0; k < kinds; ++k) host_.push_back(host_floats(on_host));
+    host_grads_ = host_floats((on_host * dtype_size(grads) + sizeof(float) - 1) / sizeof(float));
     for (const auto& h : host_) host_state_bytes_ += h.get_deleter().bytes;
     host_state_bytes_ += host_grads_.get_deleter().bytes;
-    const std::size_t staged = std::min(block_, n);
+    const std::size_t staged = std::min(block_, on_host);
     for (std::size_t i = 0; i < kHostStaging; ++i) host_staging_.push_back(host_floats(staged));
     staging_counted_ = kHostStaging * staged * sizeof(float);
     ledger_.allocate(MemCategory::buffers, staging_counted_);
@@ -130,105 +140,53 @@ void OptimizerHome::for_blocks(const BlockFn& f, bool write_back) {
     return f(0, n_, state);
   }
   if (target_ == OffloadTarget::nvme) return stream_swap(f, write_back);
-  for (std::size_t first = 0; first < n_; first += block_) {  // cpu: in host memory
-    float* state[3] = {};
-    for (int k = 0; k < kinds_; ++k) state[k] = host(k) + first;
+  float* state[3] = {};
+  if (offloaded_first_ > 0) {  // cpu: the device part first (on CUDA its kernels run meanwhile)
+    for (int k = 0; k < kinds_; ++k) state[k] = resident_[std::size_t(k)].f32();
+    f(0, offloaded_first_, state);
+  }
+  for (std::size_t first = offloaded_first_; first < n_; first += block_) {  // in host memory
+    for (int k = 0; k < kinds_; ++k) state[k] = host(k, first);
     f(first, std::min(block_, n_ - first), state);
   }
 }
 
-// A host block's update in device memory: there and back.
-void OptimizerHome::on_device(std::size_t first, std::size_t count, float* const* host,
-                              const BlockFn& f, bool write_back) {
-  float* dev[3] = {};
-  for (int k = 0; k < kinds_; ++k) {
-    dev[k] = device_block_.f32() + std::size_t(k) * block_;
-    backend_.copy_from_host(dev[k], host[k], count * sizeof(float));
+// Elements [first, first + count) of a kind to (write) or from `values`: the
+// part below offloaded_first_ lives in the arenas, the rest in host memory or
+// the swap file.
+void OptimizerHome::transfer(bool write, int kind, std::size_t first, std::size_t count,
+                             float* values) {
+  const std::size_t mid = std::clamp(offloaded_first_, first, first + count);
+  if (first < mid) {
+    float* resident = resident_[std::size_t(kind)].f32() + first;
+    const std::size_t bytes = (mid - first) * sizeof(float);
+    if (write) backend_.copy_from_host(resident, values, bytes);
+    else backend_.copy_to_host(values, resident, bytes);
   }
-  f(first, count, dev);
-  if (!write_back) return;
-  for (int k = 0; k < kinds_; ++k) backend_.copy_to_host(host[k], dev[k], count * sizeof(float));
-}
-
-void OptimizerHome::stream_swap(const BlockFn& f, bool write_back) {
-  const std::size_t blocks = (n_ + block_ - 1) / block_;
-  auto buffer = [&](std::size_t b, int k) {
-    return (*staging_)[(b % kStreamSets) * std::size_t(kinds_) + std::size_t(k)];
-  };
-  auto transfer = [&](bool write, std::size_t b) {
-    const std::size_t count = std::min(block_, n_ - b * block_);
-    const std::size_t len = round_up(count * sizeof(float), SwapFile::kAlign);
-    for (int k = 0; k < kinds_; ++k)
-      swap_->submit(write, buffer(b, k), len, region(k) + b * block_ * sizeof(float),
-                    int(b % kStreamSets));
-  };
-  if (blocks > 0) transfer(false, 0);
-  for (std::size_t b = 0; b < blocks; ++b) {
-    if (b + 1 < blocks) {
-      swap_->wait(int((b + 1) % kStreamSets));  // block b - 2's write-back left its buffers
-      transfer(false, b + 1);
-    }
-    swap_->wait(int(b % kStreamSets));
-    const std::size_t first = b * block_, count = std::min(block_, n_ - first);
-    float* state[3] = {};
-    for (int k = 0; k < kinds_; ++k) state[k] = reinterpret_cast<float*>(buffer(b, k));
-    if (backend_.memory_is_host()) f(first, count, state);
-    else on_device(first, count, state, f, write_back);
-    if (write_back) transfer(true, b);
-  }
-  swap_->wait();
-}
-
-// Whole aligned pieces of the swap through the first staging buffer; the
-// partial ones at either end are read first, so a write keeps their neighbours.
-void OptimizerHome::swap_transfer(bool write, int kind, std::size_t first, std::size_t count,
-                                  char* host) {
-  char* bounce = (*staging_)[0];
-  const std::size_t cap = block_ * sizeof(float);
-  std::uint64_t at = region(kind) + first * sizeof(float);
-  const std::uint64_t end = at + count * sizeof(float);
-  while (at < end) {
-    const std::uint64_t base = at / SwapFile::kAlign * SwapFile::kAlign;
-    const std::size_t n = std::size_t(std::min<std::uint64_t>(end - at, base + cap - at));
-    const std::size_t len = round_up(std::size_t(at - base) + n, SwapFile::kAlign);
-    const bool whole = at == base && n == len;
-    if (!write || !whole) {
-      swap_->submit(false, bounce, len, base, 0);
-      swap_->wait();
-    }
-    if (write) {
-      std::memcpy(bounce + (at - base), host, n);
-      swap_->submit(true, bounce, len, base, 0);
-      swap_->wait();
-    } else {
-      std::memcpy(host, bounce + (at - base), n);
-    }
-    host += n;
-    at += n;
-  }
+  if (mid == first + count) return;
+  float* rest = values + (mid - first);
+  const std::size_t bytes = (first + count - mid) * sizeof(float);
+  if (target_ == OffloadTarget::nvme)
+    swap_transfer(write, kind, mid, first + count - mid, reinterpret_cast<char*>(rest));
+  else if (write) std::memcpy(host(kind, mid), rest, bytes);
+  else std::memcpy(rest, host(kind, mid), bytes);
 }
 
 void OptimizerHome::read(int kind, std::size_t first, std::size_t count, float* out) {
-  const std::size_t bytes = count * sizeof(float);
-  if (target_ == OffloadTarget::none)
-    backend_.copy_to_host(out, resident_[std::size_t(kind)].f32() + first, bytes);
-  else if (target_ == OffloadTarget::cpu) std::memcpy(out, host(kind) + first, bytes);
-  else swap_transfer(false, kind, first, count, reinterpret_cast<char*>(out));
+  transfer(false, kind, first, count, out);
 }
 
 void OptimizerHome::write(int kind, std::size_t first, std::size_t count, const float* in) {
-  const std::size_t bytes = count * sizeof(float);
-  if (target_ == OffloadTarget::none)
-    backend_.copy_from_host(resident_[std::size_t(kind)].f32() + first, in, bytes);
-  else if (target_ == OffloadTarget::cpu) std::memcpy(host(kind) + first, in, bytes);
-  else swap_transfer(true, kind, first, count, reinterpret_cast<char*>(const_cast<float*>(in)));
+  transfer(true, kind, first, count, const_cast<float*>(in));
 }
 
 float* OptimizerHome::open(int kind) {
   if (target_ == OffloadTarget::none) return resident_[std::size_t(kind)].f32();
-  if (target_ == OffloadTarget::cpu && backend_.memory_is_host()) return host(kind);
+  if (target_ == OffloadTarget::cpu && backend_.memory_is_host() && offloaded_first_ == 0)
+    return host(kind, 0);
   windows_.resize(std::size_t(kinds_));
   Arena& w = windows_[std::size_t(kind)];
+  if (w.numel()) return w.f32();  // already open
   w = Arena(backend_, window_ledger_, MemCategory::buffers, n_);
   if (backend_.memory_is_host()) {
     read(kind, 0, n_, w.f32());

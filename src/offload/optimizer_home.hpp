@@ -8,7 +8,10 @@
 //         of the owned gradients that backward fills slice by slice
 //         (host_grads); updated weights go back through two staging blocks
 //         that alternate, 16-bit gradients are widened in a third (the
-//         staging counts as buffers);
+//         staging counts as buffers). offload.ratio < 1 keeps the rest of
+//         the shard, its first elements, in the arenas (DeepSpeed's
+//         ZeRO-Offload++ "ratio"): the backend updates that part, on CUDA
+//         while the host updates its own;
 //   nvme: a swap file (ZeRO-Infinity), streamed through the step in blocks
 //         of offload.block_mb: block k+1 is read while block k is updated and
 //         block k-1 written back (the staging buffers count as buffers).
@@ -48,6 +51,12 @@ class OptimizerHome {
   std::size_t size() const { return n_; }
   int kinds() const { return kinds_; }
   OffloadTarget target() const { return target_; }
+  // Shard elements [offloaded_first(), n) live offloaded (in host memory,
+  // updated there, or in the swap file); those below it in the arenas.
+  std::size_t offloaded_first() const { return offloaded_first_; }
+  // Elements of a shard of n whose state stays in the arenas with a cpu home
+  // and offload.ratio (whole 64-byte lines); n without offload, 0 for nvme.
+  static std::size_t device_elements(const OffloadSection& o, std::size_t n);
   std::string warning() const;  // a swap file's I/O fallback, or ""
   std::uint64_t swap_size() const;  // the swap file's bytes (0 without one)
   // Elements per block of the nvme stream (the staging buffers' size).
@@ -70,7 +79,8 @@ class OptimizerHome {
   // points at element `first` of kind k where the update runs, backend
   // memory, or host memory for a home that updates_on_host() (cpu: blocks of
   // at most block_elements(), the staging's size); what f writes there is
-  // kept. With !write_back f only reads (the swap is not written).
+  // kept. With !write_back f only reads (the swap is not written). A cpu
+  // home with a device part gives it first, as one block in backend memory.
   using BlockFn = std::function<void(std::size_t, std::size_t, float* const*)>;
   void for_blocks(const BlockFn& f, bool write_back = true);
   bool updates_on_host() const { return target_ == OffloadTarget::cpu; }
@@ -79,13 +89,14 @@ class OptimizerHome {
   // (0), a block's parameters (1, 2: the one being copied back and the next).
   float* staging_block(int i) { return host_staging_[std::size_t(i)].get(); }
   std::size_t staging_elements() const { return std::min(block_, n_); }
-  // cpu: the owned gradients in host memory, n of the gradients' type.
+  // cpu: the owned gradients of elements [offloaded_first(), n) in host memory,
+  // in the gradients' type.
   void* host_grads() { return host_grads_.get(); }
   // cpu: the bytes of the state and the gradients' copy in host memory.
   std::size_t host_state_bytes() const { return host_state_bytes_; }
-  // A resident home's arena of a kind (null when offloaded).
+  // A resident home's arena of a kind (null when any of it is offloaded).
   Arena* resident(int kind) {
-    return std::size_t(kind) < resident_.size() ? &resident_[std::size_t(kind)] : nullptr;
+    return target_ == OffloadTarget::none ? &resident_[std::size_t(kind)] : nullptr;
   }
   // Elements [first, first + count) of a kind to or from host memory.
   void read(int kind, std::size_t first, std::size_t count, float* host);
@@ -97,8 +108,13 @@ class OptimizerHome {
   void close(int kind, bool changed);
 
  private:
-  float* host(int kind) { return host_[std::size_t(kind)].get(); }
+  float* host(int kind, std::size_t element) {
+    return host_[std::size_t(kind)].get() + (element - offloaded_first_);
+  }
   std::uint64_t region(int kind) const { return std::uint64_t(kind) * region_bytes_; }
+  static constexpr int kStreamSets = 3;  // nvme: blocks being read, updated and written back
+  static std::size_t round_up(std::size_t x, std::size_t to) { return (x + to - 1) / to * to; }
+  void transfer(bool write, int kind, std::size_t first, std::size_t count, float* values);
   void swap_transfer(bool write, int kind, std::size_t first, std::size_t count, char* host);
   void stream_swap(const BlockFn& f, bool write_back);
   void on_device(std::size_t first, std::size_t count, float* const* host, const BlockFn& f,
@@ -115,7 +131,8 @@ class OptimizerHome {
   std::size_t n_;
   int kinds_;
   std::size_t block_;  // elements per block
-  std::vector<Arena> resident_;                         // none
+  std::size_t offloaded_first_;  // elements below it have their state in the arenas
+  std::vector<Arena> resident_;                         // none; cpu: [0, offloaded_first_)
   std::vector<std::unique_ptr<float, FreeHost>> host_;  // cpu
   std::vector<std::unique_ptr<float, FreeHost>> host_staging_;  // cpu: gradients, parameters
   std::unique_ptr<float, FreeHost> host_grads_;                 // cpu

@@ -24,9 +24,10 @@ AXES = [
     ("bucket", ["large", "small"]),    # parallel.bucket_mb: one bucket / one per few tensors
     # Last and outside the pairwise cover: offload_pairs() runs each setting
     # beside the same layout without offload, to be equal bit for bit.
-    # cpu, nvme: offload.optimizer; params-H[+O]: offload.params = H (and optimizer = O)
-    ("offload", ["none", "cpu", "nvme", "params-cpu", "params-nvme", "params-nvme+nvme",
-                 "params-cpu+nvme"]),
+    # cpu, nvme: offload.optimizer; params-H[+O]: offload.params = H (and optimizer = O);
+    # cpu-split: optimizer = cpu with offload.ratio 0.5 (half the shard's state on the device)
+    ("offload", ["none", "cpu", "nvme", "cpu-split", "params-cpu", "params-nvme",
+                 "params-nvme+nvme", "params-cpu+nvme"]),
 ]
 NAMES = [a for a, _ in AXES]
 COVERED = len(AXES) - 1  # the axes whose value pairs the CI subset covers
@@ -88,6 +89,9 @@ def overrides(layout, batch):
         o = v["offload"]
         params, _, optimizer = o[len("params-"):].partition("+") if o.startswith("params-") \
             else ("none", "", o)
+        if optimizer == "cpu-split":
+            optimizer = "cpu"
+            out.append("offload.ratio=0.5")
         out += [f"offload.params={params}", f"offload.optimizer={optimizer or 'none'}",
                 f"offload.nvme_path={SWAP_DIR}", "offload.block_mb=0.0078125"]
     return out + PRECISION_KEYS[v["precision"]] + EXTRA_SETS
@@ -209,7 +213,8 @@ def offload_pairs(every=False):
         for dp in (1, 2):
             base = make(dp=dp, zero=zero, micro_batches=2,
                         precision="bf16" if zero == 2 else "fp32")
-            out += [(base, with_values(base, {INDEX["offload"]: o})) for o in ("cpu", "nvme")]
+            out += [(base, with_values(base, {INDEX["offload"]: o}))
+                    for o in ("cpu", "nvme", "cpu-split")]
     params = [o for o in dict(AXES)["offload"] if o.startswith("params-")]
     grid = list(itertools.product(params, (1, 2), ("fp32", "bf16"))) if every else \
         list(zip(params, (2, 1, 2, 1), ("fp32", "bf16", "bf16", "fp32")))
@@ -219,12 +224,14 @@ def offload_pairs(every=False):
     # cpu's host copy of the gradients where backward's copy is not the last
     # word: the tied copies summed over the pipeline's ends, 16-bit gradients
     # widened on the host, fp16 steps skipped on overflow, split backwards.
-    for dp, zero, precision, schedule in ((2, 2, "bf16-reduce", "1f1b"),
-                                          (1, 1, "fp16-reduce", "1f1b"),
-                                          (1, 3, "bf16", "zb-h1")):
+    # The same with the state split (offload.ratio) where gradients are 16-bit.
+    for dp, zero, precision, schedule, o in ((2, 2, "bf16-reduce", "1f1b", "cpu"),
+                                             (1, 1, "fp16-reduce", "1f1b", "cpu"),
+                                             (1, 3, "bf16", "zb-h1", "cpu"),
+                                             (2, 2, "bf16-reduce", "1f1b", "cpu-split")):
         base = make(dp=dp, pp=2, zero=zero, micro_batches=2, precision=precision,
                     schedule=schedule)
-        out.append((base, with_values(base, {INDEX["offload"]: "cpu"})))
+        out.append((base, with_values(base, {INDEX["offload"]: o})))
     return out
 
 

@@ -76,29 +76,40 @@ TEST(SwapFile, ErrorsNameTheDirectoryAndTheFix) {
   EXPECT_TRUE(std::filesystem::is_empty(dir));  // nothing left behind by the failure
 }
 
-class Homes : public ::testing::TestWithParam<OffloadTarget> {};
+struct HomeCase {
+  OffloadTarget target;
+  double ratio;  // offload.ratio: with cpu < 1, the first elements stay in the arenas
+};
+
+class Homes : public ::testing::TestWithParam<HomeCase> {};
 
 TEST_P(Homes, BlocksCoverTheShardAndStateRoundTrips) {
   auto backend = make_cpu_backend(1);
   MemoryLedger ledger;
   OffloadSection o;
-  o.optimizer = GetParam();
+  o.optimizer = GetParam().target;
+  o.ratio = GetParam().ratio;
   o.nvme_path = scratch("trident_home_test");
   o.block_mb = 8192.0 / (1 << 20);  // 2048 elements: the shard is several blocks
   o.queue_depth = 2;
   constexpr std::size_t n = 2048 * 5 + 123;  // the last block partial
+  const std::size_t device = OptimizerHome::device_elements(o, n);
+  if (o.optimizer == OffloadTarget::cpu) EXPECT_EQ(device, o.ratio == 0.5 ? 5168u : 0u);
   {
     OptimizerHome home(o, *backend, ledger, n, 3, DType::bf16, 0);
+    EXPECT_EQ(home.offloaded_first(), device);
     const auto bytes = OptimizerHome::arena_bytes(o, n, 3, true);
     EXPECT_EQ(ledger.current(MemCategory::optimizer), bytes.optimizer);
+    EXPECT_EQ(bytes.optimizer, 3 * device * sizeof(float));
     EXPECT_EQ(ledger.current(MemCategory::buffers), bytes.buffers);
     EXPECT_EQ(home.swap_size(), OptimizerHome::swap_bytes(o, n, 3));  // the estimator's figure
-    if (GetParam() == OffloadTarget::nvme) EXPECT_GE(home.swap_size(), 3 * n * sizeof(float));
+    if (o.optimizer == OffloadTarget::nvme) EXPECT_GE(home.swap_size(), 3 * n * sizeof(float));
     // Host state as the estimator counts it, each allocation rounded up to a page.
     const std::size_t host = OptimizerHome::host_bytes(o, n, 3, DType::bf16);
     EXPECT_GE(home.host_state_bytes(), host);
     EXPECT_LE(home.host_state_bytes(), host + 4 * 4096);
-    if (GetParam() == OffloadTarget::cpu) EXPECT_GE(host, 3 * n * sizeof(float) + n * 2);
+    if (o.optimizer == OffloadTarget::cpu)
+      EXPECT_GE(host, 3 * (n - device) * sizeof(float) + (n - device) * 2);
     std::vector<float> masters(n);
     std::iota(masters.begin(), masters.end(), 1.0f);
     home.write(OptimizerHome::masters, 0, 100, masters.data());  // unaligned pieces
@@ -107,11 +118,13 @@ TEST_P(Homes, BlocksCoverTheShardAndStateRoundTrips) {
     home.for_blocks([&](std::size_t first, std::size_t count, float* const* s) {
       EXPECT_EQ(first, next);
       next = first + count;
-      if (home.updates_on_host()) {  // cpu: blocks the staging holds
+      if (first < device) EXPECT_EQ(count, device);  // the arenas' part: one block, first
+      if (home.updates_on_host() && first >= device) {  // cpu: blocks the staging holds
         EXPECT_LE(count, OptimizerHome::block_elements(o));
         for (int b = 0; b < 3; ++b) std::fill_n(home.staging_block(b), count, 1.0f);
         EXPECT_LE(count, home.staging_elements());
-        std::fill_n(static_cast<std::uint16_t*>(home.host_grads()) + first, count, 0x3f80);
+        std::fill_n(static_cast<std::uint16_t*>(home.host_grads()) + (first - device), count,
+                    0x3f80);
       }
       for (std::size_t i = 0; i < count; ++i) {
         EXPECT_EQ(s[OptimizerHome::exp_avg][i], 0.0f);  // the moments start at zero
@@ -128,11 +141,16 @@ TEST_P(Homes, BlocksCoverTheShardAndStateRoundTrips) {
     home.close(OptimizerHome::exp_avg, true);
     home.read(OptimizerHome::exp_avg, 7, 1000, v.data());
     for (std::size_t i = 0; i < 1000; ++i) ASSERT_EQ(v[i], -float(i + 7)) << i;
+    home.read(OptimizerHome::exp_avg, 5000, 300, v.data());  // across a split's boundary
+    for (std::size_t i = 0; i < 300; ++i) ASSERT_EQ(v[i], -float(i + 5000)) << i;
   }
   EXPECT_EQ(ledger.current(MemCategory::buffers), 0u);
+  EXPECT_EQ(ledger.current(MemCategory::optimizer), 0u);
   EXPECT_TRUE(std::filesystem::is_empty(o.nvme_path));
 }
 
 INSTANTIATE_TEST_SUITE_P(Offload, Homes,
-                         ::testing::Values(OffloadTarget::none, OffloadTarget::cpu,
-                                           OffloadTarget::nvme));
+                         ::testing::Values(HomeCase{OffloadTarget::none, 1.0},
+                                           HomeCase{OffloadTarget::cpu, 1.0},
+                                           HomeCase{OffloadTarget::cpu, 0.5},
+                                           HomeCase{OffloadTarget::nvme, 1.0}));

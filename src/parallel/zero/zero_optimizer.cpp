@@ -25,11 +25,15 @@ ZeroOptimizer::ZeroOptimizer(ZeroStorage& storage, const TensorTable& table,
 
 void ZeroOptimizer::copy_grads_to_host(int u, bool now) {
   const ZeroUnit& U = storage_.plan().units()[u];
-  char* host = host_grads(U.shard_offset);
-  const std::size_t bytes = storage_.plan().slice(U) * dtype_size(storage_.grads_dtype());
-  if (now) backend_.copy_to_host(host, storage_.owned_grads(u), bytes);
-  else backend_.copy_to_host_async(host, storage_.owned_grads(u), bytes);
   on_host_[std::size_t(u)] = true;
+  // The part of the slice whose state the host holds (offload.ratio).
+  const std::size_t lo = std::max(U.shard_offset, home_.offloaded_first());
+  const std::size_t hi = U.shard_offset + storage_.plan().slice(U);
+  if (lo >= hi) return;
+  const std::size_t w = dtype_size(storage_.grads_dtype());
+  const char* grads = static_cast<const char*>(storage_.owned_grads(u)) + (lo - U.shard_offset) * w;
+  if (now) backend_.copy_to_host(host_grads(lo), grads, (hi - lo) * w);
+  else backend_.copy_to_host_async(host_grads(lo), grads, (hi - lo) * w);
 }
 
 void ZeroOptimizer::begin_step() {
@@ -86,41 +90,65 @@ void ZeroOptimizer::for_owned(std::size_t first, std::size_t count, F&& f) {
   }
 }
 
-// The owned 16-bit weights of shard elements [first, first + count) become
-// the rounding of `master` (element `first` of the masters); `block` is the
-// piece of the parameters update_owned_params gave. Masters in host memory
-// (a cpu home) are rounded there into one of two staging blocks and copied
-// over while the host updates the next block (the caller waits for the last).
-void ZeroOptimizer::round_weights(std::size_t first, std::size_t count, const float* master,
-                                  void* block) {
-  const ZeroPlan& plan = storage_.plan();
+char* ZeroOptimizer::next_weights_staging() {
+  char* staging = reinterpret_cast<char*>(home_.staging_block(1 + weights_block_));
+  weights_block_ ^= 1;
+  return staging;
+}
+
+// The owned 16-bit weights of shard elements [lo, hi) of a piece that starts
+// at `first` become the rounding of the masters (`master`: element `first`),
+// written into `staging` (host memory, element `first` at its start) or,
+// without staging, into the owned weights themselves (`block`: the piece
+// update_owned_params gave).
+void ZeroOptimizer::round_weights(std::size_t first, std::size_t lo, std::size_t hi,
+                                  const float* master, char* staging, void* block) {
   const DType type = storage_.param_dtype();
-  const std::size_t w = dtype_size(type);
-  const bool on_host = home_.updates_on_host();
-  char* rounded = nullptr;  // 16-bit values of a block fit in its floats
-  if (on_host) {
-    rounded = reinterpret_cast<char*>(home_.staging_block(1 + weights_block_));
-    weights_block_ ^= 1;
-    home_.host_backend().convert(rounded, type, master, DType::f32, count);
-    backend_.wait_copies();  // the previous block's copies: its staging is the next one's
+  if (staging) {
+    home_.host_backend().convert(staging + (lo - first) * dtype_size(type), type,
+                                 master + (lo - first), DType::f32, hi - lo);
+    return;
   }
+  const ZeroPlan& plan = storage_.plan();
+  for (std::size_t u = 0; u < plan.units().size(); ++u) {
+    const ZeroUnit& U = plan.units()[u];
+    const std::size_t a = std::max(U.shard_offset, lo);
+    const std::size_t b = std::min(U.shard_offset + plan.slice(U), hi);
+    if (a < b)
+      backend_.convert(storage_.owned_param_at(int(u), a - U.shard_offset, first, block), type,
+                       master + (a - first), DType::f32, b - a);
+  }
+}
+
+// A piece's rounded weights, staged on the host, to the owned weights: they
+// go while the host updates the next piece into the other staging block (the
+// caller waits for the last). Waiting here for the previous piece's copies
+// frees that other block.
+void ZeroOptimizer::send_weights(std::size_t first, std::size_t count, const char* staging,
+                                 void* block) {
+  const ZeroPlan& plan = storage_.plan();
+  const std::size_t w = dtype_size(storage_.param_dtype());
+  backend_.wait_copies();
   for (std::size_t u = 0; u < plan.units().size(); ++u) {
     const ZeroUnit& U = plan.units()[u];
     const std::size_t a = std::max(U.shard_offset, first);
     const std::size_t b = std::min(U.shard_offset + plan.slice(U), first + count);
     if (a >= b) continue;
     void* weights = storage_.owned_param_at(int(u), a - U.shard_offset, first, block);
-    if (!on_host) backend_.convert(weights, type, master + (a - first), DType::f32, b - a);
-    else if (block) backend_.copy_from_host(weights, rounded + (a - first) * w, (b - a) * w);
-    else backend_.copy_from_host_async(weights, rounded + (a - first) * w, (b - a) * w);
+    const char* from = staging + (a - first) * w;
+    if (block) backend_.copy_from_host(weights, from, (b - a) * w);
+    else backend_.copy_from_host_async(weights, from, (b - a) * w);
   }
 }
 
 void ZeroOptimizer::refresh_weights() {
   if (!has_masters()) return;
   home_.for_blocks([&](std::size_t first, std::size_t count, float* const* state) {
+    const bool on_host = block_on_host(first);
     storage_.update_owned_params(first, count, [&](std::size_t a, std::size_t k, void* block) {
-      round_weights(a, k, state[OptimizerHome::masters] + (a - first), block);
+      char* staging = on_host ? next_weights_staging() : nullptr;
+      round_weights(a, a, a + k, state[OptimizerHome::masters] + (a - first), staging, block);
+      if (staging) send_weights(a, k, staging, block);
     });
   }, /*write_back=*/false);
   backend_.wait_copies();
@@ -154,43 +182,63 @@ bool ZeroOptimizer::grads_nonfinite() {
 // are copied first); f32 weights pass through a staging block and back,
 // 16-bit ones are rounded on the host. Same arithmetic either way
 // (compute/adamw_math.hpp): bit for bit as without offload.
+// With offload.ratio < 1 the device's part is the first block: on CUDA its
+// kernels run while the host updates the rest.
+// Where the update writes host memory, bf16 weights come out of the update
+// itself (one pass over the masters fewer; the padding between tensors is
+// rounded apart, as the separate rounding does).
 void ZeroOptimizer::step(float lr, float grad_scale) {
   ++t_;
   const float bc1 = 1.0f - static_cast<float>(std::pow(double(cfg_.beta1), double(t_)));
   const float bc2 = 1.0f - static_cast<float>(std::pow(double(cfg_.beta2), double(t_)));
-  const bool masters = has_masters(), on_host = home_.updates_on_host();
-  ComputeBackend& update = on_host ? home_.host_backend() : backend_;
-  float* p_stage = on_host ? home_.staging_block(1) : nullptr;
+  const bool masters = has_masters();
   const Arena& grads = storage_.owned_grads_arena();
-  if (on_host) {
+  if (home_.updates_on_host()) {
     backend_.wait_copies();
     for (std::size_t u = 0; u < on_host_.size(); ++u)
       if (!on_host_[u]) copy_grads_to_host(int(u), /*now=*/true);
     std::fill(on_host_.begin(), on_host_.end(), false);
   }
   home_.for_blocks([&](std::size_t first, std::size_t count, float* const* state) {
+    const bool on_host = block_on_host(first);
+    const bool fused = masters && storage_.param_dtype() == DType::bf16 &&
+                       (on_host || backend_.memory_is_host());
+    ComputeBackend& update = on_host ? home_.host_backend() : backend_;
+    float* p_stage = on_host ? home_.staging_block(1) : nullptr;
     float* m = state[OptimizerHome::exp_avg];
     float* v = state[OptimizerHome::exp_avg_sq];
     float* master = masters ? state[OptimizerHome::masters] : nullptr;
     // Offloaded parameters come through the storage in pieces of the block.
     storage_.update_owned_params(first, count, [&](std::size_t a, std::size_t k, void* block) {
+      char* staging = on_host && masters ? next_weights_staging() : nullptr;
+      std::size_t rounded = a;  // fused: the piece's weights below this are written
       for_owned(a, k, [&](const TensorInfo& t, int u, std::size_t off, std::size_t n) {
-        const std::size_t at = storage_.plan().units()[u].shard_offset + off - first;
+        const std::size_t s = storage_.plan().units()[u].shard_offset + off;  // shard element
+        const std::size_t at = s - first;
         void* weights = masters ? nullptr : storage_.owned_param_at(u, off, a, block);
         float* p = masters ? master + at : on_host ? p_stage : static_cast<float*>(weights);
+        std::uint16_t* bits = nullptr;
+        if (fused) {
+          if (rounded < s) round_weights(a, rounded, s, master + (a - first), staging, block);
+          bits = staging ? reinterpret_cast<std::uint16_t*>(staging) + (s - a)
+                         : static_cast<std::uint16_t*>(storage_.owned_param_at(u, off, a, block));
+          rounded = s + n;
+        }
         if (on_host && weights) backend_.copy_to_host(p, weights, n * sizeof(float));
         auto adamw = [&](const float* g, std::size_t o, std::size_t c) {
           update.adamw(p + o, g, m + at + o, v + at + o, c, lr, cfg_.beta1, cfg_.beta2,
                        cfg_.eps, t.weight_decay ? cfg_.weight_decay : 0.0f, bc1, bc2, grad_scale,
-                       nullptr);
+                       bits ? bits + o : nullptr);
         };
         if (on_host)
-          host_grad_chunks(storage_.plan().units()[u].shard_offset + off, n, adamw);
+          host_grad_chunks(s, n, adamw);
         else
           view_.for_chunks(grads, storage_.owned_grads_first(u) + off, n, adamw);
         if (on_host && weights) backend_.copy_from_host(weights, p, n * sizeof(float));
       });
-      if (masters) round_weights(a, k, master + (a - first), block);
+      if (!masters) return;
+      if (rounded < a + k) round_weights(a, rounded, a + k, master + (a - first), staging, block);
+      if (staging) send_weights(a, k, staging, block);
     });
   });
   backend_.wait_copies();

@@ -52,7 +52,10 @@ class ZeroOptimizer {
   // Calls f(tensor, unit, offset in the unit's slice, length) for each
   // tensor's part of an owned slice within shard elements [first, first + count).
   template <class F> void for_owned(std::size_t first, std::size_t count, F&& f);
-  void round_weights(std::size_t first, std::size_t count, const float* master, void* block);
+  void round_weights(std::size_t first, std::size_t lo, std::size_t hi, const float* master,
+                     char* staging, void* block);
+  void send_weights(std::size_t first, std::size_t count, const char* staging, void* block);
+  char* next_weights_staging();  // cpu home: the staging block the next piece's weights fill
   // cpu home: unit u's owned gradients, final, to their host copy (`now`,
   // or overlapping what is issued next until wait_copies).
   void copy_grads_to_host(int u, bool now);
@@ -60,7 +63,12 @@ class ZeroOptimizer {
   // as f32 (in place, or widened chunk by chunk).
   template <class F> void host_grad_chunks(std::size_t first, std::size_t n, F&& f);
   char* host_grads(std::size_t element) {
-    return static_cast<char*>(home_.host_grads()) + element * dtype_size(storage_.grads_dtype());
+    return static_cast<char*>(home_.host_grads()) +
+           (element - home_.offloaded_first()) * dtype_size(storage_.grads_dtype());
+  }
+  // A block of the home at shard element `first` is updated on the host.
+  bool block_on_host(std::size_t first) const {
+    return home_.updates_on_host() && first >= home_.offloaded_first();
   }
 
   ZeroStorage& storage_;
@@ -71,7 +79,7 @@ class ZeroOptimizer {
   GradView view_;  // the owned gradients as f32
   std::int64_t t_ = 0;
   std::vector<bool> on_host_;  // cpu home: unit's gradients copied (or on their way)
-  int weights_block_ = 0;      // cpu home: the staging block the next rounding fills
+  int weights_block_ = 0;      // cpu home: which of the two weights staging blocks is next
 };
 
 }  // namespace trident
