@@ -25,7 +25,11 @@ def layout_sets(layout):
     fields = dict(item.split("=", 1) for item in layout.split(","))
     out = []
     for key, value in fields.items():
-        if key == "offload":
+        if key == "offload":  # none, nvme, cpu or cpu:RATIO
+            home, _, ratio = value.partition(":")
+            out.append(f'offload.optimizer="{home}"')
+            if ratio:
+                out.append(f"offload.ratio={ratio}")
             continue
         if key == "sp":
             value = "true" if value == "1" else "false"

@@ -5,7 +5,7 @@
 //   trident inspect CHECKPOINT.h5
 //   trident check DECK.toml --ranks N [--set section.key=value]... [--layouts FILE] [--json]
 //   trident plan DECK.toml --gpus N [--cluster NAME|FILE.toml] [--set ...]... [--top K]
-//                [--layout tp=8,pp=4,dp=16,v=2,mb=1,zero=1,sp=1,recompute=selective] [--json]
+//                [--layout tp=8,pp=4,dp=16,v=2,mb=1,zero=1,sp=1,recompute=selective[,offload=cpu]] [--json]
 //                [--stored-attention]
 #include <mpi.h>
 
@@ -72,7 +72,7 @@ int run(int argc, char** argv, int rank) {
   plan_cmd->add_option("--top", plan.top, "How many layouts to list (default 5)");
   plan_cmd->add_option("--layout", plan.layout,
                        "Predict one layout: tp=8,pp=4,dp=16,v=2,mb=1,zero=1,sp=1,"
-                       "recompute=selective[,offload=none]");
+                       "recompute=selective[,offload=none|cpu|cpu:RATIO|nvme]");
   plan_cmd->add_flag("--json", plan.json, "Print the plan as one JSON document");
   plan_cmd->add_flag("--stored-attention", plan.stored_attention,
                      "Model a framework that keeps the attention probabilities (Megatron-LM "

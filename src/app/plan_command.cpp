@@ -28,6 +28,8 @@ nlohmann::json to_json(const Prediction& p) {
           {"sequence_parallel", p.sequence_parallel},
           {"recompute", choice_name(p.recompute)},
           {"schedule", choice_name(p.schedule)},
+          {"offload", choice_name(p.offload)},
+          {"offload_ratio", p.offload_ratio},
           {"step_s", p.step_s},
           {"tokens_per_s_per_gpu", p.tokens_per_s_per_gpu},
           {"model_tflops_per_gpu", p.model_tflops},
@@ -37,6 +39,8 @@ nlohmann::json to_json(const Prediction& p) {
           {"model_state_bytes", p.model_state_bytes},
           {"activation_bytes", p.activation_bytes},
           {"capacity_bytes", p.capacity_bytes},
+          {"host_bytes", p.host_bytes},
+          {"host_capacity_bytes", p.host_capacity_bytes},
           {"fits", p.fits()},
           {"largest_cost", p.largest_cost()},
           {"costs_s", costs},
@@ -44,12 +48,12 @@ nlohmann::json to_json(const Prediction& p) {
 }
 
 void print_header() {
-  fmt::print("{:<58}{:>9}{:>10}{:>8}{:>8}{:>6}{:>24}  {}\n", "layout", "step s", "tok/s/gpu",
+  fmt::print("{:<72}{:>9}{:>10}{:>8}{:>8}{:>6}{:>24}  {}\n", "layout", "step s", "tok/s/gpu",
              "TF mdl", "TF hw", "MFU", "memory / capacity", "bounded by");
 }
 
 void print_row(const Prediction& p) {
-  fmt::print("{:<58}{:>9.3f}{:>10.0f}{:>8.1f}{:>8.1f}{:>5.0f}%{:>24}  {}\n", layout_string(p),
+  fmt::print("{:<72}{:>9.3f}{:>10.0f}{:>8.1f}{:>8.1f}{:>5.0f}%{:>24}  {}\n", layout_string(p),
              p.step_s, p.tokens_per_s_per_gpu, p.model_tflops, p.hardware_tflops, 100 * p.mfu,
              format_bytes(p.memory_bytes) + " / " + format_bytes(p.capacity_bytes), p.reason());
 }
@@ -88,7 +92,12 @@ int plan_command(const PlanOptions& o) {
       fmt::print("\nmemory per GPU: model state {} + activations {} + overhead {} = {} of {}: {}\n",
                  format_bytes(p.model_state_bytes), format_bytes(p.activation_bytes),
                  format_bytes(p.overhead_bytes), format_bytes(p.memory_bytes),
-                 format_bytes(p.capacity_bytes), p.fits() ? "fits" : "does NOT fit (OOM)");
+                 format_bytes(p.capacity_bytes),
+                 p.memory_bytes <= p.capacity_bytes ? "fits" : "does NOT fit (OOM)");
+      if (p.offload == OffloadTarget::cpu)
+        fmt::print("host memory per GPU: offloaded state {} of {}: {}\n", format_bytes(p.host_bytes),
+                   format_bytes(p.host_capacity_bytes),
+                   p.host_bytes <= p.host_capacity_bytes ? "fits" : "does NOT fit");
       return kExitOk;
     }
     const PlanResult r = plan_all(request, cluster);

@@ -38,7 +38,7 @@ const std::vector<std::pair<double, double>> kGpuGemmCurve = {
     {1e8, 0.16}, {1e9, 0.40}, {1e10, 0.63}, {1e11, 0.72}, {1e12, 0.75}};
 
 Cluster dgx(const std::string& name, double peak16, double peak32, double gib, double hbm,
-            double nvlink, double nic) {
+            double nvlink, double nic, double host_gib, double host_gbps, double pcie) {
   Cluster c;
   c.name = name;
   c.gpus_per_node = 8;
@@ -49,17 +49,25 @@ Cluster dgx(const std::string& name, double peak16, double peak32, double gib, d
   c.intra = {nvlink, 10};
   c.inter = {nic, 20};
   c.gemm_efficiency = kGpuGemmCurve;
+  c.host_gib = host_gib;
+  c.host_gbps = host_gbps;
+  c.pcie_gbps = pcie;
   return c;
 }
 
 // Vendor data sheets: A100 SXM (312 TFLOP/s bf16, NVLink 3 at 300 GB/s per
 // direction, one 200 Gb/s HDR NIC per GPU); H100/H200 SXM (989 TFLOP/s bf16,
-// NVLink 4 at 450 GB/s, one 400 Gb/s NDR NIC per GPU).
+// NVLink 4 at 450 GB/s, one 400 Gb/s NDR NIC per GPU). Hosts: DGX A100, two
+// EPYC 7742 (8 channels of DDR4-3200 each: 409.6 GB/s), 1 TB (320 GB system)
+// or 2 TB, PCIe 4 x16 per GPU (32 GB/s); DGX H100/H200, two Xeon 8480C
+// (8 channels of DDR5-4800 each: 614.4 GB/s), 2 TB, PCIe 5 x16 (64 GB/s).
+// Their NVMe's rate is not on the data sheets: a site TOML gives nvme_gbps.
 Cluster builtin(const std::string& name) {
-  if (name == "dgx-a100-80gb") return dgx(name, 312, 19.5, 80, 2039, 300, 25);
-  if (name == "dgx-a100-40gb") return dgx(name, 312, 19.5, 40, 1555, 300, 25);
-  if (name == "dgx-h100") return dgx(name, 989, 67, 80, 3350, 450, 50);
-  if (name == "dgx-h200") return dgx(name, 989, 67, 141e9 / (1 << 30), 4800, 450, 50);
+  if (name == "dgx-a100-80gb") return dgx(name, 312, 19.5, 80, 2039, 300, 25, 2048, 409.6, 32);
+  if (name == "dgx-a100-40gb") return dgx(name, 312, 19.5, 40, 1555, 300, 25, 1024, 409.6, 32);
+  if (name == "dgx-h100") return dgx(name, 989, 67, 80, 3350, 450, 50, 2048, 614.4, 64);
+  if (name == "dgx-h200")
+    return dgx(name, 989, 67, 141e9 / (1 << 30), 4800, 450, 50, 2048, 614.4, 64);
   if (name == "this-cpu") return calibrate_this_cpu();
   return {};
 }
@@ -99,6 +107,17 @@ Cluster parse_cluster_toml(const std::string& text, const std::string& origin) {
   c.intra = {need("intra_node_gbps"), t["intra_node_latency_us"].value_or(10.0)};
   c.inter = {need("inter_node_gbps"), t["inter_node_latency_us"].value_or(20.0)};
   c.comm_efficiency = t["comm_efficiency"].value_or(c.comm_efficiency);
+  auto optional = [&](const char* key) {
+    const double v = t[key].value_or(0.0);
+    if (v < 0)
+      throw InputError(fmt::format("{}: cluster key '{}' must be a positive number (or left out: "
+                                   "then offload to it is not planned)", origin, key));
+    return v;
+  };
+  c.host_gib = optional("host_gib");
+  c.host_gbps = optional("host_gbps");
+  c.pcie_gbps = optional("pcie_gbps");
+  c.nvme_gbps = optional("nvme_gbps");
   c.gemm_efficiency = kGpuGemmCurve;
   if (const toml::array* curve = t["gemm_efficiency"].as_array()) {
     c.gemm_efficiency.clear();
@@ -178,6 +197,10 @@ Cluster calibrate_this_cpu() {
   double kib = 0;
   while (meminfo >> key >> kib && key != "MemTotal:") {}
   c.hbm_gib = kib / (1024.0 * 1024.0);
+  // The host is the device: "offloaded" state stays in the same memory and
+  // its copies are copies within it.
+  c.host_gib = c.hbm_gib;
+  c.host_gbps = c.pcie_gbps = c.hbm_gbps;
   // Ranks of one host talk through MPI's shared memory. Its nonblocking
   // collectives (1-25 MiB, 2-8 ranks on 2 cores) reached 0.2-3 GB/s bus
   // bandwidth here, about a tenth of one core's copy rate: copies in and out,

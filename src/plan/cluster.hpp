@@ -26,6 +26,11 @@ struct Cluster {
   Link inter;                 // between nodes, per GPU (its NIC)
   // (GEMM FLOPs, fraction of peak) by increasing size; interpolated in log size.
   std::vector<std::pair<double, double>> gemm_efficiency;
+  // The host, for ZeRO-Offload and ZeRO-Infinity plans (0: unknown, not planned).
+  double host_gib = 0;   // memory per node
+  double host_gbps = 0;  // its bandwidth per node: the host's AdamW is bound by it
+  double pcie_gbps = 0;  // host <-> GPU per GPU, each direction
+  double nvme_gbps = 0;  // node-local NVMe per node, each direction
   double comm_efficiency = 0.8;  // fraction of a link's bandwidth collectives reach
   bool shared_node = false;      // this-cpu: a node's ranks split its cores and bandwidth
 

@@ -70,9 +70,47 @@ std::string Prediction::reason() const {
   for (std::size_t i = 0; i < sorted.size() && i < 3; ++i)
     out += fmt::format("{}{} {:.0f}%", i ? ", " : "", sorted[i].first,
                        100 * sorted[i].second / step_s);
-  if (!fits()) out = "does not fit: " + out;
+  if (memory_bytes > capacity_bytes) out = "does not fit: " + out;
+  else if (!fits()) out = "host memory short: " + out;
   return out;
 }
+
+namespace {
+
+// The step's update of a shard of `shard` parameters (g, w: bytes of a
+// gradient and a weight) where offload.optimizer puts it. `c` is the cluster
+// as this rank sees it (a shared host's bandwidth already split).
+//   none: AdamW at the device's memory bandwidth;
+//   cpu:  the host's part (offload.ratio) at the host's bandwidth per GPU,
+//         beside the device's part; the weights come back over PCIe while the
+//         host updates (alternating staging), the gradients leave during the
+//         last backward. On a shared host nothing overlaps: the same cores
+//         also copy the gradients out and the weights back;
+//   nvme: the state's kinds read and written back at the node's NVMe rate per
+//         GPU (and over PCIe on a GPU), the update overlapped with the stream.
+double optimizer_time(const Deck& deck, const Cluster& c, const StepModel& sm, double shard,
+                      int g, int w, double backward_last) {
+  const double adamw_bytes = 3 * 2 * 4 + g + w;
+  const OffloadTarget home = deck.offload.optimizer;
+  if (home == OffloadTarget::none) return sm.bytes_time(shard * adamw_bytes);
+  const double per_gpu = c.shared_node ? 1.0 : 1.0 / c.gpus_per_node;
+  if (home == OffloadTarget::nvme) {
+    const double kinds = w == 4 ? 2 : 3;  // moments, and masters of 16-bit weights
+    const double stream = 2 * shard * kinds * 4 / (c.nvme_gbps * per_gpu * 1e9);
+    const double pcie = c.shared_node ? 0 : shard * kinds * 4 / (c.pcie_gbps * 1e9);
+    return std::max({stream, pcie, sm.bytes_time(shard * adamw_bytes)});
+  }
+  const double host = shard * deck.offload.ratio, device = shard - host;
+  const double on_device = sm.bytes_time(device * adamw_bytes);
+  if (c.shared_node)  // plus the gradients' host copy and the weights' way back
+    return on_device + sm.bytes_time(host * (adamw_bytes + 2 * g + 2 * w));
+  const double on_host = host * adamw_bytes / (c.host_gbps * per_gpu * 1e9);
+  const double back = host * (w == 4 ? 2 * w : w) / (c.pcie_gbps * 1e9);  // f32: over and back
+  const double grads_out = host * g / (c.pcie_gbps * 1e9);
+  return std::max({on_device, on_host, back}) + std::max(0.0, grads_out - backward_last);
+}
+
+}  // namespace
 
 Prediction predict_step(const Deck& deck, const GridShape& shape, const Cluster& cluster,
                         const MemoryEstimate& state, bool stored_attention) {
@@ -87,6 +125,8 @@ Prediction predict_step(const Deck& deck, const GridShape& shape, const Cluster&
   p.sequence_parallel = par.sequence_parallel && shape.tp > 1;
   p.recompute = deck.train.recompute;
   p.schedule = par.schedule;
+  p.offload = deck.offload.optimizer;
+  p.offload_ratio = p.offload == OffloadTarget::cpu ? deck.offload.ratio : 1.0;
 
   const int t = shape.tp, pp = shape.pp, v = par.virtual_stages, mbs = p.micro_batches;
   const int w = precision_dtype(deck.precision.dtype) == DType::f32 ? 4 : 2;
@@ -95,7 +135,7 @@ Prediction predict_step(const Deck& deck, const GridShape& shape, const Cluster&
   // more ranks than cores), so they split its FLOP/s, bandwidth and memory.
   const int on_node = cluster.shared_node ? shape.size() : 1;
   Cluster c = cluster;
-  if (cluster.shared_node) c.hbm_gbps /= on_node;
+  if (cluster.shared_node) c.hbm_gbps /= on_node, c.nvme_gbps /= on_node;
   // Past the cores, a rank that waits for a message yields its core (MPI
   // yields when oversubscribed) and another rank computes meanwhile: each
   // rank sees its messages' time shrink by the ranks per core.
@@ -203,7 +243,7 @@ Prediction predict_step(const Deck& deck, const GridShape& shape, const Cluster&
   // AdamW touches the f32 master, both moments (read + write), the gradient
   // and writes the 16-bit weight, on its 1/dp shard under ZeRO.
   const double shard = zs > 0 ? psi / dp : psi;
-  const double optimizer = sm.bytes_time(shard * (3 * 2 * 4 + g + w));
+  const double optimizer = optimizer_time(deck, c, sm, shard, g, w, backward_last);
 
   p.costs = {{"gemm", mbs * gemm_mb + mbs * logits * 0.9},
              {"memory-bound", mbs * elem_mb + mbs * logits * 0.1},
@@ -250,6 +290,15 @@ Prediction predict_step(const Deck& deck, const GridShape& shape, const Cluster&
   p.overhead_bytes = cluster.shared_node ? 0 : kGpuOverheadBytes;
   p.memory_bytes = p.model_state_bytes + p.activation_bytes + p.overhead_bytes;
   p.capacity_bytes = cluster.hbm_gib * kGiB / (cluster.shared_node ? on_node : 1);
+  // Offloaded state in host memory: on a shared host the same memory as the
+  // arenas, else the node's host memory split over its GPUs.
+  p.host_bytes = state.host;
+  if (cluster.shared_node) {
+    p.memory_bytes += p.host_bytes;
+    p.host_capacity_bytes = p.capacity_bytes;
+  } else {
+    p.host_capacity_bytes = cluster.host_gib * kGiB / cluster.gpus_per_node;
+  }
   return p;
 }
 

@@ -21,6 +21,8 @@ struct Prediction {
   bool sequence_parallel = false;
   Recompute recompute = Recompute::none;
   ScheduleKind schedule = ScheduleKind::one_f_one_b;
+  OffloadTarget offload = OffloadTarget::none;  // offload.optimizer
+  double offload_ratio = 1;                      // offload.ratio (cpu)
 
   double step_s = 0;
   double tokens_per_s_per_gpu = 0;
@@ -35,7 +37,9 @@ struct Prediction {
   double overhead_bytes = 0;     // workspaces, communicator buffers
   double memory_bytes = 0;
   double capacity_bytes = 0;
-  bool fits() const { return memory_bytes <= capacity_bytes; }
+  double host_bytes = 0;           // offloaded state in host memory, per GPU
+  double host_capacity_bytes = 0;  // the node's host memory over its GPUs
+  bool fits() const { return memory_bytes <= capacity_bytes && host_bytes <= host_capacity_bytes; }
 
   std::string largest_cost() const;
   std::string reason() const;  // one line: what bounds this layout

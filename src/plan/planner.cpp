@@ -45,6 +45,36 @@ std::pair<Deck, GridShape> resolve(const PlanRequest& r, const std::vector<std::
   return {deck, shape};
 }
 
+// "none", "cpu", "cpu:R" (offload.ratio R) or "nvme".
+std::pair<OffloadTarget, double> parse_offload(const std::string& value) {
+  const auto colon = value.find(':');
+  const auto home = parse_choice<OffloadTarget>(value.substr(0, colon));
+  double ratio = 1;
+  bool ratio_ok = colon == std::string::npos;
+  if (!ratio_ok && home == OffloadTarget::cpu) {
+    std::size_t used = 0;
+    try {
+      ratio = std::stod(value.substr(colon + 1), &used);
+    } catch (const std::exception&) {
+    }
+    ratio_ok = used > 0 && used == value.size() - colon - 1 && ratio > 0 && ratio <= 1;
+  }
+  if (!home || !ratio_ok)
+    throw InputError(fmt::format("--layout: offload={} is not valid; offload must be none, cpu, "
+                                 "cpu:RATIO (the host's share of the optimizer state, in (0, 1]) "
+                                 "or nvme", value));
+  return {*home, ratio};
+}
+
+// The deck keys of an optimizer offload setting. The plan never opens the
+// swap file, so a stand-in nvme_path satisfies the validator.
+std::vector<std::string> offload_overrides(OffloadTarget home, double ratio) {
+  std::vector<std::string> out = {std::string("offload.optimizer=") + choice_name(home)};
+  if (home == OffloadTarget::cpu) out.push_back(fmt::format("offload.ratio={}", ratio));
+  if (home == OffloadTarget::nvme) out.push_back("offload.nvme_path=\"/tmp\"");
+  return out;
+}
+
 }  // namespace
 
 std::vector<std::string> layout_overrides(const std::string& layout) {
@@ -93,9 +123,10 @@ std::vector<std::string> layout_overrides(const std::string& layout) {
                                      value, choice_list<Recompute>("")));
       out.push_back("train.recompute=" + value);
     }
-    if (key == "offload" && value != "none")
-      throw InputError(fmt::format("--layout: offload={} is not valid; Trident keeps every "
-                                   "state on the device: offload must be none", value));
+    if (key == "offload") {
+      const auto [home, ratio] = parse_offload(value);
+      for (auto& o : offload_overrides(home, ratio)) out.push_back(std::move(o));
+    }
     if (key == "schedule") out.push_back("parallel.schedule=" + value);
   }
   if (seen.count("v")) {
@@ -108,9 +139,13 @@ std::vector<std::string> layout_overrides(const std::string& layout) {
 }
 
 std::string layout_string(const Prediction& p) {
-  return fmt::format("tp={},pp={},dp={},v={},mb={},zero={},sp={},recompute={}", p.shape.tp,
+  std::string offload;
+  if (p.offload != OffloadTarget::none) offload = fmt::format(",offload={}", choice_name(p.offload));
+  if (p.offload == OffloadTarget::cpu && p.offload_ratio < 1)
+    offload += fmt::format(":{}", p.offload_ratio);
+  return fmt::format("tp={},pp={},dp={},v={},mb={},zero={},sp={},recompute={}{}", p.shape.tp,
                      p.shape.pp, p.shape.dp, p.virtual_stages, p.micro_batch, p.zero_stage,
-                     p.sequence_parallel ? 1 : 0, choice_name(p.recompute));
+                     p.sequence_parallel ? 1 : 0, choice_name(p.recompute), offload);
 }
 
 Prediction plan_layout(const PlanRequest& r, const std::vector<std::string>& layout,
@@ -125,9 +160,17 @@ PlanResult plan_all(const PlanRequest& r, const Cluster& cluster) {
   const Deck base = parse_deck(r.deck_text, r.deck_path, r.overrides);
   const int batch = base.train.batch;
   const bool interleaved_deck = base.parallel.schedule == ScheduleKind::interleaved;
-  // Model state depends on the grid, chunks, ZeRO stage and SP, not on the
-  // micro-batch or recompute: estimate it once per such key.
-  std::map<std::tuple<int, int, int, int, bool>, MemoryEstimate> states;
+  // Model state depends on the grid, chunks, ZeRO stage, SP and offload, not
+  // on the micro-batch or recompute: estimate it once per such key.
+  std::map<std::tuple<int, int, int, int, bool, int, double>, MemoryEstimate> states;
+  // A layout whose state does not fit the device tries the optimizer's state
+  // on the host, the smallest share first (the fastest), then on NVMe where
+  // the cluster says how fast its NVMe is.
+  std::vector<std::pair<OffloadTarget, double>> offloads = {{OffloadTarget::none, 1.0}};
+  if (cluster.host_gib > 0 && cluster.host_gbps > 0 && cluster.pcie_gbps > 0)
+    for (double ratio : {0.25, 0.5, 0.75, 1.0}) offloads.emplace_back(OffloadTarget::cpu, ratio);
+  if (cluster.nvme_gbps > 0 && (cluster.pcie_gbps > 0 || cluster.shared_node))
+    offloads.emplace_back(OffloadTarget::nvme, 1.0);
   for (int tp = 1; tp <= std::min(r.gpus, cluster.gpus_per_node); tp *= 2)
     for (int pp = 1; pp <= std::min(r.gpus / tp, base.model.layers); ++pp) {
       if (r.gpus % (tp * pp) != 0) continue;
@@ -147,17 +190,26 @@ PlanResult plan_all(const PlanRequest& r, const Cluster& cluster) {
                 if (v > 1) layout.push_back(schedule_override(ScheduleKind::interleaved));
                 else if (interleaved_deck)
                   layout.push_back(schedule_override(ScheduleKind::one_f_one_b));
-                ++out.considered;
-                try {
-                  auto [deck, shape] = resolve(r, layout);
-                  const auto key = std::make_tuple(tp, pp, v, zero, sp == 1);
-                  auto it = states.find(key);
-                  if (it == states.end())
-                    it = states.emplace(key, estimate_memory(deck, shape, zero)).first;
-                  Prediction p = predict_step(deck, shape, cluster, it->second, r.stored_attention);
-                  (p.fits() ? out.fitting : out.too_large).push_back(std::move(p));
-                } catch (const InputError&) {
-                  ++out.invalid;
+                for (const auto& [home, ratio] : offloads) {
+                  if (home != OffloadTarget::none && zero == 0) break;  // offload needs ZeRO
+                  std::vector<std::string> sets = layout;
+                  for (auto& o : offload_overrides(home, ratio)) sets.push_back(std::move(o));
+                  ++out.considered;
+                  try {
+                    auto [deck, shape] = resolve(r, sets);
+                    const auto key = std::make_tuple(tp, pp, v, zero, sp == 1, int(home), ratio);
+                    auto it = states.find(key);
+                    if (it == states.end())
+                      it = states.emplace(key, estimate_memory(deck, shape, zero)).first;
+                    Prediction p =
+                        predict_step(deck, shape, cluster, it->second, r.stored_attention);
+                    const bool fits = p.fits();
+                    (fits ? out.fitting : out.too_large).push_back(std::move(p));
+                    if (fits) break;  // more offload would only be slower
+                  } catch (const InputError&) {
+                    ++out.invalid;
+                    break;
+                  }
                 }
               }
     }

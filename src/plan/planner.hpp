@@ -1,6 +1,7 @@
 // Layouts for a deck on N GPUs: one given as tp=8,pp=4,... or every layout the
 // deck validator (parse_deck + resolve_layout, as `trident check`) accepts,
-// each with its predicted step and memory.
+// each with its predicted step and memory; one that does not fit the device
+// is tried again with the optimizer's state offloaded.
 #pragma once
 #include <string>
 #include <vector>
@@ -20,7 +21,7 @@ struct PlanRequest {
   bool stored_attention = false;
 };
 
-// "tp=8,pp=4,dp=16,v=2,mb=1,zero=1,sp=1,recompute=selective[,offload=none]"
+// "tp=8,pp=4,dp=16,v=2,mb=1,zero=1,sp=1,recompute=selective[,offload=cpu:0.5]"
 // as deck overrides. Throws InputError naming the malformed field.
 std::vector<std::string> layout_overrides(const std::string& layout);
 // A prediction's layout in the same words, so it can be pasted back.
