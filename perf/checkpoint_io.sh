@@ -10,8 +10,9 @@
 # parallelism: the replicas share the writing and the reading); spread:
 # every rank holds and writes 1/RANKS of each tensor (ZeRO).
 # fio side: one job, 1 MiB blocks, write ended by fsync (as a checkpoint is),
-# both through the page cache and direct (O_DIRECT, as trident moves its bulk):
-# the ratio is against the faster of the two, the disk's own speed either way.
+# both through the page cache and direct (O_DIRECT, as trident moves its bulk,
+# with as many requests in flight): the ratio is against the faster of the two,
+# the disk's own speed either way.
 # The page cache is dropped before every write and read when this runs as root,
 # so reads come from the disk. A virtual disk's speed drifts from minute to
 # minute, so each trident transfer runs right next to fio's direct one (in
@@ -51,16 +52,21 @@ echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -
 echo "disk: $(df -hT "$dir" | awk 'NR==2 {print $1, $2, $3}') at $dir"
 echo "versions: $(mpirun --version | head -1), HDF5 $(h5dump --version 2>/dev/null | awk '{print $NF}'), $(fio --version), kernel $(uname -r)"
 [ -w /proc/sys/vm/drop_caches ] || echo "note: not root, page cache not dropped: reads may come from memory"
-echo "command: mpirun -np $ranks ${placement[*]} $bench write|read $dir/ck --owner $owner; fio --rw=write|read --bs=1M --end_fsync=1 [--direct=1]"
+echo "command: mpirun -np $ranks ${placement[*]} $bench write|read $dir/ck --owner $owner; fio --rw=write|read --bs=1M --end_fsync=1 [--direct=1 --ioengine=io_uring --iodepth=${FIO_DEPTH:-8}]"
 echo "load: $(uptime | sed 's/.*load/load/')"
 
 tw=() tr=() fw=() fr=() dw=() dr=() rw=() rr=()
 trident_run() {  # write|read -> GB/s
   mpirun -np "$ranks" "${placement[@]}" "$bench" "$1" "$dir/ck" --owner "$owner" | awk '{print $6}'
 }
+# Direct I/O with FIO_DEPTH (default 8) requests in flight through io_uring, as
+# Trident keeps 8 buffers in flight; buffered I/O one request at a time (the
+# page cache does the queueing).
 fio_run() {  # RW DIRECT -> GB/s
+  local engine=(--ioengine=psync)
+  [ "$2" = 1 ] && engine=(--ioengine=io_uring --iodepth="${FIO_DEPTH:-8}")
   fio --name="$1" --filename="$dir/fio.dat" --rw="$1" --bs=1M --size="$bytes" --direct="$2" \
-      --ioengine=psync --end_fsync=1 --output-format=json | fio_gbps "$1"
+      "${engine[@]}" --end_fsync=1 --output-format=json | fio_gbps "$1"
 }
 ratio() { python3 -c 'import sys; t, a, b = map(float, sys.argv[1:]); print(f"{t / max(a, b):.2f}")' "$@"; }
 # A first write learns the checkpoint's size for fio (and warms the disk).
