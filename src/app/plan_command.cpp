@@ -93,7 +93,7 @@ int plan_command(const PlanOptions& o) {
                  format_bytes(p.model_state_bytes), format_bytes(p.activation_bytes),
                  format_bytes(p.overhead_bytes), format_bytes(p.memory_bytes),
                  format_bytes(p.capacity_bytes),
-                 p.memory_bytes <= p.capacity_bytes ? "fits" : "does NOT fit (OOM)");
+                 p.fits_device() ? "fits" : "does NOT fit (OOM)");
       if (p.offload == OffloadTarget::cpu)
         fmt::print("host memory per GPU: offloaded state {} of {}: {}\n", format_bytes(p.host_bytes),
                    format_bytes(p.host_capacity_bytes),

@@ -37,10 +37,11 @@ std::size_t OptimizerHome::device_elements(const OffloadSection& o, std::size_t 
 OptimizerHome::ArenaBytes OptimizerHome::arena_bytes(const OffloadSection& o, std::size_t n,
                                                      int kinds, bool memory_is_host) {
   const std::size_t k = std::size_t(kinds), block = block_elements(o) * sizeof(float);
-  const std::size_t device = device_elements(o, n);
   if (o.optimizer == OffloadTarget::none) return {k * n * sizeof(float), 0};
-  if (o.optimizer == OffloadTarget::cpu)
+  if (o.optimizer == OffloadTarget::cpu) {
+    const std::size_t device = device_elements(o, n);
     return {k * device * sizeof(float), kHostStaging * std::min(block, (n - device) * sizeof(float))};
+  }
   ArenaBytes b;
   b.buffers += std::size_t(kStreamSets) * k * block;
   if (!memory_is_host) b.buffers += k * block;

@@ -88,7 +88,7 @@ class OptimizerHome {
   // Host staging, staging_elements() floats each: 16-bit gradients widened
   // (0), a block's parameters (1, 2: the one being copied back and the next).
   float* staging_block(int i) { return host_staging_[std::size_t(i)].get(); }
-  std::size_t staging_elements() const { return std::min(block_, n_); }
+  std::size_t staging_elements() const { return std::min(block_, n_ - offloaded_first_); }
   // cpu: the owned gradients of elements [offloaded_first(), n) in host memory,
   // in the gradients' type.
   void* host_grads() { return host_grads_.get(); }

@@ -70,7 +70,7 @@ std::string Prediction::reason() const {
   for (std::size_t i = 0; i < sorted.size() && i < 3; ++i)
     out += fmt::format("{}{} {:.0f}%", i ? ", " : "", sorted[i].first,
                        100 * sorted[i].second / step_s);
-  if (memory_bytes > capacity_bytes) out = "does not fit: " + out;
+  if (!fits_device()) out = "does not fit: " + out;
   else if (!fits()) out = "host memory short: " + out;
   return out;
 }

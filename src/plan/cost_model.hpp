@@ -39,7 +39,8 @@ struct Prediction {
   double capacity_bytes = 0;
   double host_bytes = 0;           // offloaded state in host memory, per GPU
   double host_capacity_bytes = 0;  // the node's host memory over its GPUs
-  bool fits() const { return memory_bytes <= capacity_bytes && host_bytes <= host_capacity_bytes; }
+  bool fits_device() const { return memory_bytes <= capacity_bytes; }
+  bool fits() const { return fits_device() && host_bytes <= host_capacity_bytes; }
 
   std::string largest_cost() const;
   std::string reason() const;  // one line: what bounds this layout

@@ -90,6 +90,17 @@ void ZeroOptimizer::for_owned(std::size_t first, std::size_t count, F&& f) {
   }
 }
 
+template <class F>
+void ZeroOptimizer::for_unit_ranges(std::size_t lo, std::size_t hi, F&& f) {
+  const ZeroPlan& plan = storage_.plan();
+  for (std::size_t u = 0; u < plan.units().size(); ++u) {
+    const ZeroUnit& U = plan.units()[u];
+    const std::size_t a = std::max(U.shard_offset, lo);
+    const std::size_t b = std::min(U.shard_offset + plan.slice(U), hi);
+    if (a < b) f(int(u), a, b);
+  }
+}
+
 char* ZeroOptimizer::next_weights_staging() {
   char* staging = reinterpret_cast<char*>(home_.staging_block(1 + weights_block_));
   weights_block_ ^= 1;
@@ -109,15 +120,11 @@ void ZeroOptimizer::round_weights(std::size_t first, std::size_t lo, std::size_t
                                  master + (lo - first), DType::f32, hi - lo);
     return;
   }
-  const ZeroPlan& plan = storage_.plan();
-  for (std::size_t u = 0; u < plan.units().size(); ++u) {
-    const ZeroUnit& U = plan.units()[u];
-    const std::size_t a = std::max(U.shard_offset, lo);
-    const std::size_t b = std::min(U.shard_offset + plan.slice(U), hi);
-    if (a < b)
-      backend_.convert(storage_.owned_param_at(int(u), a - U.shard_offset, first, block), type,
-                       master + (a - first), DType::f32, b - a);
-  }
+  for_unit_ranges(lo, hi, [&](int u, std::size_t a, std::size_t b) {
+    backend_.convert(storage_.owned_param_at(u, a - storage_.plan().units()[u].shard_offset,
+                                             first, block),
+                     type, master + (a - first), DType::f32, b - a);
+  });
 }
 
 // A piece's rounded weights, staged on the host, to the owned weights: they
@@ -126,19 +133,15 @@ void ZeroOptimizer::round_weights(std::size_t first, std::size_t lo, std::size_t
 // frees that other block.
 void ZeroOptimizer::send_weights(std::size_t first, std::size_t count, const char* staging,
                                  void* block) {
-  const ZeroPlan& plan = storage_.plan();
   const std::size_t w = dtype_size(storage_.param_dtype());
   backend_.wait_copies();
-  for (std::size_t u = 0; u < plan.units().size(); ++u) {
-    const ZeroUnit& U = plan.units()[u];
-    const std::size_t a = std::max(U.shard_offset, first);
-    const std::size_t b = std::min(U.shard_offset + plan.slice(U), first + count);
-    if (a >= b) continue;
-    void* weights = storage_.owned_param_at(int(u), a - U.shard_offset, first, block);
+  for_unit_ranges(first, first + count, [&](int u, std::size_t a, std::size_t b) {
+    void* weights =
+        storage_.owned_param_at(u, a - storage_.plan().units()[u].shard_offset, first, block);
     const char* from = staging + (a - first) * w;
     if (block) backend_.copy_from_host(weights, from, (b - a) * w);
     else backend_.copy_from_host_async(weights, from, (b - a) * w);
-  }
+  });
 }
 
 void ZeroOptimizer::refresh_weights() {

@@ -52,6 +52,8 @@ class ZeroOptimizer {
   // Calls f(tensor, unit, offset in the unit's slice, length) for each
   // tensor's part of an owned slice within shard elements [first, first + count).
   template <class F> void for_owned(std::size_t first, std::size_t count, F&& f);
+  // f(unit, a, b) for each unit's part [a, b) of shard elements [lo, hi).
+  template <class F> void for_unit_ranges(std::size_t lo, std::size_t hi, F&& f);
   void round_weights(std::size_t first, std::size_t lo, std::size_t hi, const float* master,
                      char* staging, void* block);
   void send_weights(std::size_t first, std::size_t count, const char* staging, void* block);
