@@ -75,7 +75,7 @@ const std::map<std::string, std::string>& meanings() {
       {"checkpoint.minutes", "wall-clock minutes between checkpoints, by rank 0's clock (0: not by time)"},
       {"checkpoint.keep", "complete checkpoints kept; older ones are deleted, never the one `latest` names (0: keep all)"},
       {"system.threads", "OpenMP/BLAS threads per rank; 0: the cores this rank is bound to, or cores/ranks-per-node if unbound"},
-      {"system.peak_tflops", "per-rank peak TFLOP/s for MFU, overriding the backend's (0: the backend's: CPU from its vector ISA, clock and threads, or a measured GEMM where that is faster (bf16 runs: the AMX tile unit's rate, measured back to back, or else a GEMM on the bf16 kernels their linears use); GPU from a table by device name)"},
+      {"system.peak_tflops", "per-rank peak TFLOP/s for MFU, overriding the backend's (0: the backend's: CPU from its vector ISA, clock and threads, or FMAs measured back to back where that is faster (bf16 runs: the AMX tile unit's rate, measured back to back, or else a GEMM on the bf16 kernels their linears use); GPU from a table by device name)"},
       {"system.comm_timeout_s", "seconds a collective may wait before the job is aborted with a diagnosis naming the ranks elsewhere"},
       {"system.device", "`cpu` or `cuda` (one GPU per rank: node-local rank mod the GPUs it sees); `cuda` needs a build with `--preset cuda`"},
       {"system.comm", "`mpi`, `nccl`, `staged` (MPI through pinned host copies) or `auto`: `mpi` on the CPU; on CUDA `nccl`, or `staged` when ranks share a GPU or NCCL is missing"},

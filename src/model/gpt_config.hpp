@@ -16,7 +16,12 @@ struct GptConfig {
 // Parameter count of the global (unsharded) model.
 std::size_t gpt_num_parameters(const GptConfig& c);
 // Training FLOPs per token: 6 per matmul weight (forward + backward) plus the
-// attention scores and mixing, 12 * layers * d_model * seq_len (PaLM appendix B).
-double gpt_flops_per_token(const GptConfig& c);
+// attention scores and mixing. A causal model needs the products below the
+// diagonal only, 6 * layers * d_model * seq_len (as llm.c counts; Trident's
+// attention kernels skip the masked tiles): the basis of the trainer's MFU.
+// Megatron and PaLM (appendix B) count attention in full, 12 * layers *
+// d_model * seq_len: the basis the planner compares with published runs on.
+enum class AttentionFlops { causal, full };
+double gpt_flops_per_token(const GptConfig& c, AttentionFlops attention = AttentionFlops::causal);
 
 }  // namespace trident

@@ -15,9 +15,10 @@ std::size_t gpt_num_parameters(const GptConfig& c) {
   return std::size_t(c.vocab) * C + std::size_t(c.seq_len) * C + c.layers * block + 2 * C;
 }
 
-double gpt_flops_per_token(const GptConfig& c) {
+double gpt_flops_per_token(const GptConfig& c, AttentionFlops attention) {
   const double matmul_weights = gpt_num_parameters(c) - double(c.seq_len) * c.d_model;
-  return 6.0 * matmul_weights + 12.0 * c.layers * c.d_model * c.seq_len;
+  const double per_layer = attention == AttentionFlops::causal ? 6.0 : 12.0;
+  return 6.0 * matmul_weights + per_layer * c.layers * c.d_model * c.seq_len;
 }
 
 namespace {

@@ -256,7 +256,8 @@ Prediction predict_step(const Deck& deck, const GridShape& shape, const Cluster&
   p.step_s = mbs * last_mb + bubble + dp_exposed + zero3_exposed + optimizer;
 
   const double step_tokens = double(deck.train.batch) * s;
-  const double model_flops = gpt_flops_per_token(m) * step_tokens;
+  // Attention counted in full, as the published runs it is compared with count it.
+  const double model_flops = gpt_flops_per_token(m, AttentionFlops::full) * step_tokens;
   const double attention_fwd = 4.0 * m.layers * h * s * step_tokens;  // QK^T and AV, forward
   const double layer_fwd = 2.0 * 12 * h * h * m.layers * step_tokens + attention_fwd;
   const double qk_again = stored_attention ? 0.0 : attention_fwd / 2;  // flash backward's Q K^T

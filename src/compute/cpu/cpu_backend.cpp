@@ -55,20 +55,21 @@ class CpuBackend final : public ComputeBackend {
     threads_ = threads;
     peak_ = detect_cpu_peak();
   }
-  // The ISA's f32 figure at the reported clock, or what a GEMM measurably
-  // reaches when that is more (a VM reports its nominal clock, not its
-  // turbo). bf16 runs' linears run bf16 kernels (gemm_bf16.hpp): with AMX
-  // their peak is the tile unit's, 1024 FLOP a cycle at the reported clock or
-  // as measured back to back, whichever is more; elsewhere at least what such
-  // a GEMM measurably reaches. fp16 values are computed in f32.
+  // The ISA's f32 figure at the reported clock, or what FMA chains in
+  // registers measurably reach when that is more (a VM reports its nominal
+  // clock, not its turbo): no GEMM can beat either. bf16 runs' linears run
+  // bf16 kernels (gemm_bf16.hpp): with AMX their peak is the tile unit's,
+  // 1024 FLOP a cycle at the reported clock or as measured back to back,
+  // whichever is more; elsewhere at least what such a GEMM measurably
+  // reaches. fp16 values are computed in f32.
   double peak_flops(DType dtype) const override {
-    if (measured_ < 0) measured_ = measure_gemm_flops(false);
+    if (measured_ < 0) measured_ = measure_fma_flops(peak_, threads_);
     const double f32 = std::max(peak_.flops_per_core * threads_, measured_);
     if (dtype != DType::bf16) return f32;
     if (measured_bf16_ < 0)
       measured_bf16_ = cpu::amx_available()
                            ? threads_ * std::max(1024 * peak_.ghz * 1e9, cpu::amx_tile_flops())
-                           : measure_gemm_flops(true);
+                           : measure_bf16_gemm_flops();
     return std::max(f32, measured_bf16_);
   }
   std::string warning() const override {
@@ -83,8 +84,9 @@ class CpuBackend final : public ComputeBackend {
       return fmt::format("a measured {}-thread GEMM on bf16 kernels: above the f32 peak of {:.0f} "
                          "GFLOP/s", threads_, f32 / 1e9);
     if (f32 > isa)
-      return fmt::format("a measured {}-thread GEMM: above {} x 2 FMA units at the reported "
-                         "{:.2f} GHz, so the clock runs higher", threads_, peak_.isa, peak_.ghz);
+      return fmt::format("{} x 2 FMA units x {} thread{}, measured back to back: {:.2f} GHz, "
+                         "above the reported {:.2f}", peak_.isa, threads_,
+                         threads_ > 1 ? "s" : "", peak_.ghz * f32 / isa, peak_.ghz);
     return fmt::format("{} x 2 FMA units at {:.2f} GHz x {} threads, an upper bound", peak_.isa,
                        peak_.ghz, threads_);
   }
@@ -233,19 +235,15 @@ class CpuBackend final : public ComputeBackend {
  private:
   int threads_ = 1;
   CpuPeak peak_;
-  mutable double measured_ = -1;  // FLOP/s of the best of a few GEMMs, measured on first use
-  mutable double measured_bf16_ = -1;  // the same on bf16 kernels; 0 without them
+  mutable double measured_ = -1;       // FLOP/s of FMA chains, measured on first use
+  mutable double measured_bf16_ = -1;  // the bf16 kernels' peak; 0 without them
 
-  // The fastest of five rounds of 512^3 GEMMs on this rank's threads, in f32
-  // or on bf16 kernels (the operands hold bf16 values).
-  double measure_gemm_flops(bool bf16) const {
+  // The fastest of five rounds of 512^3 GEMMs on this rank's threads on the
+  // bf16 kernels (the operands hold bf16 values); 0 without such kernels.
+  double measure_bf16_gemm_flops() const {
     const int n = 512;
     std::vector<float> a(std::size_t(n) * n, 0.5f), w(a.size(), 0.25f), out(a.size());
     auto gemm = [&] {
-      if (!bf16) {
-        cpu::gemm(false, true, n, n, n, 1.0f, a.data(), n, w.data(), n, 0.0f, out.data(), n);
-        return true;
-      }
       return cpu::gemm_bf16_valued(false, true, n, n, n, 1.0f, a.data(), n, w.data(), n, 0.0f,
                                    out.data(), n);
     };

@@ -16,4 +16,10 @@ struct CpuPeak {
 
 CpuPeak detect_cpu_peak();
 
+// FP32 FLOP/s of `threads` threads running independent FMA chains in
+// registers, all at once (they share the package's clock budget), each over
+// its own CPU time: what the cores reach at the clock they run now, which no
+// GEMM can beat. 0 where the ISA has no FMA loop here.
+double measure_fma_flops(const CpuPeak& peak, int threads);
+
 }  // namespace trident
