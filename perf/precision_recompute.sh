@@ -4,9 +4,10 @@
 # bf16 / fp16 (with fp32 or 16-bit gradients), and the final loss (all runs
 # train the same steps).
 #   usage: perf/precision_recompute.sh [DECK] [STEPS] [RANKS]
-# The CPU computes in f32 either way: 16-bit adds conversions and rounding, so
-# on the CPU it costs time and saves activation memory (on a GPU the GEMMs run
-# on 16-bit tensor cores). Recompute trades forward work for memory.
+# On the CPU, bf16 runs' products run on bf16 kernels (AMX tiles where the CPU
+# has them) and fp16's in f32 after widening, so fp16 costs time and saves
+# activation memory; on a GPU both run on tensor cores. Recompute trades
+# forward work for memory.
 set -euo pipefail
 deck=${1:-input/default.toml}
 steps=${2:-20}

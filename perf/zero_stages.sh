@@ -29,4 +29,4 @@ for dp in 2 4; do
 done
 echo
 echo "estimate (dp = 4):"
-"$bin" estimate "$deck" --world 4 --set zero.persistence_threshold=1000 | sed -n '4,8p'
+"$bin" estimate "$deck" --world 4 --set zero.persistence_threshold=1000 | sed -n '/^zero /,/^3 /p'
