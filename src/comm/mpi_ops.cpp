@@ -3,10 +3,11 @@
 #include <fmt/format.h>
 
 #include <climits>
+#include <cstring>
 #include <vector>
 
+#include "comm/block_reduce.hpp"
 #include "core/error.hpp"
-#include "core/half.hpp"
 
 namespace trident::mpi_ops {
 namespace {
@@ -27,21 +28,16 @@ MPI_Datatype to_mpi(DType t) {
 // MPI has no 16-bit float types: their sums are user operations that add in
 // f32 and round the result to nearest even (what a 16-bit reduction on a GPU
 // does per step of its tree or ring). Commutative, so MPI may pick any order.
-template <bool Bf16>
+template <DType T>
 void sum_16bit(void* in, void* inout, int* len, MPI_Datatype*) {
-  const auto* a = static_cast<const std::uint16_t*>(in);
-  auto* b = static_cast<std::uint16_t*>(inout);
-  for (int i = 0; i < *len; ++i) {
-    const float s = Bf16 ? bf16_to_f32(a[i]) + bf16_to_f32(b[i]) : f16_to_f32(a[i]) + f16_to_f32(b[i]);
-    b[i] = Bf16 ? f32_to_bf16(s) : f32_to_f16(s);
-  }
+  reduce_into(inout, in, std::size_t(*len), T, ReduceOp::sum);
 }
 
 MPI_Op sum_op_16bit(DType t) {
   static MPI_Op bf16 = MPI_OP_NULL, f16 = MPI_OP_NULL;  // made once, after MPI_Init
   MPI_Op& op = t == DType::bf16 ? bf16 : f16;
   if (op == MPI_OP_NULL)
-    MPI_Op_create(t == DType::bf16 ? &sum_16bit<true> : &sum_16bit<false>, 1, &op);
+    MPI_Op_create(t == DType::bf16 ? &sum_16bit<DType::bf16> : &sum_16bit<DType::f16>, 1, &op);
   return op;
 }
 
@@ -81,6 +77,55 @@ class MpiPending final : public PendingOp {
     return done != 0;
   }
 };
+
+// Reduce-scatter as one exchange: each rank sends every other rank its
+// block of `send` and sums the blocks it receives in rank order. Each rank
+// sends and receives (n-1)/n of the buffer once, as a ring does, in one round
+// whose messages MPI moves while the caller computes; the fixed order makes
+// the bits the same whatever MPI's collective algorithms. (Open MPI 4.1's
+// non-blocking reduce-scatter reduces everything on one root, which then
+// carries about log2(n) times the buffer and holds full-size temporaries.)
+class ExchangePending final : public PendingOp {
+ public:
+  std::vector<MPI_Request> reqs;
+  std::vector<char> blocks;  // the other ranks' blocks of this rank's slice, in rank order
+  std::vector<char> own;     // this rank's block of send, when recv overwrites it
+  const char* send = nullptr;
+  char* recv = nullptr;
+  std::size_t bytes = 0, count = 0;
+  DType t = DType::f32;
+  ReduceOp op = ReduceOp::sum;
+  int rank = 0, size = 1;
+  bool reduced = false;
+
+  char* block(int r) { return blocks.data() + std::size_t(r < rank ? r : r - 1) * bytes; }
+  const char* contribution(int r) {
+    if (r != rank) return block(r);
+    return own.empty() ? send + std::size_t(rank) * bytes : own.data();
+  }
+  bool test() override {
+    if (reduced) return true;
+    int done = 0;
+    check(MPI_Testall(static_cast<int>(reqs.size()), reqs.data(), &done, MPI_STATUSES_IGNORE),
+          what);
+    if (!done) return false;
+    std::memmove(recv, contribution(0), bytes);
+    for (int r = 1; r < size; ++r) reduce_into(recv, contribution(r), count, t, op);
+    reduced = true;
+    std::vector<char>().swap(blocks);
+    std::vector<char>().swap(own);
+    return true;
+  }
+};
+
+// The tag of reduce-scatter's exchange: MPI_TAG_UB, which max_tag() keeps
+// from every other point-to-point message.
+int exchange_tag(MPI_Comm c) {
+  void* value = nullptr;
+  int found = 0;
+  MPI_Comm_get_attr(c, MPI_TAG_UB, &value, &found);
+  return found ? *static_cast<int*>(value) : 32767;
+}
 
 template <class Issue>
 Request chunked(std::string what, std::size_t count, DType t, Issue issue) {
@@ -127,13 +172,30 @@ Request reduce(MPI_Comm c, std::string what, void* buf, std::size_t count, DType
 
 Request reduce_scatter(MPI_Comm c, std::string what, const void* send, void* recv,
                        std::size_t count, DType t, ReduceOp op) {
-  auto p = std::make_unique<MpiPending>();
+  int rank = 0, size = 1;
+  MPI_Comm_rank(c, &rank);
+  MPI_Comm_size(c, &size);
+  auto p = std::make_unique<ExchangePending>();
   p->what = std::move(what);
-  MPI_Request r;
-  check(MPI_Ireduce_scatter_block(send, recv, as_int_count(count, p->what), to_mpi(t),
-                                  to_mpi(op, t), c, &r),
-        p->what);
-  p->reqs.push_back(r);
+  const int n = as_int_count(count, p->what);
+  const std::size_t bytes = count * dtype_size(t);
+  const char* in = static_cast<const char*>(send);
+  p->send = in, p->recv = static_cast<char*>(recv), p->bytes = bytes, p->count = count;
+  p->t = t, p->op = op, p->rank = rank, p->size = size;
+  p->blocks.resize(std::size_t(size - 1) * bytes);
+  // In place (recv is this rank's block of send): keep that block, which
+  // the sum over rank order overwrites before it reaches this rank.
+  if (p->recv >= in && p->recv < in + std::size_t(size) * bytes)
+    p->own.assign(in + std::size_t(rank) * bytes, in + std::size_t(rank + 1) * bytes);
+  const int tag = exchange_tag(c);
+  for (int r = 0; r < size && bytes > 0; ++r) {
+    if (r == rank) continue;
+    MPI_Request q;
+    check(MPI_Irecv(p->block(r), n, to_mpi(t), r, tag, c, &q), p->what);
+    p->reqs.push_back(q);
+    check(MPI_Isend(in + std::size_t(r) * bytes, n, to_mpi(t), r, tag, c, &q), p->what);
+    p->reqs.push_back(q);
+  }
   return Request(std::move(p));
 }
 
@@ -185,11 +247,6 @@ Request barrier(MPI_Comm c, std::string what) {
   return Request(std::move(p));
 }
 
-int max_tag(MPI_Comm c) {
-  void* value = nullptr;
-  int found = 0;
-  MPI_Comm_get_attr(c, MPI_TAG_UB, &value, &found);
-  return found ? *static_cast<int*>(value) : 32767;
-}
+int max_tag(MPI_Comm c) { return exchange_tag(c) - 1; }
 
 }  // namespace trident::mpi_ops

@@ -175,9 +175,8 @@ MemoryEstimate estimate_memory(const Deck& deck, const GridShape& shape, int sta
 }
 
 double reduce_scatter_temporaries(int dp, double largest_unit_bytes) {
-  int rounds = 0;
-  while ((1 << rounds) < dp) ++rounds;
-  return ZeroStorage::kRecvBuffers * std::min(rounds, 2) * largest_unit_bytes;
+  if (dp <= 1) return 0;
+  return ZeroStorage::kRecvBuffers * (dp - 1) * std::floor(largest_unit_bytes / dp);
 }
 
 double zero_paper_bytes(double psi, int dp, int stage, bool mixed) {

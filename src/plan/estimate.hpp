@@ -31,12 +31,10 @@ struct MemoryEstimate {
 //    peak RSS less the arenas, 34-41 MiB for decks whose arenas are 0.5-18
 //    MiB at 1-4 ranks; heaptrack finds 7 MB of it on the heap, none of it
 //    Trident's beyond a 3 MB GEMM probe;
-//  - Open MPI 4.1's non-blocking reduce-scatter (libnbc) reduces on the root
-//    of a binomial tree, in one full-size temporary per round up to two
-//    (ceil(log2 dp) rounds); ZeRO keeps kRecvBuffers reductions in flight,
-//    so rank 0 of the data group holds up to 2 x 2 copies of the largest
-//    unit's gradients (heaptrack: 113 MB of 4 block-sized copies at GPT-2
-//    124M, ZeRO-3, dp 4).
+//  - the MPI reduce-scatter's exchange (comm/mpi_ops.hpp) receives the
+//    other dp - 1 ranks' blocks of this rank's slice before it sums them;
+//    ZeRO keeps kRecvBuffers reductions in flight, so every rank holds up to
+//    2 x (dp - 1) / dp of the largest unit's gradients.
 constexpr double kRuntimeBaseBytes = 40.0 * 1024 * 1024;
 double reduce_scatter_temporaries(int dp, double largest_unit_bytes);
 

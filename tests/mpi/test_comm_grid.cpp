@@ -12,6 +12,7 @@
 
 #include "comm/agree.hpp"
 #include "comm/mpi_communicator.hpp"
+#include "comm/mpi_ops.hpp"
 #include "comm/wait_board.hpp"
 #include "core/error.hpp"
 #include "core/half.hpp"
@@ -64,6 +65,59 @@ TEST(Collectives, EveryOperationComputesItsDefinition) {
   std::uint64_t wrap = ~std::uint64_t(0);
   c->all_reduce(&wrap, 1, DType::u64, ReduceOp::sum);
   EXPECT_EQ(wrap, std::uint64_t(0) - std::uint64_t(n));
+}
+
+// Reduce-scatter (ZeRO's gradients): each block summed in rank order, so
+// its bits are those of the serial sum r = 0, 1, ..., n-1 whatever MPI's
+// algorithms; in place; two in flight on one communicator, waited on in
+// the opposite order; 16-bit sums rounded at each addition.
+TEST(Collectives, ReduceScatterSumsInRankOrder) {
+  auto c = make_communicator(MPI_COMM_WORLD, "world");
+  const int r = c->rank(), n = c->size();
+  const std::size_t count = 1000;
+  // Values whose float sum depends on the order: rank 0's small value is
+  // lost in rank 1's 1e8 (ulp 8) in rank order, and rank 3's in rank 2's
+  // -1e8 when ranks 2 and 3 are added first, as a tree adds them.
+  auto value = [](int rank, std::size_t i) {
+    return rank == 1 ? 1e8f : rank == 2 ? -1e8f : float(1 + i % 7);
+  };
+  std::vector<float> a(count * n), b(count * n);
+  for (std::size_t i = 0; i < a.size(); ++i) a[i] = value(r, i), b[i] = -value(r, i);
+  std::vector<float> out_a(count);
+  Request ra = c->ireduce_scatter(a.data(), out_a.data(), count, DType::f32, ReduceOp::sum);
+  Request rb = c->ireduce_scatter(b.data(), b.data() + r * count, count, DType::f32,
+                                  ReduceOp::sum);  // in place
+  c->wait(rb);
+  c->wait(ra);
+  for (std::size_t i = 0; i < count; ++i) {
+    const std::size_t at = std::size_t(r) * count + i;
+    float serial = 0;
+    for (int k = 0; k < n; ++k) serial += value(k, at);
+    ASSERT_EQ(out_a[i], serial) << "element " << i;
+    ASSERT_EQ(b[at], -serial) << "in place, element " << i;
+  }
+  std::vector<std::uint16_t> h(std::size_t(n) * 2), hout(2);
+  for (std::size_t i = 0; i < h.size(); ++i) h[i] = f32_to_bf16(1.0f + r / 128.0f);
+  c->reduce_scatter(h.data(), hout.data(), 2, DType::bf16, ReduceOp::sum);
+  std::uint16_t serial16 = f32_to_bf16(1.0f);
+  for (int k = 1; k < n; ++k)
+    serial16 = f32_to_bf16(bf16_to_f32(serial16) + bf16_to_f32(f32_to_bf16(1.0f + k / 128.0f)));
+  EXPECT_EQ(hout[0], serial16);
+  EXPECT_EQ(hout[1], serial16);
+  // A caller's message at the highest tag it may use, in flight across a
+  // reduce-scatter of the same size, stays apart from the exchange.
+  if (n >= 2) {
+    const int next = (r + 1) % n, prev = (r + n - 1) % n, tag = c->max_tag();
+    std::vector<float> mine(count, float(1000 + r)), theirs(count, -1.0f);
+    Request s = c->isend(mine.data(), count, DType::f32, next, tag);
+    c->reduce_scatter(a.data(), out_a.data(), count, DType::f32, ReduceOp::sum);
+    Request q = c->irecv(theirs.data(), count, DType::f32, prev, tag);
+    c->wait(s);
+    c->wait(q);
+    EXPECT_EQ(theirs[0], float(1000 + prev));
+    EXPECT_EQ(theirs[count - 1], float(1000 + prev));
+    EXPECT_EQ(tag, mpi_ops::max_tag(MPI_COMM_WORLD));
+  }
 }
 
 TEST(Collectives, SixteenBitSumsRoundEachAdditionToNearestEven) {
