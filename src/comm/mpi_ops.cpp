@@ -88,7 +88,7 @@ class MpiPending final : public PendingOp {
 class ExchangePending final : public PendingOp {
  public:
   std::vector<MPI_Request> reqs;
-  std::vector<char> blocks;  // the other ranks' blocks of this rank's slice, in rank order
+  std::unique_ptr<char[]> blocks;  // the other ranks' blocks of this rank's slice, in rank order
   std::vector<char> own;     // this rank's block of send, when recv overwrites it
   const char* send = nullptr;
   char* recv = nullptr;
@@ -98,7 +98,7 @@ class ExchangePending final : public PendingOp {
   int rank = 0, size = 1;
   bool reduced = false;
 
-  char* block(int r) { return blocks.data() + std::size_t(r < rank ? r : r - 1) * bytes; }
+  char* block(int r) { return blocks.get() + std::size_t(r < rank ? r : r - 1) * bytes; }
   const char* contribution(int r) {
     if (r != rank) return block(r);
     return own.empty() ? send + std::size_t(rank) * bytes : own.data();
@@ -112,7 +112,7 @@ class ExchangePending final : public PendingOp {
     std::memmove(recv, contribution(0), bytes);
     for (int r = 1; r < size; ++r) reduce_into(recv, contribution(r), count, t, op);
     reduced = true;
-    std::vector<char>().swap(blocks);
+    blocks.reset();
     std::vector<char>().swap(own);
     return true;
   }
@@ -182,18 +182,20 @@ Request reduce_scatter(MPI_Comm c, std::string what, const void* send, void* rec
   const char* in = static_cast<const char*>(send);
   p->send = in, p->recv = static_cast<char*>(recv), p->bytes = bytes, p->count = count;
   p->t = t, p->op = op, p->rank = rank, p->size = size;
-  p->blocks.resize(std::size_t(size - 1) * bytes);
+  p->blocks.reset(new char[std::size_t(size - 1) * bytes]);  // not cleared: all received into
   // In place (recv is this rank's block of send): keep that block, which
   // the sum over rank order overwrites before it reaches this rank.
   if (p->recv >= in && p->recv < in + std::size_t(size) * bytes)
     p->own.assign(in + std::size_t(rank) * bytes, in + std::size_t(rank + 1) * bytes);
+  // Step k pairs each rank with the ranks k away, so no rank receives from
+  // all the others at once.
   const int tag = exchange_tag(c);
-  for (int r = 0; r < size && bytes > 0; ++r) {
-    if (r == rank) continue;
+  for (int k = 1; k < size && bytes > 0; ++k) {
+    const int from = (rank - k + size) % size, to = (rank + k) % size;
     MPI_Request q;
-    check(MPI_Irecv(p->block(r), n, to_mpi(t), r, tag, c, &q), p->what);
+    check(MPI_Irecv(p->block(from), n, to_mpi(t), from, tag, c, &q), p->what);
     p->reqs.push_back(q);
-    check(MPI_Isend(in + std::size_t(r) * bytes, n, to_mpi(t), r, tag, c, &q), p->what);
+    check(MPI_Isend(in + std::size_t(to) * bytes, n, to_mpi(t), to, tag, c, &q), p->what);
     p->reqs.push_back(q);
   }
   return Request(std::move(p));
