@@ -92,7 +92,7 @@ class ExchangePending final : public PendingOp {
   std::vector<char> own;     // this rank's block of send, when recv overwrites it
   const char* send = nullptr;
   char* recv = nullptr;
-  std::size_t bytes = 0, count = 0;
+  std::size_t bytes = 0;  // of one block
   DType t = DType::f32;
   ReduceOp op = ReduceOp::sum;
   int rank = 0, size = 1;
@@ -110,6 +110,7 @@ class ExchangePending final : public PendingOp {
           what);
     if (!done) return false;
     std::memmove(recv, contribution(0), bytes);
+    const std::size_t count = bytes / dtype_size(t);
     for (int r = 1; r < size; ++r) reduce_into(recv, contribution(r), count, t, op);
     reduced = true;
     blocks.reset();
@@ -180,7 +181,7 @@ Request reduce_scatter(MPI_Comm c, std::string what, const void* send, void* rec
   const int n = as_int_count(count, p->what);
   const std::size_t bytes = count * dtype_size(t);
   const char* in = static_cast<const char*>(send);
-  p->send = in, p->recv = static_cast<char*>(recv), p->bytes = bytes, p->count = count;
+  p->send = in, p->recv = static_cast<char*>(recv), p->bytes = bytes;
   p->t = t, p->op = op, p->rank = rank, p->size = size;
   p->blocks.reset(new char[std::size_t(size - 1) * bytes]);  // not cleared: all received into
   // In place (recv is this rank's block of send): keep that block, which

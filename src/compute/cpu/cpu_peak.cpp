@@ -12,6 +12,8 @@
 #include <immintrin.h>
 #endif
 
+#include "compute/cpu/gemm_library.hpp"
+
 namespace trident {
 namespace {
 
@@ -61,10 +63,9 @@ __attribute__((target("avx2,fma"))) float chains256() {
 
 double measure_fma_flops(const CpuPeak& peak, int threads) {
 #if defined(__x86_64__) || defined(__i386__)
-  float (*chains)() = peak.isa == "AVX-512" ? chains512 : peak.isa == "AVX2+FMA" ? chains256
-                                                                                  : nullptr;
+  const int lanes = isa_lanes(peak.isa);  // 4: SSE, no FMA loop here
+  float (*chains)() = lanes == 16 ? chains512 : lanes == 8 ? chains256 : nullptr;
   if (!chains || threads < 1) return 0;
-  const int lanes = peak.isa == "AVX-512" ? 16 : 8;
   // Each thread's own CPU time, not the wall clock: ranks that share cores
   // (or a busy neighbour) stretch the wall time, not the rate a core runs at
   // while it runs this thread.
