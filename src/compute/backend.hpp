@@ -127,6 +127,14 @@ class ComputeBackend {
 
   virtual void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
                                  const float* w, const float* b, int N, int C) = 0;
+  // The same with out rounded to bf16 values and, where bits is not null,
+  // their bf16 bits (a bf16 GEMM's operand); a backend may fuse the passes.
+  virtual void layernorm_forward_rounded(float* out, std::uint16_t* bits, float* mean,
+                                         float* rstd, const float* inp, const float* w,
+                                         const float* b, int N, int C) {
+    layernorm_forward(out, mean, rstd, inp, w, b, N, C);
+    round_to_bf16(out, bits, out, std::size_t(N) * C);
+  }
   // dinp may be null (then w may be too); dw and db are both null or neither.
   virtual void layernorm_backward(float* dinp, float* dw, float* db, const float* dout,
                                   const float* inp, const float* w, const float* mean,
@@ -154,6 +162,23 @@ class ComputeBackend {
   // Recomputes the probabilities from q, k and lse.
   virtual void attention_backward(float* dqkv, MatrixIn dout, MatrixIn qkv, const float* out,
                                   const float* lse, int B, int T, int C, int NH, bool bf16) = 0;
+
+  // bf16 attention whose results feed bf16 GEMMs: out (forward) or dqkv
+  // (backward, written rather than added to) rounded to bf16 values and,
+  // where bits is not null, their bits; a backend may fuse the passes.
+  virtual void attention_forward_rounded(float* out, std::uint16_t* bits, float* lse,
+                                         MatrixIn qkv, int B, int T, int C, int NH) {
+    attention_forward(out, lse, qkv, B, T, C, NH, true);
+    round_to_bf16(out, bits, out, std::size_t(B) * T * C);
+  }
+  virtual void attention_backward_rounded(float* dqkv, std::uint16_t* bits, MatrixIn dout,
+                                          MatrixIn qkv, const float* out, const float* lse,
+                                          int B, int T, int C, int NH) {
+    const std::size_t n = std::size_t(B) * T * 3 * C;
+    zero(dqkv, n * sizeof(float));
+    attention_backward(dqkv, dout, qkv, out, lse, B, T, C, NH, true);
+    round_to_bf16(dqkv, bits, dqkv, n);
+  }
 
   virtual void gelu_forward(float* out, const float* inp, std::size_t n) = 0;
   virtual void gelu_backward(float* dinp, const float* inp, const float* dout, std::size_t n) = 0;
@@ -192,6 +217,15 @@ class ComputeBackend {
                            const float* row_max, const float* packed,
                            const std::int32_t* targets, int lo, int N, int V, int valid,
                            float dloss) = 0;
+  // The same with dlogits (not null) rounded to bf16 values, as the
+  // classifier's bf16 GEMMs read them; a backend may fuse the passes.
+  virtual void xent_finish_rounded(float* losses, float* dlogits, const float* logits,
+                                   const float* row_max, const float* packed,
+                                   const std::int32_t* targets, int lo, int N, int V, int valid,
+                                   float dloss) {
+    xent_finish(losses, dlogits, logits, row_max, packed, targets, lo, N, V, valid, dloss);
+    round_to(dlogits, DType::bf16, std::size_t(N) * V);
+  }
 
   // Optimizer-side vector ops.
   virtual double sum_squares(const float* x, std::size_t n) = 0;

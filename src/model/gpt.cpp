@@ -136,6 +136,51 @@ MatrixIn GptModel::gathered_operand(float* x, float* full, std::size_t n, std::u
   return gemm_operand(x, n, home);
 }
 
+MatrixIn GptModel::norm_operand(float* out, float* full, std::uint16_t* home, float* mean,
+                                float* rstd, const float* x, const std::string& norm) {
+  const int N = BTl_, C = cfg_.d_model;
+  const float *w = P(norm + ".w"), *b = P(norm + ".b");
+  if (tp_.sp() || !packs_bits()) {
+    backend_.layernorm_forward(out, mean, rstd, x, w, b, N, C);
+    return gathered_operand(out, full, std::size_t(N) * C, home);
+  }
+  std::uint16_t* bits = home ? home : gemm_bits();
+  backend_.layernorm_forward_rounded(out, bits, mean, rstd, x, w, b, N, C);
+  return {out, bits};
+}
+
+MatrixIn GptModel::attention_operand(const Block& a, MatrixIn qkv) {
+  const int Cl = tp_.local_width(cfg_), NHl = tp_.local_heads(cfg_);
+  const std::size_t n = std::size_t(BT_) * Cl;
+  // The output's bits may not go to gemm_bits while qkv's are read there.
+  if (!packs_bits() || !(a.atty_16 || a.qkv_16)) {
+    backend_.attention_forward(a.atty, a.lse, qkv, B_, cfg_.seq_len, Cl, NHl,
+                               policy_.store == DType::bf16);
+    return gemm_operand(a.atty, n, a.atty_16);
+  }
+  std::uint16_t* bits = a.atty_16 ? a.atty_16 : gemm_bits();
+  backend_.attention_forward_rounded(a.atty, bits, a.lse, qkv, B_, cfg_.seq_len, Cl, NHl);
+  return {a.atty, bits};
+}
+
+MatrixIn GptModel::attention_grad_operand(const Block& a, MatrixIn d_att, float* d_3c) {
+  const int Cl = tp_.local_width(cfg_), NHl = tp_.local_heads(cfg_);
+  const std::size_t n = 3 * std::size_t(BT_) * Cl;
+  const MatrixIn qkv = saved_input(a.qkv, a.qkv_16);
+  if (!packs_bits()) {
+    backend_.zero(d_3c, n * sizeof(float));
+    backend_.attention_backward(d_3c, d_att, qkv, a.atty, a.lse, B_, cfg_.seq_len, Cl, NHl,
+                                policy_.store == DType::bf16);
+    return gemm_operand(d_3c, n);
+  }
+  // gemm_bits holds d_att's bits first, then this gradient's (scratch_table
+  // sizes it for both).
+  std::uint16_t* bits = gemm_bits() + std::size_t(BT_) * Cl;
+  backend_.attention_backward_rounded(d_3c, bits, d_att, qkv, a.atty, a.lse, B_, cfg_.seq_len,
+                                      Cl, NHl);
+  return {d_3c, bits};
+}
+
 MatrixIn GptModel::gelu_operand(float* out, float* x, std::size_t n, std::uint16_t* home,
                                 std::uint16_t* x_home, bool operand) {
   if (policy_.store == DType::f32) {

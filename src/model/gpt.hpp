@@ -200,6 +200,16 @@ class GptModel {
   MatrixIn gemm_operand(float* x, std::size_t n, std::uint16_t* home = nullptr);
   // The norm output x (this rank's tokens) rounded and gathered to all tokens.
   MatrixIn gathered_operand(float* x, float* full, std::size_t n, std::uint16_t* home);
+  // The norm of x (this rank's tokens; w, b from `norm` + ".w", ".b") into
+  // out, as the next GEMM's operand (rounded, gathered); the backend rounds
+  // and packs in the norm's pass where it can.
+  MatrixIn norm_operand(float* out, float* full, std::uint16_t* home, float* mean, float* rstd,
+                        const float* x, const std::string& norm);
+  // Attention of the block's qkv into a.atty as the projection's operand, and
+  // its gradient into d_3c as the qkv layer's output gradient (the bits of
+  // d_att, in gemm_bits, stay valid while they are read).
+  MatrixIn attention_operand(const Block& a, MatrixIn qkv);
+  MatrixIn attention_grad_operand(const Block& a, MatrixIn d_att, float* d_3c);
   // out = gelu(x), x rounded in place first (as saved, its bits to x_home
   // where not null), as the next GEMM's operand (bits only where `operand`:
   // a recompute stops before that GEMM).

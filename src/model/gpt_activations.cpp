@@ -125,8 +125,9 @@ TensorTable GptModel::scratch_table(const GptConfig& c, int micro_batch,
   add("d_ff_a", BT * Fl), add("d_ff_b", BT * Fl);
   if (tp.sp()) add("local_c", BTl * C), add("sp_pack", 4 * C);
   // bf16: the bits of the activation a GEMM reads next (gemm_operand), as
-  // wide as the widest, two to a float.
-  if (policy.store == DType::bf16) add("gemm_bits", (BT * std::max({C, 3 * Cl, Fl}) + 1) / 2);
+  // wide as the widest (attention's output gradient and qkv's side by side),
+  // two to a float.
+  if (policy.store == DType::bf16) add("gemm_bits", (BT * std::max({C, 4 * Cl, Fl}) + 1) / 2);
   return t;
 }
 

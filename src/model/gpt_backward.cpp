@@ -61,8 +61,8 @@ void GptModel::finish_head_grads(bool finalize) {
 
 void GptModel::block_backward(int slot, int l, int wbuf, bool finalize) {
   const bool weights_now = wbuf < 0;
-  const int B = B_, T = cfg_.seq_len, C = cfg_.d_model, BT = BT_, BTl = BTl_;
-  const int Cl = tp_.local_width(cfg_), NHl = tp_.local_heads(cfg_), Fl = tp_.local_ff(cfg_);
+  const int C = cfg_.d_model, BT = BT_, BTl = BTl_;
+  const int Cl = tp_.local_width(cfg_), Fl = tp_.local_ff(cfg_);
   ComputeBackend& be = backend_;
   ModelStorage& st = *storage_;
   float *d_res = scratch("d_res"), *d_c = scratch("d_c"), *d_3c = scratch("d_3c");
@@ -99,11 +99,7 @@ void GptModel::block_backward(int slot, int l, int wbuf, bool finalize) {
   be.matmul_backward(d_c, gw("attn.proj.w"), gw("attn.proj.b"), d_out,
                      saved_input(a.atty, a.atty_16), weight(p + "attn.proj.w"), BT, Cl, C,
                      InputGrad::write);
-  const MatrixIn d_att = gemm_operand(d_c, std::size_t(BT) * Cl);
-  be.zero(d_3c, 3 * std::size_t(BT) * Cl * sizeof(float));
-  be.attention_backward(d_3c, d_att, saved_input(a.qkv, a.qkv_16), a.atty, a.lse, B, T, Cl, NHl,
-                        policy_.store == DType::bf16);
-  const MatrixIn d_qkv = gemm_operand(d_3c, 3 * std::size_t(BT) * Cl);
+  const MatrixIn d_qkv = attention_grad_operand(a, gemm_operand(d_c, std::size_t(BT) * Cl), d_3c);
   keep("d_qkv", d_3c, 3 * std::size_t(BT) * Cl);
   be.matmul_backward(d_c, gw("attn.qkv.w"), gw("attn.qkv.b"), d_qkv,
                      saved_input(a.ln1_full, a.ln1_16), weight(p + "attn.qkv.w"), BT, C, 3 * Cl,

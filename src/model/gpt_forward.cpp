@@ -8,25 +8,23 @@
 namespace trident {
 
 void GptModel::block_forward(const Block& a, const float* x, int l, bool recompute) {
-  const int B = B_, T = cfg_.seq_len, C = cfg_.d_model, BT = BT_, BTl = BTl_;
-  const int Cl = tp_.local_width(cfg_), NHl = tp_.local_heads(cfg_), Fl = tp_.local_ff(cfg_);
+  const int C = cfg_.d_model, BT = BT_, BTl = BTl_;
+  const int Cl = tp_.local_width(cfg_), Fl = tp_.local_ff(cfg_);
   ComputeBackend& be = backend_;
   const std::string p = fmt::format("h.{}.", l);
   float* full = scratch("full_c");
   // Row-parallel biases are added once: by tensor rank 0, before the sum.
   const bool bias_here = tp_.rank == 0;
-  be.layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, P(p + "ln1.w"), P(p + "ln1.b"), BTl, C);
-  const MatrixIn ln1 = gathered_operand(a.ln1, a.ln1_full, std::size_t(BTl) * C, a.ln1_16);
+  const MatrixIn ln1 =
+      norm_operand(a.ln1, a.ln1_full, a.ln1_16, a.ln1_mean, a.ln1_rstd, x, p + "ln1");
   be.matmul_forward(a.qkv, ln1, weight(p + "attn.qkv.w"), P(p + "attn.qkv.b"), BT, C, 3 * Cl);
   const MatrixIn qkv = gemm_operand(a.qkv, std::size_t(BT) * 3 * Cl, a.qkv_16);
-  be.attention_forward(a.atty, a.lse, qkv, B, T, Cl, NHl, policy_.store == DType::bf16);
-  be.matmul_forward(full, gemm_operand(a.atty, std::size_t(BT) * Cl, a.atty_16), weight(p + "attn.proj.w"),
+  be.matmul_forward(full, attention_operand(a, qkv), weight(p + "attn.proj.w"),
                     bias_here ? P(p + "attn.proj.b") : nullptr, BT, Cl, C);
   be.add(a.res2, x, reduce_row_parallel(full), std::size_t(BTl) * C);
 
-  be.layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, P(p + "ln2.w"), P(p + "ln2.b"),
-                       BTl, C);
-  const MatrixIn ln2 = gathered_operand(a.ln2, a.ln2_full, std::size_t(BTl) * C, a.ln2_16);
+  const MatrixIn ln2 =
+      norm_operand(a.ln2, a.ln2_full, a.ln2_16, a.ln2_mean, a.ln2_rstd, a.res2, p + "ln2");
   be.matmul_forward(a.fch, ln2, weight(p + "mlp.fc.w"), P(p + "mlp.fc.b"), BT, C, Fl);
   const MatrixIn fch_gelu =
       gelu_operand(a.fch_gelu, a.fch, std::size_t(BT) * Fl, a.fch_gelu_16, a.fch_16, !recompute);
@@ -91,8 +89,14 @@ double GptModel::forward(int slot, const std::int32_t* tokens, const std::int32_
   tcomm_.max_over_vocab(mx, BT);
   be.xent_sums(packed, logits, mx, tgt, vlo, BT, Vl, valid);
   tcomm_.sum_over_vocab(packed, 2 * std::size_t(BT));
-  be.xent_finish(act(slot, "losses"), dloss != 0.0f ? logits : nullptr, logits, mx, packed, tgt,
-                 vlo, BT, Vl, valid, dloss);
+  // bf16 runs take the logits' gradient in bf16, as autocast does: the
+  // classifier's backward GEMMs then run on bf16 kernels.
+  if (dloss != 0.0f && policy_.store == DType::bf16)
+    be.xent_finish_rounded(act(slot, "losses"), logits, logits, mx, packed, tgt, vlo, BT, Vl,
+                           valid, dloss);
+  else
+    be.xent_finish(act(slot, "losses"), dloss != 0.0f ? logits : nullptr, logits, mx, packed,
+                   tgt, vlo, BT, Vl, valid, dloss);
   if (dloss == 0.0f) {
     st.done_params(unit("lnf.w"));
     if (!table_cut()) st.done_params(unit("wte"));

@@ -93,10 +93,7 @@ void GptModel::logits_backward(int slot, float* d_lnf, const float* lnf_all, boo
   const int C = cfg_.d_model, Vl = tp_.local_vocab(cfg_);
   ModelStorage& st = *storage_;
   float* dlogits = act(slot, "logits");
-  // bf16 runs take the logits' gradient in bf16, as autocast does: the
-  // classifier's GEMMs then run on bf16 kernels. Rounding twice changes nothing.
-  if (policy_.store == DType::bf16)
-    backend_.round_to(dlogits, DType::bf16, std::size_t(BT_) * Vl);
+  // bf16 runs hold the logits' gradient as bf16 values (forward rounded it).
   const bool cut = table_cut();
   if (!cut) {  // the whole table is still held from forward
     if (weight_grads) st.need_grads(unit("wte"));

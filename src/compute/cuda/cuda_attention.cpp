@@ -82,7 +82,7 @@ void CudaBackend::attention_forward(float* out, float* lse, MatrixIn qkv, int B,
   run("attention_forward", [&] {
     const std::uint16_t* q16 = bf16 ? bits_of(qkv.as_bf16_values(), n_qkv, 0) : nullptr;
     if (q16 && flash_operands(C, NH, q16))
-      return gpu::flash_attention_forward(out, lse, q16, B, T, C, NH, stream_);
+      return gpu::flash_attention_forward(out, lse, q16, B, T, C, NH, false, nullptr, stream_);
     float* P = static_cast<float*>(scratch(n_att * sizeof(float)));
     if (!q16)
       return forward_passes(*gemms_, stream_, out, lse, values_of(qkv, n_qkv, 0), P, P, nullptr,
@@ -103,7 +103,7 @@ void CudaBackend::attention_backward(float* dqkv, MatrixIn dout, MatrixIn qkv, c
       // D_t = dO_t . O_t from the f32 values, as the CPU computes it.
       auto* dots = static_cast<float*>(scratch(std::size_t(B) * NH * T * sizeof(float)));
       return gpu::flash_attention_backward(dqkv, q16, d16, values_of(dout, n_out, 2), out, lse,
-                                           dots, B, T, C, NH, stream_);
+                                           dots, B, T, C, NH, false, nullptr, stream_);
     }
     float* P = static_cast<float*>(scratch(2 * n_att * sizeof(float)));
     float* dP = P + n_att;
@@ -115,6 +115,30 @@ void CudaBackend::attention_backward(float* dqkv, MatrixIn dout, MatrixIn qkv, c
     std::uint16_t* dS16 = P16 + n_att;
     backward_passes(*gemms_, stream_, dqkv, q16, d16, lse, P, dP, P16, dS16, P16, dS16, B, T, C,
                     NH);
+  });
+}
+
+// The flash kernels round their outputs where they write them; other
+// shapes, and operands not given as aligned bits, take the passes.
+void CudaBackend::attention_forward_rounded(float* out, std::uint16_t* bits, float* lse,
+                                            MatrixIn qkv, int B, int T, int C, int NH) {
+  if (!qkv.bf16 || !flash_operands(C, NH, qkv.bf16))
+    return ComputeBackend::attention_forward_rounded(out, bits, lse, qkv, B, T, C, NH);
+  run("attention_forward", [&] {
+    gpu::flash_attention_forward(out, lse, qkv.bf16, B, T, C, NH, true, bits, stream_);
+  });
+}
+
+void CudaBackend::attention_backward_rounded(float* dqkv, std::uint16_t* bits, MatrixIn dout,
+                                             MatrixIn qkv, const float* out, const float* lse,
+                                             int B, int T, int C, int NH) {
+  if (!qkv.bf16 || !dout.bf16 || !dout.values || !flash_operands(C, NH, qkv.bf16, dout.bf16))
+    return ComputeBackend::attention_backward_rounded(dqkv, bits, dout, qkv, out, lse, B, T, C,
+                                                      NH);
+  auto* dots = static_cast<float*>(scratch(std::size_t(B) * NH * T * sizeof(float)));
+  run("attention_backward", [&] {
+    gpu::flash_attention_backward(dqkv, qkv.bf16, dout.bf16, dout.values, out, lse, dots, B, T,
+                                  C, NH, true, bits, stream_);
   });
 }
 

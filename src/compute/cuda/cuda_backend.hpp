@@ -42,6 +42,11 @@ class CudaBackend final : public ComputeBackend {
   const CudaSite& site() const { return site_; }
 
   void* allocate(std::size_t bytes) override;
+  // The op scratch and the operand copies (bf16 bits of f32 values, f32
+  // values of bits) the backend holds; they only grow, so this is the peak.
+  std::size_t kernel_scratch_peak() const override {
+    return scratch_bytes_ + widen_bytes_[0] + widen_bytes_[1] + widen_bytes_[2];
+  }
   void release(void* p, std::size_t bytes) override;
   void pin_host(void* host, std::size_t bytes) override;
   void unpin_host(void* host, std::size_t bytes) override;
@@ -70,6 +75,9 @@ class CudaBackend final : public ComputeBackend {
   void position_backward(float* dwpe, const float* dout, int N, int T, int first, int C) override;
   void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* w,
                          const float* b, int N, int C) override;
+  void layernorm_forward_rounded(float* out, std::uint16_t* bits, float* mean, float* rstd,
+                                 const float* inp, const float* w, const float* b, int N,
+                                 int C) override;
   void layernorm_backward(float* dinp, float* dw, float* db, const float* dout, const float* inp,
                           const float* w, const float* mean, const float* rstd, int N,
                           int C) override;
@@ -85,6 +93,11 @@ class CudaBackend final : public ComputeBackend {
                          bool bf16) override;
   void attention_backward(float* dqkv, MatrixIn dout, MatrixIn qkv, const float* out,
                           const float* lse, int B, int T, int C, int NH, bool bf16) override;
+  void attention_forward_rounded(float* out, std::uint16_t* bits, float* lse, MatrixIn qkv,
+                                 int B, int T, int C, int NH) override;
+  void attention_backward_rounded(float* dqkv, std::uint16_t* bits, MatrixIn dout, MatrixIn qkv,
+                                  const float* out, const float* lse, int B, int T, int C,
+                                  int NH) override;
   void gelu_forward(float* out, const float* inp, std::size_t n) override;
   void gelu_backward(float* dinp, const float* inp, const float* dout, std::size_t n) override;
   void gelu_forward_rounded(float* out, std::uint16_t* bits, float* inp, std::uint16_t* inp_bits,
@@ -98,6 +111,10 @@ class CudaBackend final : public ComputeBackend {
   void xent_finish(float* losses, float* dlogits, const float* logits, const float* row_max,
                    const float* packed, const std::int32_t* targets, int lo, int N, int V,
                    int valid, float dloss) override;
+  void xent_finish_rounded(float* losses, float* dlogits, const float* logits,
+                           const float* row_max, const float* packed,
+                           const std::int32_t* targets, int lo, int N, int V, int valid,
+                           float dloss) override;
   double sum_squares(const float* x, std::size_t n) override;
   void sum_squares_each(const float* const* xs, const std::size_t* ns, std::size_t count,
                         double* out) override;

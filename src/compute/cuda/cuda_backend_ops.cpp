@@ -40,6 +40,13 @@ void CudaBackend::layernorm_forward(float* out, float* mean, float* rstd, const 
       [&] { gpu::layernorm_forward(out, mean, rstd, inp, w, b, N, C, stream_); });
 }
 
+void CudaBackend::layernorm_forward_rounded(float* out, std::uint16_t* bits, float* mean,
+                                            float* rstd, const float* inp, const float* w,
+                                            const float* b, int N, int C) {
+  run("layernorm_forward",
+      [&] { gpu::layernorm_forward_rounded(out, bits, mean, rstd, inp, w, b, N, C, stream_); });
+}
+
 void CudaBackend::layernorm_backward(float* dinp, float* dw, float* db, const float* dout,
                                      const float* inp, const float* w, const float* mean,
                                      const float* rstd, int N, int C) {
@@ -163,7 +170,17 @@ void CudaBackend::xent_finish(float* losses, float* dlogits, const float* logits
                               float dloss) {
   run("xent_finish", [&] {
     gpu::xent_finish(losses, dlogits, logits, row_max, packed, targets, lo, N, V, valid, dloss,
-                     stream_);
+                     false, stream_);
+  });
+}
+
+void CudaBackend::xent_finish_rounded(float* losses, float* dlogits, const float* logits,
+                                      const float* row_max, const float* packed,
+                                      const std::int32_t* targets, int lo, int N, int V,
+                                      int valid, float dloss) {
+  run("xent_finish", [&] {
+    gpu::xent_finish(losses, dlogits, logits, row_max, packed, targets, lo, N, V, valid, dloss,
+                     true, stream_);
   });
 }
 

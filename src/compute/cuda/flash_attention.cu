@@ -1,7 +1,8 @@
 // Causal attention on bf16 tensor cores without the T x T matrix in device
 // memory (FlashAttention-2, Dao 2023), for head sizes 32, 64 and 128. A block
 // owns 64 rows (queries in forward and dQ, keys in dK/dV), its four warps 16
-// each, and walks the other side's rows 64 at a time through shared memory.
+// each, and walks the other side's rows 64 at a time through shared memory,
+// two tiles deep (cp.async copies the next tile while this one is used).
 // Products are mma.sync m16n8k16 bf16 tiles with f32 sums, and a warp's
 // scores stay in its registers: the softmax runs on them in f32 (exp2, the
 // scale's log2(e) folded in), and probabilities go from one product's output
@@ -14,130 +15,35 @@
 #include <cstdint>
 
 #include "compute/cuda/device_math.cuh"
+#include "compute/cuda/flash_tiles.cuh"
 #include "compute/cuda/launch.hpp"
 
 namespace trident::gpu {
 namespace {
 
-constexpr int kRows = 64;  // a block's own rows, and the rows of each inner tile
-constexpr int kWarps = 4;  // warp w owns rows 16w .. 16w + 15
-constexpr int kThreads = kWarps * 32;
-constexpr int kTiles = kRows / 8;  // n8 fragments across an inner tile's 64 rows
-constexpr float kLog2e = 1.4426950408889634f, kLn2 = 0.6931471805599453f;
+using namespace flash;
 
 template <int D>
-struct Shape {
-  static constexpr int kLD = D + 8;  // shared-memory row stride: fragment loads hit 32 banks
-  static constexpr std::size_t kTile = std::size_t(kRows) * kLD * sizeof(std::uint16_t);
-  static constexpr std::size_t kForward = 3 * kTile;                               // Q, K, V
-  static constexpr std::size_t kBackward = 4 * kTile + 2 * kRows * sizeof(float);  // + lse, D
-};
-
-// Fragments of mma.m16n8k16 (PTX ISA), lane = 4 g + q:
-//   A (16 x 16): rows g and g + 8, columns 2q, 2q + 1 and 2q + 8, 2q + 9;
-//   B (16 x 8): column g, rows 2q, 2q + 1 and 2q + 8, 2q + 9;
-//   C (16 x 8, f32): rows g (c0, c1) and g + 8 (c2, c3), columns 2q, 2q + 1.
-// Pairs are packed low half first.
-__device__ __forceinline__ void mma(float* c, const std::uint32_t* a, std::uint32_t b0,
-                                    std::uint32_t b1) {
-  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
-      "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-__device__ __forceinline__ std::uint32_t pair_at(const std::uint16_t* p) {
-  return *reinterpret_cast<const std::uint32_t*>(p);
-}
-__device__ __forceinline__ std::uint32_t pair_of(std::uint16_t lo, std::uint16_t hi) {
-  return std::uint32_t(lo) | (std::uint32_t(hi) << 16);
-}
-__device__ __forceinline__ std::uint32_t bf16_pair(float lo, float hi) {
-  return pair_of(bf16_bits(lo), bf16_bits(hi));
-}
-
-// Rows row0 .. row0 + 63 of a (T, ld) bf16 matrix into shared memory, zeros
-// past T; every load issued before the first store.
-template <int D>
-__device__ __forceinline__ void load_rows(std::uint16_t* dst, const std::uint16_t* src,
-                                          std::size_t ld, int row0, int T) {
-  constexpr int kPieces = D / 8, kEach = kRows * kPieces / kThreads;  // 16-byte pieces
-  uint4 v[kEach];
-#pragma unroll
-  for (int e = 0; e < kEach; ++e) {
-    const int i = threadIdx.x + e * kThreads, r = i / kPieces, c = i % kPieces * 8;
-    v[e] = row0 + r < T ? *reinterpret_cast<const uint4*>(src + std::size_t(row0 + r) * ld + c)
-                        : make_uint4(0, 0, 0, 0);
-  }
-#pragma unroll
-  for (int e = 0; e < kEach; ++e) {
-    const int i = threadIdx.x + e * kThreads, r = i / kPieces, c = i % kPieces * 8;
-    *reinterpret_cast<uint4*>(dst + r * Shape<D>::kLD + c) = v[e];
-  }
-}
-
-// The A fragments of a warp's 16 rows of D columns (rows kLD apart).
-template <int D>
-__device__ __forceinline__ void load_a(std::uint32_t (*a)[4], const std::uint16_t* rows, int g,
-                                       int q) {
-  constexpr int LD = Shape<D>::kLD;
-#pragma unroll
-  for (int kk = 0; kk < D / 16; ++kk) {
-    const std::uint16_t* p = rows + g * LD + kk * 16 + 2 * q;
-    a[kk][0] = pair_at(p), a[kk][1] = pair_at(p + 8 * LD);
-    a[kk][2] = pair_at(p + 8), a[kk][3] = pair_at(p + 8 * LD + 8);
-  }
-}
-
-// s (16 x 64) = A (16 x D) times tile^T, the tile's 64 rows of D in shared memory.
-template <int D>
-__device__ __forceinline__ void scores(float (*s)[4], const std::uint32_t (*a)[4],
-                                       const std::uint16_t* tile, int g, int q) {
-  constexpr int LD = Shape<D>::kLD;
-#pragma unroll
-  for (int j = 0; j < kTiles; ++j) {
-    s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
-    const std::uint16_t* row = tile + (j * 8 + g) * LD + 2 * q;
-#pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk)
-      mma(s[j], a[kk], pair_at(row + kk * 16), pair_at(row + kk * 16 + 8));
-  }
-}
-
-// acc (16 x D) += P (16 x 64, C fragments, rounded to bf16 here) times the
-// tile (64 rows of D in shared memory).
-template <int D>
-__device__ __forceinline__ void accumulate(float (*acc)[4], const float (*p)[4],
-                                           const std::uint16_t* tile, int g, int q) {
-  constexpr int LD = Shape<D>::kLD;
-#pragma unroll
-  for (int kk = 0; kk < kRows / 16; ++kk) {
-    const std::uint32_t a[4] = {bf16_pair(p[2 * kk][0], p[2 * kk][1]),
-                                bf16_pair(p[2 * kk][2], p[2 * kk][3]),
-                                bf16_pair(p[2 * kk + 1][0], p[2 * kk + 1][1]),
-                                bf16_pair(p[2 * kk + 1][2], p[2 * kk + 1][3])};
-    const std::uint16_t* col = tile + (kk * 16 + 2 * q) * LD + g;
-#pragma unroll
-    for (int n = 0; n < D / 8; ++n) {
-      const std::uint16_t* c = col + n * 8;
-      mma(acc[n], a, pair_of(c[0], c[LD]), pair_of(c[8 * LD], c[9 * LD]));
-    }
-  }
-}
-
-template <int D>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, 3)
     flash_forward_kernel(float* out, float* lse, const std::uint16_t* qkv, int T, int C, int NH,
-                         float scale) {
+                         float scale, bool rounded, std::uint16_t* bits) {
   constexpr int LD = Shape<D>::kLD;
   extern __shared__ __align__(16) unsigned char smem[];
+  constexpr int kTileElems = kRows * LD;
   auto* q_s = reinterpret_cast<std::uint16_t*>(smem);
-  std::uint16_t *k_s = q_s + kRows * LD, *v_s = k_s + kRows * LD;
+  std::uint16_t *k_s = q_s + kTileElems, *v_s = k_s + 2 * kTileElems;  // two tiles each
   const int warp = threadIdx.x >> 5, g = (threadIdx.x & 31) >> 2, q = threadIdx.x & 3;
   const int b = blockIdx.y / NH, h = blockIdx.y % NH;
   const int q0 = (gridDim.x - 1 - blockIdx.x) * kRows;  // the longest rows start first
   const std::size_t C3 = 3 * std::size_t(C);
   const std::uint16_t* head = qkv + std::size_t(b) * T * C3 + std::size_t(h) * D;
+  // Tile j's K and V go to buffer j & 1, copied while tile j - 1 is used.
+  auto fetch = [&](int k0, int buf) {
+    load_rows_async<D>(k_s + buf * kTileElems, head + C, C3, k0, T);
+    load_rows_async<D>(v_s + buf * kTileElems, head + 2 * std::size_t(C), C3, k0, T);
+    cp_async_commit();
+  };
+  fetch(0, 0);
   load_rows<D>(q_s, head, C3, q0, T);
   __syncthreads();
   std::uint32_t qa[D / 16][4];
@@ -148,13 +54,13 @@ __global__ void __launch_bounds__(kThreads)
   const int t[2] = {q0 + warp * 16 + g, q0 + warp * 16 + g + 8};
   const float scale2 = scale * kLog2e;
   const int key_end = min(T, q0 + kRows);
-  for (int k0 = 0; k0 < key_end; k0 += kRows) {
-    __syncthreads();  // every warp is done with the last tile
-    load_rows<D>(k_s, head + C, C3, k0, T);
-    load_rows<D>(v_s, head + 2 * std::size_t(C), C3, k0, T);
-    __syncthreads();
+  for (int k0 = 0, buf = 0; k0 < key_end; k0 += kRows, buf ^= 1) {
+    cp_async_wait<0>();
+    __syncthreads();  // this tile is in; every warp is done with the last one
+    if (k0 + kRows < key_end) fetch(k0 + kRows, buf ^ 1);
+    const std::uint16_t *k_t = k_s + buf * kTileElems, *v_t = v_s + buf * kTileElems;
     float s[kTiles][4];
-    scores<D>(s, qa, k_s, g, q);
+    scores<D>(s, qa, k_t);
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
       const int seen = min(t[i] + 1, T) - k0;  // keys k0 + c with c < seen
@@ -182,7 +88,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
       for (int n = 0; n < D / 8; ++n) o[n][2 * i] *= corr, o[n][2 * i + 1] *= corr;
     }
-    accumulate<D>(o, s, v_s, g, q);
+    accumulate<D>(o, s, v_t);
   }
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
@@ -190,10 +96,11 @@ __global__ void __launch_bounds__(kThreads)
     l[i] += __shfl_xor_sync(0xffffffffu, l[i], 2);
     if (t[i] >= T) continue;
     const float inv = 1.0f / l[i];
-    float* row = out + (std::size_t(b) * T + t[i]) * C + std::size_t(h) * D + 2 * q;
+    const std::size_t at = (std::size_t(b) * T + t[i]) * C + std::size_t(h) * D + 2 * q;
 #pragma unroll
     for (int n = 0; n < D / 8; ++n)
-      row[n * 8] = o[n][2 * i] * inv, row[n * 8 + 1] = o[n][2 * i + 1] * inv;
+      put_pair(out + at + n * 8, bits ? bits + at + n * 8 : nullptr, o[n][2 * i] * inv,
+               o[n][2 * i + 1] * inv, rounded);
     if (q == 0) lse[(std::size_t(b) * NH + h) * T + t[i]] = m[i] * kLn2 + logf(l[i]);
   }
 }
@@ -214,32 +121,48 @@ __global__ void row_dots_kernel(float* dots, const float* dout, const float* out
 }
 
 // A warp's 16 rows of D gradient columns (C fragments) added into rows r[0],
-// r[1] of dst (row stride ld), rows at or past T skipped.
+// r[1] of dst (row stride ld), rows at or past T skipped. rounded: written
+// as the sum into zeros (-0 becomes +0) rounded to bf16 values, their bits
+// to the same places of bits where it is not null.
 template <int D>
-__device__ __forceinline__ void add_rows(float* dst, std::size_t ld, const int* r, int T,
+__device__ __forceinline__ void add_rows(float* dst, std::uint16_t* bits, bool rounded,
+                                         std::size_t ld, const int* r, int T,
                                          const float (*acc)[4], int q) {
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
     if (r[i] >= T) continue;
-    float* row = dst + std::size_t(r[i]) * ld + 2 * q;
+    const std::size_t at = std::size_t(r[i]) * ld + 2 * q;
+    float* row = dst + at;
 #pragma unroll
-    for (int n = 0; n < D / 8; ++n)
-      row[n * 8] += acc[n][2 * i], row[n * 8 + 1] += acc[n][2 * i + 1];
+    for (int n = 0; n < D / 8; ++n) {
+      if (rounded)
+        put_pair(row + n * 8, bits ? bits + at + n * 8 : nullptr, 0.0f + acc[n][2 * i],
+                 0.0f + acc[n][2 * i + 1], true);
+      else
+        row[n * 8] += acc[n][2 * i], row[n * 8 + 1] += acc[n][2 * i + 1];
+    }
   }
+}
+
+// The (b, h) head's place in dqkv-shaped bits, or null.
+__device__ __forceinline__ std::uint16_t* head_bits(std::uint16_t* bits, std::size_t at) {
+  return bits ? bits + at : nullptr;
 }
 
 // dK and dV of 64 keys: every query tile from the diagonal on.
 template <int D>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, 3)
     flash_key_grads_kernel(float* dqkv, const std::uint16_t* qkv, const std::uint16_t* dout,
                            const float* lse, const float* dots, int T, int C, int NH,
-                           float scale) {
+                           float scale, bool rounded, std::uint16_t* bits) {
   constexpr int LD = Shape<D>::kLD;
   extern __shared__ __align__(16) unsigned char smem[];
+  constexpr int kTileElems = kRows * LD;
   auto* k_s = reinterpret_cast<std::uint16_t*>(smem);
-  std::uint16_t *v_s = k_s + kRows * LD, *q_s = v_s + kRows * LD, *do_s = q_s + kRows * LD;
-  auto* lse_s = reinterpret_cast<float*>(do_s + kRows * LD);  // log2 domain
-  float* dot_s = lse_s + kRows;
+  std::uint16_t *v_s = k_s + kTileElems, *q_s = v_s + kTileElems;  // Q and dO: two tiles each
+  std::uint16_t* do_s = q_s + 2 * kTileElems;
+  auto* lse_s = reinterpret_cast<float*>(do_s + 2 * kTileElems);  // log2 domain; two tiles
+  float* dot_s = lse_s + 2 * kRows;
   const int warp = threadIdx.x >> 5, g = (threadIdx.x & 31) >> 2, q = threadIdx.x & 3;
   const int b = blockIdx.y / NH, h = blockIdx.y % NH;
   const int j0 = blockIdx.x * kRows;  // the most query tiles start first
@@ -247,6 +170,19 @@ __global__ void __launch_bounds__(kThreads)
   const std::uint16_t* head = qkv + std::size_t(b) * T * C3 + std::size_t(h) * D;
   const std::uint16_t* dhead = dout + std::size_t(b) * T * C + std::size_t(h) * D;
   const std::size_t stats = (std::size_t(b) * NH + h) * T;
+  // Query tile i0's Q, dO, lse and D go to buffer `buf`, copied while the
+  // tile before it is used.
+  auto fetch = [&](int i0, int buf) {
+    load_rows_async<D>(q_s + buf * kTileElems, head, C3, i0, T);
+    load_rows_async<D>(do_s + buf * kTileElems, dhead, C, i0, T);
+    cp_async_commit();
+    for (int r = threadIdx.x; r < kRows; r += kThreads) {
+      const bool in = i0 + r < T;
+      lse_s[buf * kRows + r] = in ? lse[stats + i0 + r] * kLog2e : 0.0f;
+      dot_s[buf * kRows + r] = in ? dots[stats + i0 + r] : 0.0f;
+    }
+  };
+  fetch(j0, 0);
   load_rows<D>(k_s, head + C, C3, j0, T);
   load_rows<D>(v_s, head + 2 * std::size_t(C), C3, j0, T);
   __syncthreads();
@@ -256,46 +192,46 @@ __global__ void __launch_bounds__(kThreads)
   float dk[D / 8][4] = {}, dv[D / 8][4] = {};
   const int key[2] = {j0 + warp * 16 + g, j0 + warp * 16 + g + 8};
   const float scale2 = scale * kLog2e;
-  for (int i0 = j0; i0 < T; i0 += kRows) {
-    __syncthreads();
-    load_rows<D>(q_s, head, C3, i0, T);
-    load_rows<D>(do_s, dhead, C, i0, T);
-    for (int r = threadIdx.x; r < kRows; r += kThreads) {
-      const bool in = i0 + r < T;
-      lse_s[r] = in ? lse[stats + i0 + r] * kLog2e : 0.0f;
-      dot_s[r] = in ? dots[stats + i0 + r] : 0.0f;
-    }
-    __syncthreads();
+  for (int i0 = j0, buf = 0; i0 < T; i0 += kRows, buf ^= 1) {
+    cp_async_wait<0>();
+    __syncthreads();  // this tile is in; every warp is done with the last one
+    if (i0 + kRows < T) fetch(i0 + kRows, buf ^ 1);
+    const std::uint16_t *q_t = q_s + buf * kTileElems, *do_t = do_s + buf * kTileElems;
+    const float *lse_t = lse_s + buf * kRows, *dot_t = dot_s + buf * kRows;
     float p[kTiles][4], ds[kTiles][4];  // S^T then P^T; dP^T then dS^T: keys by queries
-    scores<D>(p, ka, q_s, g, q);
-    scores<D>(ds, va, do_s, g, q);
+    scores<D>(p, ka, q_t);
+    scores<D>(ds, va, do_t);
 #pragma unroll
     for (int j = 0; j < kTiles; ++j)
 #pragma unroll
       for (int x = 0; x < 4; ++x) {
         const int c = j * 8 + 2 * q + (x & 1), t = i0 + c;
-        const float pr = key[x >> 1] <= t && t < T ? exp2f(p[j][x] * scale2 - lse_s[c]) : 0.0f;
+        const float pr = key[x >> 1] <= t && t < T ? exp2f(p[j][x] * scale2 - lse_t[c]) : 0.0f;
         p[j][x] = pr;
-        ds[j][x] = scale * pr * (ds[j][x] - dot_s[c]);
+        ds[j][x] = scale * pr * (ds[j][x] - dot_t[c]);
       }
-    accumulate<D>(dv, p, do_s, g, q);   // dV += P^T dO
-    accumulate<D>(dk, ds, q_s, g, q);   // dK += dS^T Q
+    accumulate<D>(dv, p, do_t);   // dV += P^T dO
+    accumulate<D>(dk, ds, q_t);   // dK += dS^T Q
   }
-  float* grads = dqkv + std::size_t(b) * T * C3 + std::size_t(h) * D;
-  add_rows<D>(grads + C, C3, key, T, dk, q);
-  add_rows<D>(grads + 2 * std::size_t(C), C3, key, T, dv, q);
+  const std::size_t at = std::size_t(b) * T * C3 + std::size_t(h) * D;
+  std::uint16_t* kb = head_bits(bits, at + C);
+  std::uint16_t* vb = head_bits(bits, at + 2 * std::size_t(C));
+  add_rows<D>(dqkv + at + C, kb, rounded, C3, key, T, dk, q);
+  add_rows<D>(dqkv + at + 2 * std::size_t(C), vb, rounded, C3, key, T, dv, q);
 }
 
 // dQ of 64 queries: every key tile up to the diagonal.
 template <int D>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, 3)
     flash_query_grads_kernel(float* dqkv, const std::uint16_t* qkv, const std::uint16_t* dout,
                              const float* lse, const float* dots, int T, int C, int NH,
-                             float scale) {
+                             float scale, bool rounded, std::uint16_t* bits) {
   constexpr int LD = Shape<D>::kLD;
   extern __shared__ __align__(16) unsigned char smem[];
+  constexpr int kTileElems = kRows * LD;
   auto* q_s = reinterpret_cast<std::uint16_t*>(smem);
-  std::uint16_t *do_s = q_s + kRows * LD, *k_s = do_s + kRows * LD, *v_s = k_s + kRows * LD;
+  std::uint16_t *do_s = q_s + kTileElems, *k_s = do_s + kTileElems;  // K and V: two tiles each
+  std::uint16_t* v_s = k_s + 2 * kTileElems;
   const int warp = threadIdx.x >> 5, g = (threadIdx.x & 31) >> 2, q = threadIdx.x & 3;
   const int b = blockIdx.y / NH, h = blockIdx.y % NH;
   const int q0 = (gridDim.x - 1 - blockIdx.x) * kRows;
@@ -303,6 +239,12 @@ __global__ void __launch_bounds__(kThreads)
   const std::uint16_t* head = qkv + std::size_t(b) * T * C3 + std::size_t(h) * D;
   const std::uint16_t* dhead = dout + std::size_t(b) * T * C + std::size_t(h) * D;
   const std::size_t stats = (std::size_t(b) * NH + h) * T;
+  auto fetch = [&](int k0, int buf) {  // as in forward
+    load_rows_async<D>(k_s + buf * kTileElems, head + C, C3, k0, T);
+    load_rows_async<D>(v_s + buf * kTileElems, head + 2 * std::size_t(C), C3, k0, T);
+    cp_async_commit();
+  };
+  fetch(0, 0);
   load_rows<D>(q_s, head, C3, q0, T);
   load_rows<D>(do_s, dhead, C, q0, T);
   __syncthreads();
@@ -319,14 +261,14 @@ __global__ void __launch_bounds__(kThreads)
   float dq[D / 8][4] = {};
   const float scale2 = scale * kLog2e;
   const int key_end = min(T, q0 + kRows);
-  for (int k0 = 0; k0 < key_end; k0 += kRows) {
+  for (int k0 = 0, buf = 0; k0 < key_end; k0 += kRows, buf ^= 1) {
+    cp_async_wait<0>();
     __syncthreads();
-    load_rows<D>(k_s, head + C, C3, k0, T);
-    load_rows<D>(v_s, head + 2 * std::size_t(C), C3, k0, T);
-    __syncthreads();
+    if (k0 + kRows < key_end) fetch(k0 + kRows, buf ^ 1);
+    const std::uint16_t *k_t = k_s + buf * kTileElems, *v_t = v_s + buf * kTileElems;
     float s[kTiles][4], dp[kTiles][4];
-    scores<D>(s, qa, k_s, g, q);
-    scores<D>(dp, da, v_s, g, q);
+    scores<D>(s, qa, k_t);
+    scores<D>(dp, da, v_t);
 #pragma unroll
     for (int j = 0; j < kTiles; ++j)
 #pragma unroll
@@ -335,36 +277,38 @@ __global__ void __launch_bounds__(kThreads)
         const float pr = key <= t[i] && key < T ? exp2f(s[j][x] * scale2 - L[i]) : 0.0f;
         s[j][x] = scale * pr * (dp[j][x] - Dt[i]);  // dS
       }
-    accumulate<D>(dq, s, k_s, g, q);  // dQ += dS K
+    accumulate<D>(dq, s, k_t);  // dQ += dS K
   }
-  add_rows<D>(dqkv + std::size_t(b) * T * C3 + std::size_t(h) * D, C3, t, T, dq, q);
+  const std::size_t at = std::size_t(b) * T * C3 + std::size_t(h) * D;
+  add_rows<D>(dqkv + at, head_bits(bits, at), rounded, C3, t, T, dq, q);
 }
 
 using GradKernel = void (*)(float*, const std::uint16_t*, const std::uint16_t*, const float*,
-                            const float*, int, int, int, float);
+                            const float*, int, int, int, float, bool, std::uint16_t*);
 
 template <int D>
 void backward_for(float* dqkv, const std::uint16_t* qkv, const std::uint16_t* dout,
-                  const float* lse, const float* dots, int B, int T, int C, int NH,
-                  cudaStream_t s) {
+                  const float* lse, const float* dots, int B, int T, int C, int NH, bool rounded,
+                  std::uint16_t* bits, cudaStream_t s) {
   const dim3 grid(unsigned((T + kRows - 1) / kRows), unsigned(B * NH));
   constexpr std::size_t smem = Shape<D>::kBackward;
   for (GradKernel k :
        {GradKernel(flash_key_grads_kernel<D>), GradKernel(flash_query_grads_kernel<D>)}) {
     cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
-    k<<<grid, kThreads, smem, s>>>(dqkv, qkv, dout, lse, dots, T, C, NH, 1.0f / sqrtf(float(D)));
+    k<<<grid, kThreads, smem, s>>>(dqkv, qkv, dout, lse, dots, T, C, NH, 1.0f / sqrtf(float(D)),
+                                   rounded, bits);
   }
 }
 
 template <int D>
 void forward_for(float* out, float* lse, const std::uint16_t* qkv, int B, int T, int C, int NH,
-                 cudaStream_t s) {
+                 bool rounded, std::uint16_t* bits, cudaStream_t s) {
   const dim3 grid(unsigned((T + kRows - 1) / kRows), unsigned(B * NH));
   constexpr std::size_t smem = Shape<D>::kForward;
   cudaFuncSetAttribute(flash_forward_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                        int(smem));
   flash_forward_kernel<D><<<grid, kThreads, smem, s>>>(out, lse, qkv, T, C, NH,
-                                                      1.0f / sqrtf(float(D)));
+                                                      1.0f / sqrtf(float(D)), rounded, bits);
 }
 
 }  // namespace
@@ -376,26 +320,27 @@ bool flash_attention_fits(int C, int NH) {
 }
 
 void flash_attention_forward(float* out, float* lse, const std::uint16_t* qkv, int B, int T,
-                             int C, int NH, cudaStream_t s) {
+                             int C, int NH, bool rounded, std::uint16_t* bits, cudaStream_t s) {
   if (B <= 0 || T <= 0) return;
   switch (C / NH) {
-    case 32: return forward_for<32>(out, lse, qkv, B, T, C, NH, s);
-    case 64: return forward_for<64>(out, lse, qkv, B, T, C, NH, s);
-    case 128: return forward_for<128>(out, lse, qkv, B, T, C, NH, s);
+    case 32: return forward_for<32>(out, lse, qkv, B, T, C, NH, rounded, bits, s);
+    case 64: return forward_for<64>(out, lse, qkv, B, T, C, NH, rounded, bits, s);
+    case 128: return forward_for<128>(out, lse, qkv, B, T, C, NH, rounded, bits, s);
   }
 }
 
 void flash_attention_backward(float* dqkv, const std::uint16_t* qkv, const std::uint16_t* dout,
                               const float* dout_values, const float* out, const float* lse,
-                              float* dots, int B, int T, int C, int NH, cudaStream_t s) {
+                              float* dots, int B, int T, int C, int NH, bool rounded,
+                              std::uint16_t* bits, cudaStream_t s) {
   if (B <= 0 || T <= 0) return;
   const std::size_t rows = std::size_t(B) * NH * T;
   row_dots_kernel<<<unsigned((rows + kWarps - 1) / kWarps), kThreads, 0, s>>>(
       dots, dout_values, out, T, C, NH, C / NH, rows);
   switch (C / NH) {
-    case 32: return backward_for<32>(dqkv, qkv, dout, lse, dots, B, T, C, NH, s);
-    case 64: return backward_for<64>(dqkv, qkv, dout, lse, dots, B, T, C, NH, s);
-    case 128: return backward_for<128>(dqkv, qkv, dout, lse, dots, B, T, C, NH, s);
+    case 32: return backward_for<32>(dqkv, qkv, dout, lse, dots, B, T, C, NH, rounded, bits, s);
+    case 64: return backward_for<64>(dqkv, qkv, dout, lse, dots, B, T, C, NH, rounded, bits, s);
+    case 128: return backward_for<128>(dqkv, qkv, dout, lse, dots, B, T, C, NH, rounded, bits, s);
   }
 }
 

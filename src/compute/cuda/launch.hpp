@@ -35,6 +35,11 @@ void position_backward(S* dwpe, const S* dout, int N, int T, int first, int C, c
 template <class S>
 void layernorm_forward(S* out, float* mean, float* rstd, const S* inp, const S* w, const S* b,
                        int N, int C, cudaStream_t s);
+// The same in f32 with out rounded to bf16 values, and their bits where bits
+// is not null.
+void layernorm_forward_rounded(float* out, std::uint16_t* bits, float* mean, float* rstd,
+                               const float* inp, const float* w, const float* b, int N, int C,
+                               cudaStream_t s);
 std::size_t layernorm_backward_scratch(int N, int C);  // floats
 template <class S>
 void layernorm_backward(S* dinp, S* dw, S* db, const S* dout, const S* inp, const S* w,
@@ -72,11 +77,14 @@ void causal_softmax_backward(S* datt, const S* att, std::size_t rows, int T, cud
 // backward adds into dqkv (f32) and takes dout as bits and as f32 values
 // (for D = dO . O, beside out); dots: B * NH * T floats of scratch.
 bool flash_attention_fits(int C, int NH);
+// rounded: out (forward) or dqkv (backward, then written rather than added
+// to) rounded to bf16 values, and their bits where bits is not null.
 void flash_attention_forward(float* out, float* lse, const std::uint16_t* qkv, int B, int T,
-                             int C, int NH, cudaStream_t s);
+                             int C, int NH, bool rounded, std::uint16_t* bits, cudaStream_t s);
 void flash_attention_backward(float* dqkv, const std::uint16_t* qkv, const std::uint16_t* dout,
                               const float* dout_values, const float* out, const float* lse,
-                              float* dots, int B, int T, int C, int NH, cudaStream_t s);
+                              float* dots, int B, int T, int C, int NH, bool rounded,
+                              std::uint16_t* bits, cudaStream_t s);
 
 // Element-wise ops (elementwise.cu).
 template <class S>
@@ -119,7 +127,7 @@ void xent_sums(float* packed, const S* logits, const float* row_max, const std::
 template <class S>
 void xent_finish(float* losses, S* dlogits, const S* logits, const float* row_max,
                  const float* packed, const std::int32_t* targets, int lo, int N, int V,
-                 int valid, float dloss, cudaStream_t s);
+                 int valid, float dloss, bool round_bf16, cudaStream_t s);
 
 // Sums of squares in fp64 of many f32 tensors (reduce.cu): the host plans
 // the chunks (sum_squares_chunk_count per tensor, at least one; first_chunk

@@ -16,9 +16,12 @@ constexpr float kLnEps = 1e-5f;
 
 int chunks_of(int N) { return (N + kRowsPerChunk - 1) / kRowsPerChunk; }
 
+// rounded (S = float only): out rounded to bf16 values, their bits to bits
+// where it is not null.
 template <class S>
 __global__ void layernorm_forward_kernel(S* out, float* mean, float* rstd, const S* inp,
-                                         const S* w, const S* b, int N, int C) {
+                                         const S* w, const S* b, int N, int C, bool rounded,
+                                         std::uint16_t* bits) {
   const int row = blockIdx.x * kRowWarps + (threadIdx.x >> 5), lane = threadIdx.x & 31;
   if (row >= N) return;
   const S* x = inp + std::size_t(row) * C;
@@ -33,8 +36,16 @@ __global__ void layernorm_forward_kernel(S* out, float* mean, float* rstd, const
   v = warp_reduce(v, SumOp{}) / C;
   const float r = 1.0f / sqrtf(v + kLnEps);
   S* o = out + std::size_t(row) * C;
-  for (int c = lane; c < C; c += 32)
-    o[c] = from_f32<S>((to_f32(x[c]) - m) * r * to_f32(w[c]) + to_f32(b[c]));
+  std::uint16_t* ob = bits ? bits + std::size_t(row) * C : nullptr;
+  for (int c = lane; c < C; c += 32) {
+    float y = (to_f32(x[c]) - m) * r * to_f32(w[c]) + to_f32(b[c]);
+    if (rounded) {
+      const __nv_bfloat16 h = from_f32<__nv_bfloat16>(y);
+      y = to_f32(h);
+      if (ob) ob[c] = __bfloat16_as_ushort(h);
+    }
+    o[c] = from_f32<S>(y);
+  }
   if (lane == 0) mean[row] = m, rstd[row] = r;
 }
 
@@ -140,7 +151,17 @@ void layernorm_forward(S* out, float* mean, float* rstd, const S* inp, const S* 
                        int N, int C, cudaStream_t s) {
   if (N <= 0) return;
   const unsigned blocks = unsigned((N + kRowWarps - 1) / kRowWarps);
-  layernorm_forward_kernel<<<blocks, kRowWarps * 32, 0, s>>>(out, mean, rstd, inp, w, b, N, C);
+  layernorm_forward_kernel<<<blocks, kRowWarps * 32, 0, s>>>(out, mean, rstd, inp, w, b, N, C,
+                                                              false, nullptr);
+}
+
+void layernorm_forward_rounded(float* out, std::uint16_t* bits, float* mean, float* rstd,
+                               const float* inp, const float* w, const float* b, int N, int C,
+                               cudaStream_t s) {
+  if (N <= 0) return;
+  const unsigned blocks = unsigned((N + kRowWarps - 1) / kRowWarps);
+  layernorm_forward_kernel<<<blocks, kRowWarps * 32, 0, s>>>(out, mean, rstd, inp, w, b, N, C,
+                                                              true, bits);
 }
 
 std::size_t layernorm_backward_scratch(int N, int C) { return 2 * std::size_t(chunks_of(N)) * C; }

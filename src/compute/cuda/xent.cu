@@ -33,11 +33,12 @@ __global__ void xent_sums_kernel(float* packed, const S* logits, const float* ro
 }
 
 // dlogits may alias logits: each element is read, then written, by one thread.
+// round_bf16: dlogits rounded to bf16 values (what round_to leaves).
 template <class S>
 __global__ void xent_finish_kernel(float* losses, S* dlogits, const S* logits,
                                    const float* row_max, const float* packed,
                                    const std::int32_t* targets, int lo, int N, int V, int valid,
-                                   float dloss) {
+                                   float dloss, bool round_bf16) {
   const int i = blockIdx.x;
   const float lse = row_max[i] + logf(packed[i]);
   if (threadIdx.x == 0) losses[i] = lse - packed[N + i];
@@ -50,6 +51,7 @@ __global__ void xent_finish_kernel(float* losses, S* dlogits, const S* logits,
       d = expf(to_f32(logits[off + j]) - lse) * dloss;
       if (j == t) d -= dloss;
     }
+    if (round_bf16) d = to_f32(from_f32<__nv_bfloat16>(d));
     dlogits[off + j] = from_f32<S>(d);
   }
 }
@@ -72,10 +74,11 @@ void xent_sums(float* packed, const S* logits, const float* row_max, const std::
 template <class S>
 void xent_finish(float* losses, S* dlogits, const S* logits, const float* row_max,
                  const float* packed, const std::int32_t* targets, int lo, int N, int V,
-                 int valid, float dloss, cudaStream_t s) {
+                 int valid, float dloss, bool round_bf16, cudaStream_t s) {
   if (N > 0)
     xent_finish_kernel<<<unsigned(N), kThreads, 0, s>>>(losses, dlogits, logits, row_max, packed,
-                                                        targets, lo, N, V, valid, dloss);
+                                                        targets, lo, N, V, valid, dloss,
+                                                        round_bf16);
 }
 
 #define TRIDENT_INSTANTIATE(S)                                                                  \
@@ -83,7 +86,8 @@ void xent_finish(float* losses, S* dlogits, const S* logits, const float* row_ma
   template void xent_sums<S>(float*, const S*, const float*, const std::int32_t*, int, int, int, \
                              int, cudaStream_t);                                                 \
   template void xent_finish<S>(float*, S*, const S*, const float*, const float*,                \
-                               const std::int32_t*, int, int, int, int, float, cudaStream_t);
+                               const std::int32_t*, int, int, int, int, float, bool,         \
+                               cudaStream_t);
 TRIDENT_GPU_STORAGE_TYPES(TRIDENT_INSTANTIATE)
 #undef TRIDENT_INSTANTIATE
 
