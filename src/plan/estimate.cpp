@@ -171,7 +171,16 @@ MemoryEstimate estimate_memory(const Deck& deck, const GridShape& shape, int sta
       send_buffer_pool(actions, sends).size * send_buffer_bytes(deck, shape);
   e.parameters = double(gpt_num_parameters(m));
   e.runtime = kRuntimeBaseBytes + reduce_scatter;
+  if (deck.system.device == Device::cuda)
+    e.device_copies = cuda_operand_copy_bytes(m, B, tp.local_vocab(m), deck.precision.dtype);
   return e;
+}
+
+double cuda_operand_copy_bytes(const GptConfig& m, int micro_batch, int local_vocab,
+                               Precision dtype) {
+  if (dtype != Precision::bf16) return 0;
+  const double tokens = double(micro_batch) * m.seq_len;
+  return 2.0 * tokens * (double(local_vocab) + m.d_model);
 }
 
 double reduce_scatter_temporaries(int dp, double largest_unit_bytes) {

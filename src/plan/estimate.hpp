@@ -20,6 +20,9 @@ struct MemoryEstimate {
   // gradient copy, offloaded parameter shards.
   double host = 0;
   double swap = 0;  // offload "nvme": the swap files' bytes in offload.nvme_path
+  // Device memory outside the arenas on the CUDA backend, on the rank holding
+  // the head (cuda_operand_copy_bytes); the CPU backend makes none.
+  double device_copies = 0;
   double model_state() const;                  // params + grads + optimizer
   double peak() const;                         // every arena is live for the whole step
   // CPU backend: the arenas are host memory too.
@@ -36,6 +39,13 @@ struct MemoryEstimate {
 //    ZeRO keeps kRecvBuffers reductions in flight, so every rank holds up to
 //    2 x (dp - 1) / dp of the largest unit's gradients.
 constexpr double kRuntimeBaseBytes = 40.0 * 1024 * 1024;
+// The CUDA backend's bf16 copies of bf16-valued f32 GEMM operands in a bf16
+// run (CudaBackend::bits_of), which it keeps for reuse: the head's, the
+// logits' gradient (2 B x tokens x padded vocabulary shard) and the final
+// norm's output (2 B x tokens x d_model). Op scratch (1 MiB or more) aside,
+// a run's "kernel scratch"; 0 for other precisions.
+double cuda_operand_copy_bytes(const GptConfig& m, int micro_batch, int local_vocab,
+                               Precision dtype);
 double reduce_scatter_temporaries(int dp, double largest_unit_bytes);
 
 // Rank 0's view (the first pipeline stage, first vocabulary shard and, in

@@ -6,7 +6,9 @@
 #include <random>
 
 #include "gpu/gpu_test_support.hpp"
+#include "io/deck.hpp"
 #include "model/gpt.hpp"
+#include "plan/estimate.hpp"
 #include "support/test_support.hpp"
 
 using namespace trident;
@@ -112,4 +114,25 @@ TEST(CudaModel, OffloadedOptimizerTrainsBitForBitOnTheGpu) {
     for (std::size_t s = 0; s < want.size(); ++s)
       EXPECT_EQ(got[s], want[s]) << home.back() << " step " << s;
   }
+}
+
+// The device memory a bf16 run holds outside the arenas is what `trident
+// estimate` prints beside them: the backend's bf16 copies of the head's
+// operands, plus its op scratch (at least 1 MiB, a few KiB used here).
+TEST(CudaModel, KernelScratchIsTheEstimatesOperandCopies) {
+  auto gpu = make_test_gpu();  // a fresh backend: its copies only grow
+  const std::vector<std::string> sets = {"model.d_model=128", "train.batch=4",
+                                         "train.micro_batch=2", "precision.dtype=bf16"};
+  train_losses(MPI_COMM_SELF, sets, *gpu, "staged", 2);
+  const std::string dir = scratch_dir("gpu_scratch_estimate");
+  make_text_shard(dir, "train.bin", 4000);
+  std::vector<std::string> cuda = sets;
+  cuda.push_back("system.device=cuda");
+  Deck deck =
+      parse_deck(tiny_deck(dir + "/train.bin", dir + "/train.bin", ""), "t.toml", cuda);
+  const double copies = estimate_memory(deck, resolve_layout(deck, 1), 0).device_copies;
+  const double held = double(gpu->kernel_scratch_peak());
+  EXPECT_GT(copies, 0.0);
+  EXPECT_GE(held, copies);
+  EXPECT_LE(held, copies + 1024.0 * 1024);
 }

@@ -10,6 +10,7 @@
 
 #include "io/deck.hpp"
 #include "io/token_shard.hpp"
+#include "parallel/tensor/tensor_layout.hpp"
 #include "plan/estimate.hpp"
 #include "support/test_support.hpp"
 #include "train/trainer.hpp"
@@ -116,4 +117,24 @@ TEST(Estimate, ActivationsGrowLinearlyInSequenceLength) {
     EXPECT_LE(a4, 2.0 * a2 * 1.001);
     EXPECT_GE(a4, 1.9 * a2);  // still linear, not constant
   }
+}
+
+// The CUDA backend's operand copies (cuda_operand_copy_bytes, the estimate's
+// device_copies on CUDA decks, which only a CUDA build loads: gpu_model checks
+// them against a run): bf16 only, linear in the micro-batch, and with tp each
+// rank copies its vocabulary shard's gradient but the whole final norm output.
+TEST(Estimate, CudaOperandCopiesOnlyInBf16) {
+  const std::string deck = std::string(TRIDENT_INPUT_DIR) + "/gpt2-124m.toml";
+  Deck d = load_deck(deck, {"precision.dtype=bf16", "parallel.dp=1"});
+  EXPECT_EQ(estimate_memory(d, resolve_layout(d, 1), 0).device_copies, 0.0);  // the CPU's
+  const GptConfig& m = d.model;
+  auto vocab = [&](int tp) { return TensorParallelLayout{tp, 0, false}.local_vocab(m); };
+  EXPECT_EQ(cuda_operand_copy_bytes(m, 8, vocab(1), Precision::fp32), 0.0);
+  EXPECT_EQ(cuda_operand_copy_bytes(m, 8, vocab(1), Precision::fp16), 0.0);
+  const double one = cuda_operand_copy_bytes(m, 8, vocab(1), Precision::bf16);
+  EXPECT_GT(one, 0.0);
+  EXPECT_EQ(cuda_operand_copy_bytes(m, 16, vocab(1), Precision::bf16), 2 * one);
+  const double split = cuda_operand_copy_bytes(m, 8, vocab(2), Precision::bf16);
+  EXPECT_LT(split, one);
+  EXPECT_GT(split, one / 2);
 }
