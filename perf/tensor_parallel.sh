@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Tensor parallelism: step time and bytes communicated per step per rank for
+# Tensor parallelism: step time and bytes communicated per step per rank (the
+# payload, and the bytes each rank sends by nccl-tests' bus convention) for
 # tp = 1, 2, 4 (dp = 1) on one model, with and without sequence parallelism.
 #   usage: perf/tensor_parallel.sh [DECK] [STEPS]
 # On a machine with fewer cores than ranks, ranks share cores (--oversubscribe),
@@ -10,7 +11,8 @@ steps=${2:-20}
 bin=${TRIDENT_BIN:-build/src/trident}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 echo "machine: $(nproc) cores; deck $deck; $steps steps; model overrides: d_model 256, heads 8"
-printf '%-4s %-5s %12s %14s %14s %22s\n' tp sp "step ms" "tokens/s" "tensor calls" "tensor bytes/step"
+printf '%-4s %-5s %12s %14s %14s %18s %18s\n' tp sp "step ms" "tokens/s" "tensor calls" \
+  "payload/step" "sent/step"
 for tp in 1 2 4; do
   for sp in false true; do
     [ "$tp" = 1 ] && [ "$sp" = true ] && continue
@@ -21,9 +23,12 @@ for tp in 1 2 4; do
       --set system.threads=1 2>&1)
     fom=$(grep '^FOM:' <<<"$out" | sed -E 's/^FOM: ([0-9.]+) tokens\/s.*/\1/')
     ms=$(python3 -c "print(f'{4*128/float($fom)*1e3:.1f}')")
-    tensor=$(grep -o 'tensor [0-9]* calls [0-9.]* [KMG]*i*B' <<<"$out" || true)
+    tensor=$(grep -o 'tensor [0-9]* calls [0-9.]* [KMG]*i*B sent [0-9.]* [KMG]*i*B' <<<"$out" ||
+             true)
     calls=$(awk '{print $2}' <<<"$tensor")
     bytes=$(awk '{print $4" "$5}' <<<"$tensor")
-    printf '%-4s %-5s %12s %14s %14s %22s\n' "$tp" "$sp" "$ms" "$fom" "${calls:-0}" "${bytes:-0 B}"
+    sent=$(awk '{print $7" "$8}' <<<"$tensor")
+    printf '%-4s %-5s %12s %14s %14s %18s %18s\n' "$tp" "$sp" "$ms" "$fom" "${calls:-0}" \
+      "${bytes:-0 B}" "${sent:-0 B}"
   done
 done

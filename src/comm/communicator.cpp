@@ -30,10 +30,31 @@ std::uint64_t CommStats::total_bytes() const {
   return s;
 }
 
+double CommStats::total_bus() const {
+  double s = 0;
+  for (double b : bus) s += b;
+  return s;
+}
+
+double bus_factor(CommOp op, int n) {
+  if (n <= 1) return 0;
+  switch (op) {
+    case CommOp::all_reduce: return 2.0 * (n - 1) / n;
+    case CommOp::reduce_scatter:
+    case CommOp::all_gather: return double(n - 1) / n;
+    case CommOp::broadcast:
+    case CommOp::reduce:
+    case CommOp::send: return 1;
+    default: return 0;
+  }
+}
+
 std::string Communicator::begin_op(CommOp op, std::size_t count, DType t) {
   const auto i = static_cast<int>(op);
+  const std::size_t payload = count * dtype_size(t);
   stats_.calls[i] += 1;
-  stats_.bytes[i] += count * dtype_size(t);
+  stats_.bytes[i] += payload;
+  stats_.bus[i] += bus_factor(op, size()) * double(payload);
   ++sequence_;
   return fmt::format("{} {} #{} ({} x {})", name_, comm_op_name(op), sequence_, count,
                      dtype_name(t));

@@ -22,14 +22,26 @@ enum class CommOp : std::uint8_t {
 const char* comm_op_name(CommOp op);
 
 // Calls and payload bytes per operation kind: lets tests assert how many
-// collectives a layer issues and benchmarks report bytes per step.
+// collectives a layer issues and benchmarks report bytes per step. Payload:
+// the buffer (reduce-scatter and all-gather: the whole one, all ranks'
+// blocks). Bus bytes: what this rank sends by nccl-tests' bus-bandwidth
+// convention (bus_factor), so groups and layouts compare on the wire.
 struct CommStats {
   std::array<std::uint64_t, static_cast<int>(CommOp::count)> calls{};
   std::array<std::uint64_t, static_cast<int>(CommOp::count)> bytes{};
+  std::array<double, static_cast<int>(CommOp::count)> bus{};
   std::uint64_t calls_of(CommOp op) const { return calls[static_cast<int>(op)]; }
   std::uint64_t bytes_of(CommOp op) const { return bytes[static_cast<int>(op)]; }
+  double bus_of(CommOp op) const { return bus[static_cast<int>(op)]; }
   std::uint64_t total_bytes() const;
+  double total_bus() const;
 };
+
+// Bus bytes per payload byte on a group of n ranks: all-reduce 2(n - 1)/n
+// (a ring's reduce-scatter, then its all-gather), reduce-scatter and
+// all-gather (n - 1)/n, broadcast, reduce and send 1, recv and barrier 0
+// (a receive is its sender's send).
+double bus_factor(CommOp op, int n);
 
 // One in-flight operation. Backends derive from it.
 class PendingOp {

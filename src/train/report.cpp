@@ -106,20 +106,22 @@ void report_communication(Grid& grid, int steps) {
   const std::array<std::pair<const char*, std::vector<Communicator*>>, 4> groups{
       {{"data", {&grid.data()}}, {"tensor", {&grid.tensor()}},
        {"pipeline", {&grid.pipeline(), &grid.pipeline_grads()}}, {"world", {&grid.world()}}}};
-  std::array<double, 8> v{};
+  std::array<double, 12> v{};  // calls, payload bytes, bus bytes per group
   for (std::size_t i = 0; i < groups.size(); ++i)
     for (Communicator* comm : groups[i].second) {
       std::uint64_t calls = 0;
       for (auto c : comm->stats().calls) calls += c;
-      v[2 * i] += double(calls) / steps;
-      v[2 * i + 1] += double(comm->stats().total_bytes()) / steps;
+      v[3 * i] += double(calls) / steps;
+      v[3 * i + 1] += double(comm->stats().total_bytes()) / steps;
+      v[3 * i + 2] += comm->stats().total_bus() / steps;
     }
   grid.world().all_reduce(v.data(), v.size(), DType::f64, ReduceOp::max);
   if (!grid.is_root()) return;
-  std::string line = "communication per step per rank (max over ranks):";
+  std::string line = "communication per step per rank (max over ranks; payload, bytes sent):";
   for (std::size_t i = 0; i < groups.size(); ++i)
-    if (v[2 * i] > 0)
-      line += fmt::format(" {} {:.0f} calls {},", groups[i].first, v[2 * i], format_bytes(v[2 * i + 1]));
+    if (v[3 * i] > 0)
+      line += fmt::format(" {} {:.0f} calls {} sent {},", groups[i].first, v[3 * i],
+                          format_bytes(v[3 * i + 1]), format_bytes(v[3 * i + 2]));
   line.pop_back();
   fmt::print("{}\n", line);
 }

@@ -163,6 +163,30 @@ TEST(Collectives, CountCallsBytesAndSequence) {
   EXPECT_EQ(c->sequence(), 3u);
 }
 
+// Bus bytes (what a rank sends, nccl-tests' convention): a reduce-scatter
+// and an all-gather of a buffer send what one all-reduce of it sends, which
+// is why sequence parallelism moves no more than plain tensor parallelism
+// although its payload counts twice; receives count at their sender.
+TEST(Collectives, BusBytesCountWhatEachRankSends) {
+  auto c = make_communicator(MPI_COMM_WORLD, "world");
+  const int n = c->size();
+  const std::size_t block = 64;
+  std::vector<float> whole(block * n, 1.0f), mine(block);
+  c->all_reduce(whole.data(), whole.size(), DType::f32, ReduceOp::sum);
+  const double all_reduce = c->stats().total_bus();
+  EXPECT_DOUBLE_EQ(all_reduce, 2.0 * (n - 1) / n * double(whole.size() * sizeof(float)));
+  c->reduce_scatter(whole.data(), mine.data(), block, DType::f32, ReduceOp::sum);
+  c->all_gather(mine.data(), whole.data(), block, DType::f32);
+  EXPECT_DOUBLE_EQ(c->stats().total_bus() - all_reduce, all_reduce);
+  EXPECT_EQ(c->stats().total_bytes(), 3 * whole.size() * sizeof(float));  // payload
+  if (n < 2) return;
+  float x = 0;
+  if (c->rank() == 0) c->send(&x, 1, DType::f32, 1, 5);
+  if (c->rank() == 1) c->recv(&x, 1, DType::f32, 0, 5);
+  EXPECT_DOUBLE_EQ(c->stats().bus_of(CommOp::send), c->rank() == 0 ? sizeof(float) : 0.0);
+  EXPECT_EQ(c->stats().bus_of(CommOp::recv), 0.0);
+}
+
 TEST(Collectives, WaitTimesOutNamingGroupOperationAndSequence) {
   if (world_size() < 2) GTEST_SKIP() << "needs two ranks";
   auto c = make_communicator(MPI_COMM_WORLD, "world");
