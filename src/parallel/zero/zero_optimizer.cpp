@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
+#include <vector>
 
 namespace trident {
 
@@ -160,13 +162,15 @@ void ZeroOptimizer::refresh_weights() {
 
 double ZeroOptimizer::grad_sum_squares(bool count_tp_replicated) {
   const ZeroPlan& plan = storage_.plan();
-  double s = 0;
+  std::vector<std::pair<std::size_t, std::size_t>> ranges;
   for_owned(0, plan.shard_size(), [&](const TensorInfo& t, int u, std::size_t off, std::size_t n) {
     if (!t.primary || (t.split_dim < 0 && !count_tp_replicated)) return;
     if (plan.units()[u].persistent && plan.rank() != 0) return;
-    s += view_.sum_squares(storage_.owned_grads_arena(), storage_.owned_grads_first(u) + off, n);
+    ranges.emplace_back(storage_.owned_grads_first(u) + off, n);
   });
-  return s;
+  // The tensors' sums added in the same order, with one wait for all of them:
+  // a device backend synchronises its stream for each sum it returns.
+  return view_.sum_squares(storage_.owned_grads_arena(), ranges);
 }
 
 bool ZeroOptimizer::grads_nonfinite() {
