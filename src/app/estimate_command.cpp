@@ -62,8 +62,7 @@ int estimate_command(const EstimateOptions& o) {
     fmt::print("{:<8}{:>12}{:>12}{:>12}{:>14}{:>12}{:>8}{:>14}{:>12}{:>12}{}\n", "zero", "params",
                "grads", "optimizer", "model state", "paper", "ratio", "activations", "buffers",
                "peak", limit > 0 ? fmt::format("  fits {}", format_bytes(limit)) : "");
-    // What --memory bounds: the arenas, and on CUDA the backend's operand copies.
-    auto on_device = [](const MemoryEstimate& e) { return e.peak() + e.device_copies; };
+    // --memory bounds the arenas, and on CUDA the backend's operand copies.
     for (int stage = 0; stage <= 3; ++stage) {
       const MemoryEstimate e = estimate_memory(deck, shape, stage);
       auto b = [&](MemCategory c) { return format_bytes(e.bytes[int(c)]); };
@@ -75,7 +74,7 @@ int estimate_command(const EstimateOptions& o) {
                  format_bytes(e.model_state()), format_bytes(paper),
                  fmt::format("{:.2f}", e.model_state() / paper), b(MemCategory::activations),
                  b(MemCategory::buffers), format_bytes(e.peak()),
-                 limit > 0 ? fmt::format("  {}", on_device(e) <= limit ? "yes" : "NO") : "");
+                 limit > 0 ? fmt::format("  {}", e.device_peak() <= limit ? "yes" : "NO") : "");
     }
     // On the CPU backend the arenas are the process's memory; the rest is
     // the runtime (measured: src/plan/estimate.hpp).
@@ -93,7 +92,7 @@ int estimate_command(const EstimateOptions& o) {
                  "operand copies {} = {} (a run prints the copies as kernel scratch; the CUDA "
                  "context, cuBLAS and NCCL need a few GiB more)\n",
                  format_bytes(at_deck.peak()), format_bytes(at_deck.device_copies),
-                 format_bytes(on_device(at_deck)));
+                 format_bytes(at_deck.device_peak()));
     if (at_deck.swap > 0)
       fmt::print("swap files per rank in offload.nvme_path: {} (offload = \"nvme\")\n",
                  format_bytes(at_deck.swap));
@@ -121,7 +120,7 @@ int estimate_command(const EstimateOptions& o) {
       fmt::print("\n");
     }
     if (limit > 0) {
-      const double peak = on_device(estimate_memory(deck, shape, deck.zero.stage));
+      const double peak = estimate_memory(deck, shape, deck.zero.stage).device_peak();
       fmt::print("deck's stage {}: predicted peak {} {} the {} given\n", deck.zero.stage,
                  format_bytes(peak), peak <= limit ? "fits in" : "does NOT fit in",
                  format_bytes(limit));

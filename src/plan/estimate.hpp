@@ -25,6 +25,7 @@ struct MemoryEstimate {
   double device_copies = 0;
   double model_state() const;                  // params + grads + optimizer
   double peak() const;                         // every arena is live for the whole step
+  double device_peak() const { return peak() + device_copies; }  // what the device holds
   // CPU backend: the arenas are host memory too.
   double process_rss() const { return peak() + runtime + host; }
 };

@@ -3,6 +3,7 @@
 #include <mpi.h>
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <random>
 
@@ -79,6 +80,12 @@ std::vector<float> random_vector(std::size_t n, std::uint64_t seed, float lo, fl
 
 std::vector<float> nan_vector(std::size_t n) {
   return std::vector<float>(n, std::numeric_limits<float>::quiet_NaN());
+}
+
+std::vector<std::uint32_t> float_bits(const std::vector<float>& v) {
+  std::vector<std::uint32_t> b(v.size());
+  std::memcpy(b.data(), v.data(), v.size() * sizeof(float));
+  return b;
 }
 
 ::testing::AssertionResult matches_cpu(const std::vector<float>& gpu,

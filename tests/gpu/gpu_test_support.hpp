@@ -43,6 +43,9 @@ std::vector<float> random_vector(std::size_t n, std::uint64_t seed, float lo = -
                                  float hi = 1.0f);
 std::vector<float> nan_vector(std::size_t n);
 
+// The bit patterns of v, so -0 and +0 (and NaN payloads) compare apart.
+std::vector<std::uint32_t> float_bits(const std::vector<float>& v);
+
 // The GPU's result against the CPU's: finite wherever the CPU's is, and
 // ||gpu - cpu|| / ||cpu|| <= tol.
 ::testing::AssertionResult matches_cpu(const std::vector<float>& gpu,

@@ -3,7 +3,6 @@
 // outputs start as NaN. Reductions must also be bit-for-bit repeatable.
 #include <gtest/gtest.h>
 
-#include <cstring>
 #include <random>
 
 #include "core/half.hpp"
@@ -280,14 +279,9 @@ TEST_F(CudaBackward, RoundedGeluInOnePassEqualsItsPasses) {
       };
       const auto fused = outputs(true), passes = outputs(false);
       ASSERT_EQ(fused.size(), passes.size());
-      auto bits = [](const std::vector<float>& v) {  // -0 and +0 apart
-        std::vector<std::uint32_t> b(v.size());
-        std::memcpy(b.data(), v.data(), v.size() * sizeof(float));
-        return b;
-      };
       for (std::size_t k = 0; k < fused.size(); ++k)
-        EXPECT_EQ(bits(fused[k]), bits(passes[k])) << "output " << k << ", " << dtype_name(store)
-                                                   << (with_bits ? " with bits" : "");
+        EXPECT_EQ(float_bits(fused[k]), float_bits(passes[k]))
+            << "output " << k << ", " << dtype_name(store) << (with_bits ? " with bits" : "");
     }
   }
 }

@@ -31,19 +31,12 @@ class CudaRounded : public ::testing::Test {
   }
 };
 
-// Bitwise, so -0 and +0 and NaN payloads count.
-std::vector<std::uint32_t> bits_of(const std::vector<float>& v) {
-  std::vector<std::uint32_t> b(v.size());
-  std::memcpy(b.data(), v.data(), v.size() * sizeof(float));
-  return b;
-}
-
 using Outputs = std::vector<std::vector<float>>;
 
 void expect_same_bits(const Outputs& fused, const Outputs& passes, const std::string& what) {
   ASSERT_EQ(fused.size(), passes.size()) << what;
   for (std::size_t k = 0; k < fused.size(); ++k)
-    EXPECT_EQ(bits_of(fused[k]), bits_of(passes[k])) << what << ": output " << k;
+    EXPECT_EQ(float_bits(fused[k]), float_bits(passes[k])) << what << ": output " << k;
 }
 
 // x rounded to bf16 values in place; their bits.

@@ -99,7 +99,7 @@ __global__ void __launch_bounds__(kThreads, 3)
     const std::size_t at = (std::size_t(b) * T + t[i]) * C + std::size_t(h) * D + 2 * q;
 #pragma unroll
     for (int n = 0; n < D / 8; ++n)
-      put_pair(out + at + n * 8, bits ? bits + at + n * 8 : nullptr, o[n][2 * i] * inv,
+      put_pair(out + at + n * 8, bits_at(bits, at + n * 8), o[n][2 * i] * inv,
                o[n][2 * i + 1] * inv, rounded);
     if (q == 0) lse[(std::size_t(b) * NH + h) * T + t[i]] = m[i] * kLn2 + logf(l[i]);
   }
@@ -136,17 +136,12 @@ __device__ __forceinline__ void add_rows(float* dst, std::uint16_t* bits, bool r
 #pragma unroll
     for (int n = 0; n < D / 8; ++n) {
       if (rounded)
-        put_pair(row + n * 8, bits ? bits + at + n * 8 : nullptr, 0.0f + acc[n][2 * i],
+        put_pair(row + n * 8, bits_at(bits, at + n * 8), 0.0f + acc[n][2 * i],
                  0.0f + acc[n][2 * i + 1], true);
       else
         row[n * 8] += acc[n][2 * i], row[n * 8 + 1] += acc[n][2 * i + 1];
     }
   }
-}
-
-// The (b, h) head's place in dqkv-shaped bits, or null.
-__device__ __forceinline__ std::uint16_t* head_bits(std::uint16_t* bits, std::size_t at) {
-  return bits ? bits + at : nullptr;
 }
 
 // dK and dV of 64 keys: every query tile from the diagonal on.
@@ -214,8 +209,8 @@ __global__ void __launch_bounds__(kThreads, 3)
     accumulate<D>(dk, ds, q_t);   // dK += dS^T Q
   }
   const std::size_t at = std::size_t(b) * T * C3 + std::size_t(h) * D;
-  std::uint16_t* kb = head_bits(bits, at + C);
-  std::uint16_t* vb = head_bits(bits, at + 2 * std::size_t(C));
+  std::uint16_t* kb = bits_at(bits, at + C);
+  std::uint16_t* vb = bits_at(bits, at + 2 * std::size_t(C));
   add_rows<D>(dqkv + at + C, kb, rounded, C3, key, T, dk, q);
   add_rows<D>(dqkv + at + 2 * std::size_t(C), vb, rounded, C3, key, T, dv, q);
 }
@@ -280,7 +275,7 @@ __global__ void __launch_bounds__(kThreads, 3)
     accumulate<D>(dq, s, k_t);  // dQ += dS K
   }
   const std::size_t at = std::size_t(b) * T * C3 + std::size_t(h) * D;
-  add_rows<D>(dqkv + at, head_bits(bits, at), rounded, C3, t, T, dq, q);
+  add_rows<D>(dqkv + at, bits_at(bits, at), rounded, C3, t, T, dq, q);
 }
 
 using GradKernel = void (*)(float*, const std::uint16_t*, const std::uint16_t*, const float*,

@@ -47,6 +47,11 @@ __device__ __forceinline__ std::uint32_t bf16_pair(float lo, float hi) {
   return pair_of(bf16_bits(lo), bf16_bits(hi));
 }
 
+// bits + at, or null where bits is (outputs whose bits are not wanted).
+__device__ __forceinline__ std::uint16_t* bits_at(std::uint16_t* bits, std::size_t at) {
+  return bits ? bits + at : nullptr;
+}
+
 // dst[0], dst[1] = x, y; rounded: as bf16 values, and their bits to bits[0],
 // bits[1] where bits is not null (the outputs a bf16 GEMM reads next).
 __device__ __forceinline__ void put_pair(float* dst, std::uint16_t* bits, float x, float y,

@@ -144,24 +144,27 @@ __global__ void add_bias_kernel(S* out, const S* bias, int OC) {
   out[i] = from_f32<S>(to_f32(out[i]) + to_f32(bias[c]));
 }
 
+template <class S>
+void launch_forward(S* out, float* mean, float* rstd, const S* inp, const S* w, const S* b,
+                    int N, int C, bool rounded, std::uint16_t* bits, cudaStream_t s) {
+  if (N <= 0) return;
+  const unsigned blocks = unsigned((N + kRowWarps - 1) / kRowWarps);
+  layernorm_forward_kernel<<<blocks, kRowWarps * 32, 0, s>>>(out, mean, rstd, inp, w, b, N, C,
+                                                              rounded, bits);
+}
+
 }  // namespace
 
 template <class S>
 void layernorm_forward(S* out, float* mean, float* rstd, const S* inp, const S* w, const S* b,
                        int N, int C, cudaStream_t s) {
-  if (N <= 0) return;
-  const unsigned blocks = unsigned((N + kRowWarps - 1) / kRowWarps);
-  layernorm_forward_kernel<<<blocks, kRowWarps * 32, 0, s>>>(out, mean, rstd, inp, w, b, N, C,
-                                                              false, nullptr);
+  launch_forward(out, mean, rstd, inp, w, b, N, C, false, nullptr, s);
 }
 
 void layernorm_forward_rounded(float* out, std::uint16_t* bits, float* mean, float* rstd,
                                const float* inp, const float* w, const float* b, int N, int C,
                                cudaStream_t s) {
-  if (N <= 0) return;
-  const unsigned blocks = unsigned((N + kRowWarps - 1) / kRowWarps);
-  layernorm_forward_kernel<<<blocks, kRowWarps * 32, 0, s>>>(out, mean, rstd, inp, w, b, N, C,
-                                                              true, bits);
+  launch_forward(out, mean, rstd, inp, w, b, N, C, true, bits, s);
 }
 
 std::size_t layernorm_backward_scratch(int N, int C) { return 2 * std::size_t(chunks_of(N)) * C; }
