@@ -73,9 +73,10 @@ int plan_command(const PlanOptions& o) {
         o.layout.empty() ? std::vector<std::string>{} : layout_overrides(o.layout);
     const Cluster cluster = find_cluster(o.cluster);
     const std::string title = fmt::format("trident plan | deck {} | {} GPUs | cluster {} ({} per "
-                                          "node, {:.0f} TFLOP/s 16-bit, {:.0f} GiB)", o.deck,
-                                          o.gpus, cluster.name, cluster.gpus_per_node,
-                                          cluster.peak_tflops_16, cluster.hbm_gib);
+                                          "node, {:.3g} TFLOP/s 16-bit, {:.3g} fp32, {:.0f} GiB)",
+                                          o.deck, o.gpus, cluster.name, cluster.gpus_per_node,
+                                          cluster.peak_tflops_16, cluster.peak_tflops_32,
+                                          cluster.hbm_gib);
     if (!o.layout.empty()) {
       const Prediction p = plan_layout(request, layout, cluster);
       if (o.json) {

@@ -14,12 +14,16 @@
 #include <toml++/toml.h>
 
 #include "compute/cpu/blas.hpp"
+#include "compute/cpu/gemm_bf16.hpp"
+#include "compute/cpu/kernels.hpp"
+#include "compute/cpu/vector_ops.hpp"
 #include "core/error.hpp"
 
 namespace trident {
 
-double Cluster::gemm_fraction(double flops) const {
-  const auto& c = gemm_efficiency;
+double Cluster::gemm_fraction(double flops, Precision dtype) const {
+  const auto& c = gemm_in_fp32(dtype) && !gemm_efficiency_32.empty() ? gemm_efficiency_32
+                                                                      : gemm_efficiency;
   if (c.empty()) return 1.0;
   if (flops <= c.front().first) return c.front().second;
   if (flops >= c.back().first) return c.back().second;
@@ -150,41 +154,97 @@ Cluster find_cluster(const std::string& name) {
   return c;
 }
 
-// One core, one thread: token-major fp32 GEMMs (M = 4N = 4K, as a layer's
-// linears), the rate at each size over the best seen standing in for peak.
+namespace {
+
+// `amount` a second done by `work` (amount a call), the best of three rounds
+// of 50 ms: stolen time only slows one down. 0 when `work` returns false.
+template <class Work>
+double best_rate(double amount, Work work) {
+  double best = 0;
+  for (int round = 0; round < 3; ++round) {
+    int reps = 0;
+    const auto t0 = std::chrono::steady_clock::now();
+    do {
+      if (!work()) return 0;
+      ++reps;
+    } while (seconds_since(t0) < 0.05);
+    best = std::max(best, amount * reps / seconds_since(t0));
+  }
+  return best;
+}
+
+// One core, one thread: TFLOP/s of `gemm` (m, n) at token-major shapes
+// (M = 4N = 4K, as a layer's linears). Empty when `gemm` has no kernel for them.
+template <class Gemm>
+std::vector<std::pair<double, double>> gemm_rates(Gemm gemm) {
+  std::vector<std::pair<double, double>> rates;
+  for (int n : {32, 64, 128, 256, 512}) {
+    const double flops = 2.0 * 4 * n * n * n;
+    const double rate = best_rate(flops / 1e12, [&] { return gemm(4 * n, n); });
+    if (rate == 0) return {};
+    rates.emplace_back(flops, rate);
+  }
+  return rates;
+}
+
+// GB/s of the element-wise kernels a layer runs (layer norm, GELU, residual
+// add) over a micro-batch's activations (1024 tokens x 256) on one thread.
+double elementwise_gbps() {
+  const int n = 1024, c = 256;
+  const std::size_t nc = std::size_t(n) * c;
+  std::vector<float> x(4 * nc, 0.5f), y(4 * nc), w(c, 1.0f), b(c, 0.0f), stats(2 * n);
+  const double bytes = sizeof(float) * (2.0 * nc + 8.0 * nc + 3.0 * nc);
+  return best_rate(bytes / 1e9, [&] {
+    cpu::layernorm_forward(y.data(), stats.data(), stats.data() + n, x.data(), w.data(), b.data(),
+                           n, c);
+    cpu::gelu_forward(y.data(), x.data(), 4 * nc);
+    cpu::add(y.data(), x.data(), y.data(), nc);
+    return true;
+  });
+}
+
+// The rates as fractions of the best of them, which stands in for peak; returns it.
+double to_fractions(std::vector<std::pair<double, double>>& rates) {
+  double best = 0;
+  for (const auto& r : rates) best = std::max(best, r.second);
+  for (auto& r : rates) r.second /= best;
+  return best;
+}
+
+}  // namespace
+
 // Ranks split the host's cores, so the host's rate is cores times one core's
-// (a multithreaded GEMM of a few tiles would understate a layer's many).
-// Each size keeps the best of three rounds: stolen time only slows one down.
+// (a multithreaded GEMM of a few tiles would understate a layer's many). bf16
+// runs multiply on the bf16 kernels (AMX tiles where the CPU has them) from
+// operands already packed as bf16 bits, as the model hands its weights and
+// rounded activations to them; fp16 runs multiply in f32.
 Cluster calibrate_this_cpu() {
   Cluster c;
   c.name = "this-cpu";
   c.gpus_per_node = int(std::max(1u, std::thread::hardware_concurrency()));
   c.shared_node = true;
+  c.fp16_as_fp32 = c.f32_activations = true;
   const int caller_threads = omp_get_max_threads();
   omp_set_num_threads(1);
-  std::vector<std::pair<double, double>> rates;
-  for (int n : {32, 64, 128, 256, 512}) {
-    const int m = 4 * n;
-    std::vector<float> a(std::size_t(m) * n, 1.0f), b(std::size_t(n) * n, 1.0f), out(a.size());
-    const double flops = 2.0 * m * n * n;
-    double best_rate = 0;
-    for (int round = 0; round < 3; ++round) {
-      int reps = 0;
-      const auto t0 = std::chrono::steady_clock::now();
-      do {
-        cpu::gemm(false, true, m, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, out.data(), n);
-        ++reps;
-      } while (seconds_since(t0) < 0.05);
-      best_rate = std::max(best_rate, flops * reps / seconds_since(t0) / 1e12);
-    }
-    rates.emplace_back(flops, best_rate);
-  }
+  std::vector<float> a(4 * 512 * 512, 1.0f), b(512 * 512, 1.0f), out(a.size());
+  std::vector<std::uint16_t> a16(a.size(), 0x3f80), b16(b.size(), 0x3f80);  // bf16 ones
+  c.gemm_efficiency_32 = gemm_rates([&](int m, int n) {
+    cpu::gemm(false, true, m, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, out.data(), n);
+    return true;
+  });
+  c.gemm_efficiency = gemm_rates([&](int m, int n) {
+    return cpu::gemm_bf16(false, true, m, n, n, {nullptr, a16.data()}, n, {nullptr, b16.data()},
+                          n, false, out.data(), n);
+  });
+  c.elementwise_gbps = elementwise_gbps();
   omp_set_num_threads(caller_threads);
-  double best = 0;
-  for (const auto& r : rates) best = std::max(best, r.second);
-  for (auto& r : rates) r.second /= best;
-  c.peak_tflops_16 = c.peak_tflops_32 = best * c.gpus_per_node;
-  c.gemm_efficiency = rates;
+  c.peak_tflops_32 = to_fractions(c.gemm_efficiency_32) * c.gpus_per_node;
+  if (c.gemm_efficiency.empty()) {  // no bf16 kernels: bf16 values multiply in f32 too
+    c.gemm_efficiency = c.gemm_efficiency_32;
+    c.peak_tflops_16 = c.peak_tflops_32;
+  } else {
+    c.peak_tflops_16 = to_fractions(c.gemm_efficiency) * c.gpus_per_node;
+  }
   // Memory bandwidth: a large copy, read + write, best of three.
   std::vector<float> src(std::size_t(1) << 24, 1.0f), dst(src.size());
   for (int round = 0; round < 3; ++round) {

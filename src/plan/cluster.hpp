@@ -20,12 +20,14 @@ struct Cluster {
   int gpus_per_node = 8;
   double peak_tflops_16 = 0;  // dense bf16/fp16 per GPU
   double peak_tflops_32 = 0;  // dense fp32 per GPU
+  bool fp16_as_fp32 = false;  // this-cpu: fp16 values are multiplied in f32
   double hbm_gib = 0;         // memory per GPU
   double hbm_gbps = 0;        // its bandwidth
   Link intra;                 // inside a node (NVLink / NVSwitch)
   Link inter;                 // between nodes, per GPU (its NIC)
   // (GEMM FLOPs, fraction of peak) by increasing size; interpolated in log size.
   std::vector<std::pair<double, double>> gemm_efficiency;
+  std::vector<std::pair<double, double>> gemm_efficiency_32;  // fp32's, where it differs
   // The host, for ZeRO-Offload and ZeRO-Infinity plans (0: unknown, not planned).
   double host_gib = 0;   // memory per node
   double host_gbps = 0;  // its bandwidth per node: the host's AdamW is bound by it
@@ -33,11 +35,20 @@ struct Cluster {
   double nvme_gbps = 0;  // node-local NVMe per node, each direction
   double comm_efficiency = 0.8;  // fraction of a link's bandwidth collectives reach
   bool shared_node = false;      // this-cpu: a node's ranks split its cores and bandwidth
+  // this-cpu: Trident's CPU backend keeps activations as f32 working copies in
+  // every precision, so its element-wise passes move 4 bytes an element.
+  bool f32_activations = false;
+  // this-cpu: GB/s of its element-wise kernels on one thread (0: they run at hbm_gbps).
+  double elementwise_gbps = 0;
 
-  double peak_tflops(Precision dtype) const {
-    return dtype == Precision::fp32 ? peak_tflops_32 : peak_tflops_16;
+  bool gemm_in_fp32(Precision dtype) const {
+    return dtype == Precision::fp32 || (dtype == Precision::fp16 && fp16_as_fp32);
   }
-  double gemm_fraction(double flops) const;  // of peak, for one GEMM of `flops`
+  double peak_tflops(Precision dtype) const {
+    return gemm_in_fp32(dtype) ? peak_tflops_32 : peak_tflops_16;
+  }
+  // Of the precision's peak, for one GEMM of `flops`.
+  double gemm_fraction(double flops, Precision dtype) const;
 };
 
 // dgx-a100-80gb, dgx-a100-40gb, dgx-h100, dgx-h200, this-cpu; or a .toml file.
@@ -45,7 +56,8 @@ struct Cluster {
 Cluster find_cluster(const std::string& name_or_file);
 std::vector<std::string> builtin_cluster_names();
 Cluster parse_cluster_toml(const std::string& text, const std::string& origin);
-// This machine as one "GPU" per node: fp32 GEMM rate measured at a few sizes.
+// This machine as one "GPU" per node: the f32 and bf16 GEMM rates measured at
+// a few sizes.
 Cluster calibrate_this_cpu();
 
 }  // namespace trident

@@ -12,12 +12,9 @@
 namespace trident {
 namespace {
 
-constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 // Element-wise kernels (norms, GELU, softmax, dropout, residuals) move about
 // this many bytes per byte of activations the layer keeps (fitted, as the curve).
 constexpr double kTrafficPerSavedByte = 2.0;
-// cuBLAS/NCCL workspaces, the allocator's slack: what a framework adds on a GPU.
-constexpr double kGpuOverheadBytes = 2.0 * kGiB;
 
 // Ring collectives (nccl-tests' bus bandwidth): all-reduce moves 2(n-1)/n of
 // the buffer per rank, reduce-scatter and all-gather (n-1)/n, each step alpha.
@@ -31,31 +28,19 @@ struct StepModel {
   const GptConfig& m;
   const Cluster& c;
   int tp, dtype_bytes;
-  double peak;  // FLOP/s per rank
+  Precision dtype;
+  double peak;              // FLOP/s per rank
+  double elementwise_gbps;  // what a rank's element-wise kernels move
 
   double gemm(double rows, double cols, double inner, double count = 1) const {
     const double flops = 2 * rows * cols * inner * count;
-    return flops / (peak * c.gemm_fraction(flops));
+    return flops / (peak * c.gemm_fraction(flops, dtype));
   }
   double bytes_time(double bytes) const { return bytes / (c.hbm_gbps * 1e9); }
+  double elementwise_time(double bytes) const { return bytes / (elementwise_gbps * 1e9); }
 };
 
 }  // namespace
-
-double layer_activation_bytes(const GptConfig& m, double tokens, int tp, bool sp,
-                              Recompute recompute, bool partition, int dtype_bytes,
-                              bool stored_attention) {
-  const double sbh = tokens * m.d_model, scale = dtype_bytes / 2.0;  // the paper counts 16-bit
-  const double replicated = sp ? 10.0 / tp : 10.0;  // norms and dropouts, sharded only by SP
-  if (recompute == Recompute::full) return 2 * sbh * scale / (sp || partition ? tp : 1);
-  const bool selective = recompute == Recompute::selective;
-  if (stored_attention) {
-    const double attention = selective ? 0 : 5.0 * m.heads * m.seq_len / m.d_model / tp;
-    return sbh * (replicated + 24.0 / tp + attention) * scale;
-  }
-  const double lse_bytes = 4.0 * tokens * m.heads / tp;
-  return sbh * (replicated + 24.0 / tp) * scale + lse_bytes;  // selective: the same
-}
 
 std::string Prediction::largest_cost() const {
   auto it = std::max_element(costs.begin(), costs.end(),
@@ -136,14 +121,16 @@ Prediction predict_step(const Deck& deck, const GridShape& shape, const Cluster&
   const int on_node = cluster.shared_node ? shape.size() : 1;
   Cluster c = cluster;
   if (cluster.shared_node) c.hbm_gbps /= on_node, c.nvme_gbps /= on_node;
-  // Past the cores, a rank that waits for a message yields its core (MPI
-  // yields when oversubscribed) and another rank computes meanwhile: each
-  // rank sees its messages' time shrink by the ranks per core.
-  if (cluster.shared_node && on_node > cluster.gpus_per_node) {
-    const double per_core = double(on_node) / cluster.gpus_per_node;
-    for (Link* l : {&c.intra, &c.inter}) l->gbps *= per_core, l->latency_us /= per_core;
-  }
-  const StepModel sm{m, c, t, w, c.peak_tflops(deck.precision.dtype) * 1e12 / on_node};
+  // A shared host's element-wise rate per rank: one thread's, shared when
+  // ranks outnumber cores. A rank's further threads are not counted: a
+  // step's element-wise passes ran 1.2-1.4x faster on two threads than on
+  // one here, against 1.8x for the calibrated kernels alone.
+  const double elementwise_gbps =
+      cluster.elementwise_gbps > 0
+          ? cluster.elementwise_gbps * std::min(1.0, double(cluster.gpus_per_node) / on_node)
+          : c.hbm_gbps;
+  const StepModel sm{m, c, t, w, deck.precision.dtype,
+                     c.peak_tflops(deck.precision.dtype) * 1e12 / on_node, elementwise_gbps};
   const double h = m.d_model, s = m.seq_len, tokens = double(p.micro_batch) * s;
   // A group inside a node rides NVLink. One spanning nodes with k members per
   // node runs k rings side by side, one per NIC (NCCL channels), so it sees k
@@ -162,17 +149,22 @@ Prediction predict_step(const Deck& deck, const GridShape& shape, const Cluster&
                         sm.gemm(tokens, 4 * h / t, h) + sm.gemm(tokens, h, 4 * h / t);
   const double heads = double(p.micro_batch) * m.heads / t;
   const double scores = 2 * sm.gemm(s, s, h / m.heads, heads);
-  const double kept = layer_activation_bytes(m, tokens, t, p.sequence_parallel, Recompute::none,
-                                             false, w, stored_attention);
-  // What selective recompute drops: the probabilities (nothing under flash attention).
-  const double dropped = kept - layer_activation_bytes(m, tokens, t, p.sequence_parallel,
-                                                       Recompute::selective, false, w,
-                                                       stored_attention);
-  const double elementwise = sm.bytes_time(kTrafficPerSavedByte * kept);
-  const double rebuilt = sm.bytes_time(kTrafficPerSavedByte * dropped);
+  auto layer_bytes = [&](Recompute r, int bytes) {
+    return layer_activation_bytes(m, tokens, t, p.sequence_parallel, r, false, bytes,
+                                  stored_attention);
+  };
+  // An activation's bytes as passes and messages move it (Trident's CPU
+  // backend: f32 in every precision); what element-wise passes move, and
+  // what selective recompute drops: the probabilities (nothing under flash
+  // attention).
+  const int act_bytes = c.f32_activations ? 4 : w;
+  const double moved = layer_bytes(Recompute::none, act_bytes);
+  const double dropped = moved - layer_bytes(Recompute::selective, act_bytes);
+  const double elementwise = sm.elementwise_time(kTrafficPerSavedByte * moved);
+  const double rebuilt = sm.elementwise_time(kTrafficPerSavedByte * dropped);
   // Two all-reduces per layer each way (Megatron section 3); SP's all-gather +
   // reduce-scatter pairs move the same bytes (Korthikanti section 4.2.2).
-  const double tp_comm = 2 * all_reduce(tokens * h * w, t, link_for(t, 1));
+  const double tp_comm = 2 * all_reduce(tokens * h * act_bytes, t, link_for(t, 1));
   const double forward = linear + scores + elementwise;
   double recompute = 0;
   if (p.recompute == Recompute::full) recompute = forward + tp_comm;
@@ -182,11 +174,12 @@ Prediction predict_step(const Deck& deck, const GridShape& shape, const Cluster&
 
   // Logits on the last stage: the tied head's GEMM forward and twice backward,
   // f32 softmax cross-entropy over the rank's vocabulary shard.
-  const double logits = 3 * sm.gemm(tokens, double(m.vocab) / t, h) +
-                        sm.bytes_time(3.0 * 4 * tokens * m.vocab / t);
+  const double logits_gemm = 3 * sm.gemm(tokens, double(m.vocab) / t, h);
+  const double logits_passes = sm.elementwise_time(3.0 * 4 * tokens * m.vocab / t);
+  const double logits = logits_gemm + logits_passes;
   const double layers_per_rank = double(m.layers) / pp;
   // Activations cross each chunk boundary once each way (SP: 1/tp of them).
-  const double p2p_bytes = tokens * h * w / (p.sequence_parallel ? t : 1);
+  const double p2p_bytes = tokens * h * act_bytes / (p.sequence_parallel ? t : 1);
   const double p2p = pp > 1 ? 2 * v * (p2p_bytes / (link_for(2 * t * shape.dp, t * shape.dp).gbps * 1e9 *
                                                     c.comm_efficiency) +
                                        link_for(2 * t * shape.dp, t * shape.dp).latency_us * 1e-6)
@@ -245,8 +238,8 @@ Prediction predict_step(const Deck& deck, const GridShape& shape, const Cluster&
   const double shard = zs > 0 ? psi / dp : psi;
   const double optimizer = optimizer_time(deck, c, sm, shard, g, w, backward_last);
 
-  p.costs = {{"gemm", mbs * gemm_mb + mbs * logits * 0.9},
-             {"memory-bound", mbs * elem_mb + mbs * logits * 0.1},
+  p.costs = {{"gemm", mbs * (gemm_mb + logits_gemm)},
+             {"memory-bound", mbs * (elem_mb + logits_passes)},
              {"recompute", mbs * rc_mb},
              {"tp-comm", mbs * tpc_mb},
              {"pp-p2p", mbs * p2p},
@@ -270,36 +263,7 @@ Prediction predict_step(const Deck& deck, const GridShape& shape, const Cluster&
   p.hardware_tflops = (model_flops + extra) / p.step_s / gpus / 1e12;
   p.mfu = p.model_tflops / c.peak_tflops(deck.precision.dtype) * on_node;
 
-  // Memory: the first stage keeps the most micro-batches in flight, the last
-  // one the logits; the fuller of the two bounds the layout.
-  const ScheduleKind kind = par.schedule;
-  const double per_layer = layer_activation_bytes(m, tokens, t, p.sequence_parallel, p.recompute,
-                                                  deck.train.partition_activations, w,
-                                                  stored_attention);
-  const double layers_per_chunk = double(m.layers) / (pp * v);
-  auto stage_activations = [&](int stage) {
-    const auto actions = build_schedule(kind, pp, stage, mbs, v);
-    double bytes = 0;
-    for (int chunk = 0; chunk < v; ++chunk)
-      bytes += layers_per_chunk * activation_slots(actions, chunk) * per_layer;
-    if (p.recompute == Recompute::full) bytes += kept;  // one layer rebuilt for its backward
-    return bytes;
-  };
-  const double logits_bytes = 2.0 * 4 * tokens * m.vocab / t;  // f32 logits and their gradient
-  p.activation_bytes = std::max(stage_activations(0), stage_activations(pp - 1) + logits_bytes);
-  p.model_state_bytes = state.model_state() + state.bytes[int(MemCategory::buffers)];
-  p.overhead_bytes = cluster.shared_node ? 0 : kGpuOverheadBytes;
-  p.memory_bytes = p.model_state_bytes + p.activation_bytes + p.overhead_bytes;
-  p.capacity_bytes = cluster.hbm_gib * kGiB / (cluster.shared_node ? on_node : 1);
-  // Offloaded state in host memory: on a shared host the same memory as the
-  // arenas, else the node's host memory split over its GPUs.
-  p.host_bytes = state.host;
-  if (cluster.shared_node) {
-    p.memory_bytes += p.host_bytes;
-    p.host_capacity_bytes = p.capacity_bytes;
-  } else {
-    p.host_capacity_bytes = cluster.host_gib * kGiB / cluster.gpus_per_node;
-  }
+  predict_memory(p, deck, shape, cluster, state, stored_attention);
   return p;
 }
 

@@ -61,4 +61,11 @@ double layer_activation_bytes(const GptConfig& m, double tokens, int tp, bool se
 Prediction predict_step(const Deck& deck, const GridShape& shape, const Cluster& cluster,
                         const MemoryEstimate& state, bool stored_attention);
 
+// predict_step's memory fields (memory_model.cpp): on a GPU cluster, Korthikanti's
+// activations at the schedule's micro-batches in flight beside the estimator's
+// model state; on Trident's CPU backend (f32_activations), the estimator's
+// arenas on the fullest pipeline rank.
+void predict_memory(Prediction& p, const Deck& deck, const GridShape& shape,
+                    const Cluster& cluster, const MemoryEstimate& state, bool stored_attention);
+
 }  // namespace trident

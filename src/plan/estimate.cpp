@@ -52,7 +52,8 @@ Partition predicted_partition(const Deck& deck, int virtual_stages) {
 
 }  // namespace
 
-MemoryEstimate estimate_memory(const Deck& deck, const GridShape& shape, int stage) {
+MemoryEstimate estimate_memory(const Deck& deck, const GridShape& shape, int stage,
+                               int pipe_rank) {
   MemoryEstimate e;
   const GptConfig& m = deck.model;
   const TensorParallelLayout tp{shape.tp, 0, deck.parallel.sequence_parallel};
@@ -64,7 +65,8 @@ MemoryEstimate estimate_memory(const Deck& deck, const GridShape& shape, int sta
   const ScheduleKind kind = deck.parallel.schedule;
   const bool split = splits_backward(kind) && shape.pp > 1;
   const ZeroBubbleCosts costs = split ? zero_bubble_costs(deck, shape, part) : ZeroBubbleCosts{};
-  const auto actions = build_schedule(kind, shape.pp, 0, micro_batches, v, split ? &costs : nullptr);
+  const auto actions = build_schedule(kind, shape.pp, pipe_rank, micro_batches, v,
+                                      split ? &costs : nullptr);
   const double f = sizeof(float);
   // 16-bit weights: resident in 2 bytes, f32 working copies of the units in
   // use, and f32 masters beside the Adam moments.
@@ -76,8 +78,8 @@ MemoryEstimate estimate_memory(const Deck& deck, const GridShape& shape, int sta
   const double g = double(dtype_size(grads));
   auto at = [&](MemCategory c) -> double& { return e.bytes[int(c)]; };
   double reduce_scatter = 0;  // the MPI library's, beyond the arenas
-  for (int c = 0; c < v; ++c) {  // rank 0's chunks: virtual stages c * pp, or the V's 0 and 2pp - 1
-    const int vs = virtual_stage_of(v_placement(kind), shape.pp, 0, c);
+  for (int c = 0; c < v; ++c) {  // the rank's chunks: virtual stages r + c * pp, or the V's r and 2pp - 1 - r
+    const int vs = virtual_stage_of(v_placement(kind), shape.pp, pipe_rank, c);
     const StageSpec spec{part[vs], part[vs + 1] - part[vs], vs == 0, vs == V - 1};
     const TensorTable table = build_gpt_param_table(m, tp, units, spec);
     const double n = double(table.size());
@@ -97,11 +99,13 @@ MemoryEstimate estimate_memory(const Deck& deck, const GridShape& shape, int sta
       at(MemCategory::buffers) += working(ZeroStorage::windows_table_grads(table, stage, grads));
     if (stage == 0) {
       at(MemCategory::parameters) += n * w;
-      // pipedream: stage 0 stashes the weights of its pp - 1 forwards ahead,
-      // and receives the head's embedding gradients in a buffer of their own.
+      // pipedream: a stage stashes the weights of the forwards it runs ahead;
+      // the tied embedding's gradients go from the last stage to the first
+      // in buffers of their own: one there, one a micro-batch in flight here.
       if (kind == ScheduleKind::pipedream) {
-        at(MemCategory::parameters) += (shape.pp - 1) * n * w;
-        if (shape.pp > 1) at(MemCategory::buffers) += double(table.at("wte").numel) * f;
+        at(MemCategory::parameters) += (pipedream_in_flight(shape.pp, pipe_rank) - 1) * n * w;
+        const int wte_buffers = shape.pp == 1 ? 0 : spec.embedding ? 1 : spec.head ? shape.pp : 0;
+        if (wte_buffers) at(MemCategory::buffers) += wte_buffers * double(table.at("wte").numel) * f;
       }
       at(MemCategory::gradients) += n * g;
       at(MemCategory::optimizer) += (2 + masters) * n * f;  // rank 0 updates in both dp modes
@@ -166,7 +170,7 @@ MemoryEstimate estimate_memory(const Deck& deck, const GridShape& shape, int sta
   // The input gradients being sent: one pool for the rank's chunks.
   std::vector<bool> sends;
   for (int c = 0; c < v; ++c)
-    sends.push_back(virtual_stage_of(v_placement(kind), shape.pp, 0, c) > 0);
+    sends.push_back(virtual_stage_of(v_placement(kind), shape.pp, pipe_rank, c) > 0);
   at(MemCategory::activations) +=
       send_buffer_pool(actions, sends).size * send_buffer_bytes(deck, shape);
   e.parameters = double(gpt_num_parameters(m));

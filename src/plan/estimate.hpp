@@ -49,10 +49,12 @@ double cuda_operand_copy_bytes(const GptConfig& m, int micro_batch, int local_vo
                                Precision dtype);
 double reduce_scatter_temporaries(int dp, double largest_unit_bytes);
 
-// Rank 0's view (the first pipeline stage, first vocabulary shard and, in
-// gather mode, the optimizer's holder) for the deck's layout and the given
-// ZeRO stage, activations for as many micro-batches as its schedule keeps.
-MemoryEstimate estimate_memory(const Deck& deck, const GridShape& shape, int zero_stage);
+// The view of pipeline rank `pipe_rank` at tensor and data rank 0 (the first
+// vocabulary shard and, in gather mode, the optimizer's holder) for the deck's
+// layout and the given ZeRO stage, activations for as many micro-batches as
+// its schedule keeps. Rank 0 keeps the most activations in flight.
+MemoryEstimate estimate_memory(const Deck& deck, const GridShape& shape, int zero_stage,
+                               int pipe_rank = 0);
 
 // The ZeRO paper's model-state bytes per rank for Ψ parameters on N data ranks:
 // mixed precision keeps 2 + 2 + 12 bytes per parameter (fp16 weights and
