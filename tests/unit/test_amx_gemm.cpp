@@ -7,6 +7,7 @@
 #include <omp.h>
 
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "compute/cpu/amx_gemm.hpp"
@@ -48,25 +49,28 @@ std::vector<float> run(const Operands& o, int k0, int K, std::vector<float> C, b
 }  // namespace
 
 // M 1100 spans 35 row panels, K 1000 four K blocks and a tail, N 300 a
-// partial column block: one thread, two threads and the single-thread entry
-// (attention's tiles) give the same bits.
+// partial column block; the wide shape (M 100: 4 panels) leaves a thread of
+// three with one panel. Two to four threads and the single-thread entry
+// (attention's tiles) give one thread's bits.
 TEST(AmxGemm, BitsDoNotDependOnTheThreadCount) {
   if (!cpu::amx_available()) GTEST_SKIP() << "no AMX tiles on this CPU";
-  const auto C0 = trident::testing::random_normals(std::size_t(1100) * 300, 3);
-  for (bool ta : {false, true})
-    for (bool tb : {false, true}) {
-      SCOPED_TRACE(::testing::Message() << "ta " << ta << " tb " << tb);
-      const Operands o = make(ta, tb, 1100, 300, 1000);
-      const int threads = omp_get_max_threads();
-      omp_set_num_threads(2);
-      const auto two = run(o, 0, o.K, C0, true, true);
-      omp_set_num_threads(1);
-      const auto one = run(o, 0, o.K, C0, true, true);
-      omp_set_num_threads(threads);
-      EXPECT_EQ(two, one);
-      EXPECT_EQ(run(o, 0, o.K, C0, true, false), one);
-      EXPECT_NE(one, C0);
-    }
+  const int threads = omp_get_max_threads();
+  for (const auto [M, N] : {std::pair{1100, 300}, std::pair{100, 1100}})
+    for (bool ta : {false, true})
+      for (bool tb : {false, true}) {
+        SCOPED_TRACE(::testing::Message() << "M " << M << " N " << N << " ta " << ta << " tb " << tb);
+        const auto C0 = trident::testing::random_normals(std::size_t(M) * N, 3);
+        const Operands o = make(ta, tb, M, N, 1000);
+        omp_set_num_threads(1);
+        const auto one = run(o, 0, o.K, C0, true, true);
+        for (int team : {2, 3, 4}) {
+          omp_set_num_threads(team);
+          EXPECT_EQ(run(o, 0, o.K, C0, true, true), one) << team << " threads";
+        }
+        omp_set_num_threads(threads);
+        EXPECT_EQ(run(o, 0, o.K, C0, true, false), one);
+        EXPECT_NE(one, C0);
+      }
 }
 
 // Accumulating continues the sum: K in two calls, split at a multiple of 32,
