@@ -122,9 +122,10 @@ Prediction predict_step(const Deck& deck, const GridShape& shape, const Cluster&
   Cluster c = cluster;
   if (cluster.shared_node) c.hbm_gbps /= on_node, c.nvme_gbps /= on_node;
   // A shared host's element-wise rate per rank: one thread's, shared when
-  // ranks outnumber cores. A rank's further threads are not counted: a
-  // step's element-wise passes ran 1.2-1.4x faster on two threads than on
-  // one here, against 1.8x for the calibrated kernels alone.
+  // ranks outnumber cores. A rank's further threads are not counted: with
+  // its GEMMs near 2x, a whole bf16 step ran only 1.4x (micro-batch 2) to
+  // 1.8x (16) faster on two threads than on one on a 2-core host, so large
+  // micro-batches are predicted slow.
   const double elementwise_gbps =
       cluster.elementwise_gbps > 0
           ? cluster.elementwise_gbps * std::min(1.0, double(cluster.gpus_per_node) / on_node)
