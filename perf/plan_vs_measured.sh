@@ -52,7 +52,8 @@ measure() {  # ranks layout: the plan's prediction and a real run, in run-NN/
   local sets=()
   while read -r s; do sets+=(--set "$s"); done < <(python3 "$here/plan_vs_measured.py" sets "$layout")
   OMP_NUM_THREADS=$threads mpirun -np "$ranks" --oversubscribe --bind-to none \
-    "$bin" train "$deck" "${common[@]}" "${sets[@]}" --set "train.steps=$steps" --set "system.threads=$threads" \
+    "$bin" train "$deck" "${common[@]}" "${sets[@]}" --set "train.steps=$steps" \
+    --set "system.threads=$threads" \
     --metrics "$dir/metrics.jsonl" > "$dir/train.log" 2>&1
   echo "measured $ranks ranks $layout: $(grep -o 'arenas [^,]*' "$dir/train.log")"
 }
@@ -61,7 +62,8 @@ for entry in "${layouts[@]}"; do measure $entry; done
 
 # The planner's own pick per rank count, measured too when not listed above.
 for ranks in 1 2 4 8; do
-  "$bin" plan "$deck" "${common[@]}" --gpus "$ranks" --cluster this-cpu --top 1 --json > "$out/top1-$ranks.json"
+  "$bin" plan "$deck" "${common[@]}" --gpus "$ranks" --cluster this-cpu --top 1 --json \
+    > "$out/top1-$ranks.json"
   pick=$(python3 "$here/plan_vs_measured.py" unmeasured "$out/top1-$ranks.json" "$out")
   [ -z "$pick" ] || measure "$ranks" "$pick"
 done
