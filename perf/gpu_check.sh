@@ -114,6 +114,15 @@ for p in bf16 fp16; do
   check "gpu_$p" 120 "train gpu_$p 1 --set system.device=$dev --set precision.dtype=$p && \
     $compare metrics $logs/cpu_$p.jsonl $logs/gpu_$p.jsonl --tol 1e-3 --grad-tol 1e-2 --to-step 10"
 done
+# bf16 with every block recomputed, and zero bubble's separate weight pass
+# (2 stages sharing the GPU): the GEMMs read the recomputed or kept values
+# as bf16 operands; the same model as the CPU's bf16 run.
+check gpu_bf16_recompute 120 "train gpu_bf16_recompute 1 --set system.device=$dev \
+    --set precision.dtype=bf16 --set train.recompute=full && \
+  $compare metrics $logs/cpu_bf16.jsonl $logs/gpu_bf16_recompute.jsonl --tol 1e-3 --grad-tol 1e-2 --to-step 10"
+check gpu_bf16_zb 120 "train gpu_bf16_zb 2 --set system.device=$dev $staged --set parallel.pp=2 \
+    --set parallel.schedule=zb-h1 --set precision.dtype=bf16 && \
+  $compare metrics $logs/cpu_bf16.jsonl $logs/gpu_bf16_zb.jsonl --tol 1e-3 --grad-tol 1e-2 --to-step 10"
 # NCCL at one rank per communicator: the same run as the staged one, bit for bit.
 check gpu_nccl_train 120 "train gpu_nccl 1 --set system.device=$dev $nccl && \
   $compare metrics $logs/gpu_fp32.jsonl $logs/gpu_nccl.jsonl --tol 0"

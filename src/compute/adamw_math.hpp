@@ -8,8 +8,15 @@
 //   p = p - (lr / bc1) m / fma(sqrt(v), 1 / sqrt(bc2), eps)   (g: gradient x grad_scale)
 #pragma once
 #include <cmath>
+#include <cstddef>
 
 namespace trident {
+
+// A run of elements of an AdamW update (ComputeBackend::adamw_spans).
+struct AdamWSpan {
+  std::size_t offset, n;
+  bool decay;  // weight decay applies (matrices), or not (biases, norms)
+};
 
 struct AdamWScalars {
   float decay, beta1, one_minus_beta1, beta2, one_minus_beta2, eps, step, inv_sqrt_bc2,

@@ -15,8 +15,10 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <stdexcept>
 #include <string>
 
+#include "compute/adamw_math.hpp"
 #include "core/dtype.hpp"
 
 namespace trident {
@@ -143,6 +145,17 @@ class ComputeBackend {
   // out (N, OC) = inp (N, IC) * w^T (w is OC x IC) + bias (may be null).
   virtual void matmul_forward(float* out, MatrixIn inp, MatrixIn w, const float* bias, int N,
                               int IC, int OC) = 0;
+  // The same rounded to bf16 values, and their bits (a bf16 run's activation
+  // that a bf16 GEMM reads next). values: whether out's f32 values are wanted
+  // too; without them a backend that reads bf16 operands may write the bits
+  // alone, straight from its GEMM (bias then holds bf16 values, as a bf16
+  // run's weights do), and use out as scratch.
+  virtual void matmul_forward_rounded(float* out, std::uint16_t* bits, MatrixIn inp, MatrixIn w,
+                                      const float* bias, int N, int IC, int OC, bool values) {
+    (void)values;
+    matmul_forward(out, inp, w, bias, N, IC, OC);
+    round_to_bf16(out, bits, out, std::size_t(N) * OC);
+  }
   // Any of dinp (then w may be null), dw (then inp may be null) and dbias may
   // be null; dw and dbias are added to, dinp as `dinp_mode` says.
   virtual void matmul_backward(float* dinp, float* dw, float* dbias, MatrixIn dout, MatrixIn inp,
@@ -185,9 +198,13 @@ class ComputeBackend {
   // GELU of a 16-bit run (store: bf16 or f16), as these passes compute it; a
   // backend may fuse them into one. inp is rounded to store in place (backward
   // reads it so), out is gelu(inp) rounded; bits and inp_bits (bf16 only, each
-  // may be null) get out's and inp's bf16 bits.
+  // may be null) get out's and inp's bf16 bits. Bits only: out null, bits and
+  // inp_bits given (bf16, a backend that reads bf16 operands): neither out nor
+  // inp is written, the bits are what the next GEMM and backward read; inp
+  // null too: the input is inp_bits (a GEMM's bf16 output), read only.
   virtual void gelu_forward_rounded(float* out, std::uint16_t* bits, float* inp,
                                     std::uint16_t* inp_bits, std::size_t n, DType store) {
+    if (!out) throw std::logic_error("gelu_forward_rounded: bits only is not implemented here");
     round_to(inp, store, n);
     if (inp_bits) convert(inp_bits, DType::bf16, inp, DType::f32, n);
     gelu_forward(out, inp, n);
@@ -195,9 +212,13 @@ class ComputeBackend {
     else round_to(out, store, n);
   }
   // dinp = gelu'(inp) * dout, dout and the result rounded to store, bits as
-  // above. dout is scratch: what it holds afterwards is unspecified.
-  virtual void gelu_backward_rounded(float* dinp, std::uint16_t* bits, const float* inp,
-                                     float* dout, std::size_t n, DType store) {
+  // above. dout is scratch: what it holds afterwards is unspecified. Where
+  // inp_bits is not null (bf16), inp is given as those bits alone: a backend
+  // reads them, or widens them into inp first.
+  virtual void gelu_backward_rounded(float* dinp, std::uint16_t* bits, float* inp,
+                                     const std::uint16_t* inp_bits, float* dout, std::size_t n,
+                                     DType store) {
+    if (inp_bits) convert(inp, DType::f32, inp_bits, DType::bf16, n);
     round_to(dout, store, n);
     zero(dinp, n * sizeof(float));
     gelu_backward(dinp, inp, dout, n);
@@ -213,6 +234,15 @@ class ComputeBackend {
   virtual void xent_max(float* row_max, const float* logits, int N, int V, int valid) = 0;
   virtual void xent_sums(float* packed, const float* logits, const float* row_max,
                          const std::int32_t* targets, int lo, int N, int V, int valid) = 0;
+  // xent_max then xent_sums, for a vocabulary held whole (nothing to combine
+  // between them); a backend may take both in one pass over the logits (an
+  // online maximum, its sum rescaled as the maximum grows: the same values up
+  // to rounding).
+  virtual void xent_stats(float* row_max, float* packed, const float* logits,
+                          const std::int32_t* targets, int N, int V, int valid) {
+    xent_max(row_max, logits, N, V, valid);
+    xent_sums(packed, logits, row_max, targets, 0, N, V, valid);
+  }
   virtual void xent_finish(float* losses, float* dlogits, const float* logits,
                            const float* row_max, const float* packed,
                            const std::int32_t* targets, int lo, int N, int V, int valid,
@@ -239,9 +269,21 @@ class ComputeBackend {
   // Decoupled AdamW (PyTorch semantics) on grad * grad_scale (the clipping
   // factor); bc1/bc2 are 1 - beta^t. Where weights_bf16 is not null it gets
   // the updated parameters' bf16 bits (16-bit weights in the same pass).
-  virtual void adamw(float* param, const float* grad, float* m, float* v, std::size_t n, float lr,
-                     float beta1, float beta2, float eps, float weight_decay, float bc1, float bc2,
-                     float grad_scale, std::uint16_t* weights_bf16) = 0;
+  // Each span is `n` elements from `offset` of all five arrays, decayed by
+  // weight_decay or not at all: a whole table of tensors in one call (one
+  // launch on a GPU, where 148 launches of small tensors ran below bandwidth).
+  virtual void adamw_spans(float* param, const float* grad, float* m, float* v,
+                           const AdamWSpan* spans, std::size_t count, float lr, float beta1,
+                           float beta2, float eps, float weight_decay, float bc1, float bc2,
+                           float grad_scale, std::uint16_t* weights_bf16) = 0;
+  // One array of n elements.
+  void adamw(float* param, const float* grad, float* m, float* v, std::size_t n, float lr,
+             float beta1, float beta2, float eps, float weight_decay, float bc1, float bc2,
+             float grad_scale, std::uint16_t* weights_bf16) {
+    const AdamWSpan span{0, n, true};
+    adamw_spans(param, grad, m, v, &span, 1, lr, beta1, beta2, eps, weight_decay, bc1, bc2,
+                grad_scale, weights_bf16);
+  }
 };
 
 // threads <= 0: pick from the cores available to this rank.

@@ -128,6 +128,30 @@ MatrixIn GptModel::gemm_operand(float* x, std::size_t n, std::uint16_t* home) {
   return {x, bits};
 }
 
+MatrixIn GptModel::linear_operand(float* out, std::uint16_t* home, MatrixIn x, MatrixIn w,
+                                  const float* b, int N, int IC, int OC) {
+  if (packs_bits() && home) {
+    backend_.matmul_forward_rounded(out, home, x, w, b, N, IC, OC, /*values=*/false);
+    return MatrixIn(nullptr, home);
+  }
+  backend_.matmul_forward(out, x, w, b, N, IC, OC);
+  return gemm_operand(out, std::size_t(N) * OC, home);
+}
+
+MatrixIn GptModel::mlp_hidden(const Block& a, MatrixIn ln2, MatrixIn w, const float* b,
+                              bool recompute) {
+  const int C = cfg_.d_model, Fl = tp_.local_ff(cfg_);
+  const std::size_t n = std::size_t(BT_) * Fl;
+  if (!recompute && packs_bits() && a.fch_16 && a.fch_gelu_16) {
+    // Bits alone: the fc GEMM writes fch's, GELU reads them and writes its own.
+    backend_.matmul_forward_rounded(a.fch, a.fch_16, ln2, w, b, BT_, C, Fl, /*values=*/false);
+    backend_.gelu_forward_rounded(nullptr, a.fch_gelu_16, nullptr, a.fch_16, n, policy_.store);
+    return MatrixIn(nullptr, a.fch_gelu_16);
+  }
+  backend_.matmul_forward(a.fch, ln2, w, b, BT_, C, Fl);
+  return gelu_operand(a.fch_gelu, a.fch, n, a.fch_gelu_16, a.fch_16, !recompute);
+}
+
 MatrixIn GptModel::gathered_operand(float* x, float* full, std::size_t n, std::uint16_t* home) {
   if (tp_.sp()) {  // the bits would be this rank's tokens only
     round(x, n);
@@ -192,14 +216,15 @@ MatrixIn GptModel::gelu_operand(float* out, float* x, std::size_t n, std::uint16
   return bits ? MatrixIn(out, bits) : MatrixIn(out);
 }
 
-MatrixIn GptModel::gelu_grad_operand(float* dx, const float* x, float* dy, std::size_t n) {
+MatrixIn GptModel::gelu_grad_operand(float* dx, float* x, const std::uint16_t* x_bits, float* dy,
+                                     std::size_t n) {
   if (policy_.store == DType::f32) {
     backend_.zero(dx, n * sizeof(float));
     backend_.gelu_backward(dx, x, dy, n);
     return dx;
   }
   std::uint16_t* bits = gemm_bits();
-  backend_.gelu_backward_rounded(dx, bits, x, dy, n, policy_.store);
+  backend_.gelu_backward_rounded(dx, bits, x, x_bits, dy, n, policy_.store);
   return bits ? MatrixIn(dx, bits) : MatrixIn(dx);
 }
 

@@ -198,6 +198,13 @@ class GptModel {
   // the weights come as the storage's bf16 bits, so no GEMM packs them again.
   // The bits go to `home` where it is not null (a saved 16-bit copy).
   MatrixIn gemm_operand(float* x, std::size_t n, std::uint16_t* home = nullptr);
+  // out = x w^T + b as such an operand; where the backend reads bits and the
+  // output has a saved home, the bits alone (the GEMM's bf16 output).
+  MatrixIn linear_operand(float* out, std::uint16_t* home, MatrixIn x, MatrixIn w, const float* b,
+                          int N, int IC, int OC);
+  // The MLP's hidden activation gelu(ln2 w^T + b) as the projection's operand:
+  // bits alone from the fc GEMM through GELU where both are saved as bits.
+  MatrixIn mlp_hidden(const Block& a, MatrixIn ln2, MatrixIn w, const float* b, bool recompute);
   // The norm output x (this rank's tokens) rounded and gathered to all tokens.
   MatrixIn gathered_operand(float* x, float* full, std::size_t n, std::uint16_t* home);
   // The norm of x (this rank's tokens; w, b from `norm` + ".w", ".b") into
@@ -215,11 +222,16 @@ class GptModel {
   // a recompute stops before that GEMM).
   MatrixIn gelu_operand(float* out, float* x, std::size_t n, std::uint16_t* home,
                         std::uint16_t* x_home, bool operand);
-  // dx = gelu'(x) dy as the fc layer's output gradient; dy is scratch.
-  MatrixIn gelu_grad_operand(float* dx, const float* x, float* dy, std::size_t n);
+  // dx = gelu'(x) dy as the fc layer's output gradient; dy is scratch. x is
+  // read from x_bits where not null (its saved bits, not unpacked).
+  MatrixIn gelu_grad_operand(float* dx, float* x, const std::uint16_t* x_bits, float* dy,
+                             std::size_t n);
   // A saved GEMM input for backward's weight GEMMs: its bits where kept as such.
-  static MatrixIn saved_input(const float* values, const std::uint16_t* bits) {
-    return bits ? MatrixIn(nullptr, bits) : MatrixIn(values);
+  // A GEMM input backward reads: its saved bits, or its values (which a bf16
+  // run rounded before forward's GEMM read them: bf16 values, so the weight
+  // gradients of a recomputed block run on bf16 kernels too).
+  MatrixIn saved_input(const float* values, const std::uint16_t* bits) const {
+    return bits ? MatrixIn(nullptr, bits) : bf16_valued(values);
   }
   MatrixIn weight(const std::string& name);
   // The tied table's bits for the head's GEMMs where the storage holds them

@@ -194,8 +194,9 @@ void GptModel::unpack_block(int slot, int l) {
   for (const TensorInfo& t : saved16_.tensors()) {
     const std::uint16_t* home = slot_16(slot) + t.offset;
     if (t.name.compare(0, p.size(), p) != 0 ||
-        (home == a.ln1_16 || home == a.qkv_16 || home == a.ln2_16 || home == a.fch_gelu_16))
-      continue;  // another layer's, or read as bits alone
+        (home == a.ln1_16 || home == a.qkv_16 || home == a.ln2_16 || home == a.fch_gelu_16) ||
+        (home == a.fch_16 && packs_bits()))
+      continue;  // another layer's, or read as bits alone (GELU's backward reads fch's)
     backend_.convert(work_mem_->f32(work_.at(t.name.substr(p.size()))), DType::f32, home,
                      policy_.store, t.numel);
   }

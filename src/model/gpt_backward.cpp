@@ -85,7 +85,8 @@ void GptModel::block_backward(int slot, int l, int wbuf, bool finalize) {
   be.matmul_backward(d_ff_a, gw("mlp.proj.w"), gw("mlp.proj.b"), d_out,
                      saved_input(a.fch_gelu, a.fch_gelu_16), weight(p + "mlp.proj.w"), BT, Fl, C,
                      InputGrad::write);
-  const MatrixIn d_fc = gelu_grad_operand(d_ff_b, a.fch, d_ff_a, std::size_t(BT) * Fl);
+  const MatrixIn d_fc = gelu_grad_operand(d_ff_b, a.fch, packs_bits() ? a.fch_16 : nullptr,
+                                          d_ff_a, std::size_t(BT) * Fl);
   keep("d_fc", d_ff_b, std::size_t(BT) * Fl);
   be.matmul_backward(d_c, gw("mlp.fc.w"), gw("mlp.fc.b"), d_fc, saved_input(a.ln2_full, a.ln2_16),
                      weight(p + "mlp.fc.w"), BT, C, Fl, InputGrad::write);
@@ -185,7 +186,8 @@ void GptModel::backward_weights(int slot, int wbuf, const GradsReadyFn& ready, b
   }
   for (int l = last_block() - 1; l >= stage_.first_block; --l) {
     const std::string p = fmt::format("h.{}.", l);
-    auto d = [&](const char* n) { return weight_input(slot, wbuf, p + n); };
+    // B kept the output gradients as the GEMMs read them: bf16 values in a bf16 run.
+    auto d = [&](const char* n) { return bf16_valued(weight_input(slot, wbuf, p + n)); };
     const Block a = block(slot, l);
     const int u = unit(p + "ln1.w");
     // The weight ops read the block's saved inputs: what lives in the

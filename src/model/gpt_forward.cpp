@@ -17,17 +17,16 @@ void GptModel::block_forward(const Block& a, const float* x, int l, bool recompu
   const bool bias_here = tp_.rank == 0;
   const MatrixIn ln1 =
       norm_operand(a.ln1, a.ln1_full, a.ln1_16, a.ln1_mean, a.ln1_rstd, x, p + "ln1");
-  be.matmul_forward(a.qkv, ln1, weight(p + "attn.qkv.w"), P(p + "attn.qkv.b"), BT, C, 3 * Cl);
-  const MatrixIn qkv = gemm_operand(a.qkv, std::size_t(BT) * 3 * Cl, a.qkv_16);
+  const MatrixIn qkv = linear_operand(a.qkv, a.qkv_16, ln1, weight(p + "attn.qkv.w"),
+                                      P(p + "attn.qkv.b"), BT, C, 3 * Cl);
   be.matmul_forward(full, attention_operand(a, qkv), weight(p + "attn.proj.w"),
                     bias_here ? P(p + "attn.proj.b") : nullptr, BT, Cl, C);
   be.add(a.res2, x, reduce_row_parallel(full), std::size_t(BTl) * C);
 
   const MatrixIn ln2 =
       norm_operand(a.ln2, a.ln2_full, a.ln2_16, a.ln2_mean, a.ln2_rstd, a.res2, p + "ln2");
-  be.matmul_forward(a.fch, ln2, weight(p + "mlp.fc.w"), P(p + "mlp.fc.b"), BT, C, Fl);
-  const MatrixIn fch_gelu =
-      gelu_operand(a.fch_gelu, a.fch, std::size_t(BT) * Fl, a.fch_gelu_16, a.fch_16, !recompute);
+  const MatrixIn fch_gelu = mlp_hidden(a, ln2, weight(p + "mlp.fc.w"), P(p + "mlp.fc.b"),
+                                       recompute);
   if (recompute) return;  // backward needs neither the MLP's output nor res3
   be.matmul_forward(full, fch_gelu, weight(p + "mlp.proj.w"),
                     bias_here ? P(p + "mlp.proj.b") : nullptr, BT, Fl, C);
@@ -85,10 +84,14 @@ double GptModel::forward(int slot, const std::int32_t* tokens, const std::int32_
   logits_forward(logits, lnf);  // tied head, vocab shard
   // Vocab-parallel cross-entropy: no rank ever holds all the logits of a token.
   float *mx = act(slot, "xent_max"), *packed = act(slot, "xent_packed");
-  be.xent_max(mx, logits, BT, Vl, valid);
-  tcomm_.max_over_vocab(mx, BT);
-  be.xent_sums(packed, logits, mx, tgt, vlo, BT, Vl, valid);
-  tcomm_.sum_over_vocab(packed, 2 * std::size_t(BT));
+  if (tp_.size == 1) {
+    be.xent_stats(mx, packed, logits, tgt, BT, Vl, valid);
+  } else {
+    be.xent_max(mx, logits, BT, Vl, valid);
+    tcomm_.max_over_vocab(mx, BT);
+    be.xent_sums(packed, logits, mx, tgt, vlo, BT, Vl, valid);
+    tcomm_.sum_over_vocab(packed, 2 * std::size_t(BT));
+  }
   // bf16 runs take the logits' gradient in bf16, as autocast does: the
   // classifier's backward GEMMs then run on bf16 kernels.
   if (dloss != 0.0f && policy_.store == DType::bf16)

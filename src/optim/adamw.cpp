@@ -1,6 +1,7 @@
 #include "optim/adamw.hpp"
 
 #include <cmath>
+#include <vector>
 
 namespace trident {
 
@@ -35,13 +36,24 @@ void AdamW::step(Arena& params, const Arena& grads, float lr, float grad_scale,
                      params.dtype(), frozen->numel);
   // bf16 weights are the masters' rounding, written by the update itself.
   auto* bf16 = params.dtype() == DType::bf16 ? static_cast<std::uint16_t*>(params.data()) : nullptr;
-  for (const TensorInfo& t : table_.tensors()) {
-    if (frozen && t.offset == frozen->offset) continue;
-    view_.for_chunks(grads, t.offset, t.numel, [&](float* g, std::size_t off, std::size_t n) {
-      backend_.adamw(target.f32(t) + off, g, m_.f32(t) + off, v_.f32(t) + off, n, lr, cfg_.beta1,
-                     cfg_.beta2, cfg_.eps, t.weight_decay ? cfg_.weight_decay : 0.0f, bc1, bc2,
-                     grad_scale, bf16 ? bf16 + t.offset + off : nullptr);
-    });
+  const float wd = cfg_.weight_decay;
+  if (view_.in_place()) {  // f32 gradients: the whole table in one call
+    std::vector<AdamWSpan> spans;
+    for (const TensorInfo& t : table_.tensors())
+      if (!(frozen && t.offset == frozen->offset))
+        spans.push_back({t.offset, t.numel, t.weight_decay});
+    backend_.adamw_spans(target.f32(), grads.f32(), m_.f32(), v_.f32(), spans.data(),
+                         spans.size(), lr, cfg_.beta1, cfg_.beta2, cfg_.eps, wd, bc1, bc2,
+                         grad_scale, bf16);
+  } else {
+    for (const TensorInfo& t : table_.tensors()) {
+      if (frozen && t.offset == frozen->offset) continue;
+      view_.for_chunks(grads, t.offset, t.numel, [&](float* g, std::size_t off, std::size_t n) {
+        backend_.adamw(target.f32(t) + off, g, m_.f32(t) + off, v_.f32(t) + off, n, lr,
+                       cfg_.beta1, cfg_.beta2, cfg_.eps, t.weight_decay ? wd : 0.0f, bc1, bc2,
+                       grad_scale, bf16 ? bf16 + t.offset + off : nullptr);
+      });
+    }
   }
   if (!bf16) refresh_weights(params);  // f16 weights: the masters' rounding
 }

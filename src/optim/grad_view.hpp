@@ -28,6 +28,8 @@ class GradView {
       buf_ = Arena(backend, ledger, MemCategory::buffers, n);
   }
 
+  // Whether the optimizer reads the gradients in place (f32), not in chunks.
+  bool in_place() const { return stored_ == DType::f32; }
   // f(float* g, offset, n) over elements [0, n) of `grads` (an arena's data
   // from element `first`): one call in place for f32, else one per chunk
   // (g is then the buffer and may be modified).

@@ -176,15 +176,21 @@ MemoryEstimate estimate_memory(const Deck& deck, const GridShape& shape, int sta
   e.parameters = double(gpt_num_parameters(m));
   e.runtime = kRuntimeBaseBytes + reduce_scatter;
   if (deck.system.device == Device::cuda)
-    e.device_copies = cuda_operand_copy_bytes(m, B, tp.local_vocab(m), deck.precision.dtype);
+    e.device_copies =
+        cuda_operand_copy_bytes(m, B, tp.local_vocab(m), deck.precision.dtype, tp.local_ff(m),
+                                deck.train.recompute == Recompute::full, split);
   return e;
 }
 
 double cuda_operand_copy_bytes(const GptConfig& m, int micro_batch, int local_vocab,
-                               Precision dtype) {
+                               Precision dtype, int local_ff, bool recomputed,
+                               bool weight_pass) {
   if (dtype != Precision::bf16) return 0;
   const double tokens = double(micro_batch) * m.seq_len;
-  return 2.0 * tokens * (double(local_vocab) + m.d_model);
+  // One copy of an output gradient and one of an input, each as wide as the widest.
+  const int dout = weight_pass ? std::max(local_vocab, local_ff) : local_vocab;
+  const int input = recomputed ? std::max(m.d_model, local_ff) : m.d_model;
+  return 2.0 * tokens * (double(dout) + input);
 }
 
 double reduce_scatter_temporaries(int dp, double largest_unit_bytes) {

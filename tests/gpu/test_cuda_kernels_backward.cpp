@@ -262,10 +262,10 @@ TEST_F(CudaBackward, RoundedGeluInOnePassEqualsItsPasses) {
           for (auto& b : bits) b = d.upload(std::vector<std::uint16_t>(n));
         if (fused) {
           gpu->gelu_forward_rounded(gy, bits[0], gx, bits[1], n, store);
-          gpu->gelu_backward_rounded(gdx, bits[2], gx, gdy, n, store);
+          gpu->gelu_backward_rounded(gdx, bits[2], gx, nullptr, gdy, n, store);
         } else {
           gpu->ComputeBackend::gelu_forward_rounded(gy, bits[0], gx, bits[1], n, store);
-          gpu->ComputeBackend::gelu_backward_rounded(gdx, bits[2], gx, gdy, n, store);
+          gpu->ComputeBackend::gelu_backward_rounded(gdx, bits[2], gx, nullptr, gdy, n, store);
         }
         std::vector<std::vector<float>> out = {d.download(gx, n), d.download(gy, n),
                                                d.download(gdx, n)};

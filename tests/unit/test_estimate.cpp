@@ -137,4 +137,15 @@ TEST(Estimate, CudaOperandCopiesOnlyInBf16) {
   const double split = cuda_operand_copy_bytes(m, 8, vocab(2), Precision::bf16);
   EXPECT_LT(split, one);
   EXPECT_GT(split, one / 2);
+  // Every block recomputed: the MLP's recomputed hidden packed for its weight
+  // GEMM in place of the final norm's output (GPT-2 at 288 x 1024 tokens on
+  // an H200: 29.33 GiB held, this 29.32). A zero-bubble weight pass packs its
+  // output gradients, no wider than the vocabulary's here.
+  const int ff = 4 * m.d_model;
+  const double tokens = 8.0 * m.seq_len;
+  EXPECT_EQ(cuda_operand_copy_bytes(m, 8, vocab(1), Precision::bf16, ff, true),
+            one + 2 * tokens * (ff - m.d_model));
+  EXPECT_EQ(cuda_operand_copy_bytes(m, 8, vocab(1), Precision::bf16, ff, false, true), one);
+  EXPECT_EQ(cuda_operand_copy_bytes(m, 8, 1000, Precision::bf16, ff, false, true),
+            2 * tokens * (ff + m.d_model));
 }

@@ -256,13 +256,32 @@ TEST(GemmBf16, FusedGeluEqualsTheSeparatePasses) {
       EXPECT_EQ(xb1, xb2);
       EXPECT_EQ(b1, b2);
     }
+    const std::vector<std::uint16_t> forward_bits = b2;
     std::vector<float> d1 = dy, d2 = dy, g1(n, 3.0f), g2(n, 3.0f);
-    be->gelu_backward_rounded(g1.data(), with_bits ? b1.data() : nullptr, x1.data(), d1.data(),
-                              n, DType::bf16);
+    be->gelu_backward_rounded(g1.data(), with_bits ? b1.data() : nullptr, x1.data(), nullptr,
+                              d1.data(), n, DType::bf16);
     be->ComputeBackend::gelu_backward_rounded(g2.data(), with_bits ? b2.data() : nullptr,
-                                              x2.data(), d2.data(), n, DType::bf16);
+                                              x2.data(), nullptr, d2.data(), n, DType::bf16);
     EXPECT_EQ(float_bits(g1), float_bits(g2));
     EXPECT_EQ(b1, b2);
+    if (!with_bits) continue;
+    // Bits only forward (out and x untouched), then backward from x's bits:
+    // the same bits and gradient as from the values.
+    std::vector<float> x3 = x, y3(n, 5.0f), g3(n, 3.0f), d3 = dy;
+    std::vector<std::uint16_t> b3(n, 1), xb3(n, 1), gb3(n, 1);
+    be->gelu_forward_rounded(nullptr, b3.data(), x3.data(), xb3.data(), n, DType::bf16);
+    EXPECT_EQ(float_bits(x3), float_bits(x)) << "x written by a bits-only forward";
+    EXPECT_EQ(b3, forward_bits);
+    EXPECT_EQ(xb3, xb2);
+    std::vector<std::uint16_t> b4(n, 1);  // the input given as its bits alone
+    be->gelu_forward_rounded(nullptr, b4.data(), nullptr, xb3.data(), n, DType::bf16);
+    EXPECT_EQ(b4, forward_bits);
+    EXPECT_EQ(xb3, xb2) << "input bits written";
+    std::vector<float> stale(n, 7.0f);
+    be->gelu_backward_rounded(g3.data(), gb3.data(), stale.data(), xb3.data(), d3.data(), n,
+                              DType::bf16);
+    EXPECT_EQ(float_bits(g3), float_bits(g2));
+    EXPECT_EQ(gb3, b2);
   }
 }
 

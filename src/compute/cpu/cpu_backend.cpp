@@ -202,11 +202,12 @@ class CpuBackend final : public ComputeBackend {
       return ComputeBackend::gelu_forward_rounded(out, bits, inp, inp_bits, n, store);
     cpu::gelu_forward_bf16(out, bits, inp, inp_bits, n);
   }
-  void gelu_backward_rounded(float* dinp, std::uint16_t* bits, const float* inp, float* dout,
-                             std::size_t n, DType store) override {
+  void gelu_backward_rounded(float* dinp, std::uint16_t* bits, float* inp,
+                             const std::uint16_t* inp_bits, float* dout, std::size_t n,
+                             DType store) override {
     if (store != DType::bf16)
-      return ComputeBackend::gelu_backward_rounded(dinp, bits, inp, dout, n, store);
-    cpu::gelu_backward_bf16(dinp, bits, inp, dout, n);
+      return ComputeBackend::gelu_backward_rounded(dinp, bits, inp, inp_bits, dout, n, store);
+    cpu::gelu_backward_bf16(dinp, bits, inp, inp_bits, dout, n);
   }
   void add(float* out, const float* a, const float* b, std::size_t n) override {
     cpu::add(out, a, b, n);
@@ -226,10 +227,15 @@ class CpuBackend final : public ComputeBackend {
 
   double sum_squares(const float* x, std::size_t n) override { return cpu::sum_squares(x, n); }
   void scale(float* x, float s, std::size_t n) override { cpu::scale(x, s, n); }
-  void adamw(float* p, const float* g, float* m, float* v, std::size_t n, float lr, float beta1,
-             float beta2, float eps, float wd, float bc1, float bc2, float grad_scale,
-             std::uint16_t* weights_bf16) override {
-    cpu::adamw(p, g, m, v, n, lr, beta1, beta2, eps, wd, bc1, bc2, grad_scale, weights_bf16);
+  void adamw_spans(float* p, const float* g, float* m, float* v, const AdamWSpan* spans,
+                   std::size_t count, float lr, float beta1, float beta2, float eps, float wd,
+                   float bc1, float bc2, float grad_scale, std::uint16_t* weights_bf16) override {
+    for (std::size_t i = 0; i < count; ++i) {
+      const std::size_t o = spans[i].offset;
+      cpu::adamw(p + o, g + o, m + o, v + o, spans[i].n, lr, beta1, beta2, eps,
+                 spans[i].decay ? wd : 0.0f, bc1, bc2, grad_scale,
+                 weights_bf16 ? weights_bf16 + o : nullptr);
+    }
   }
 
  private:

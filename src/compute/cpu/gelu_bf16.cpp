@@ -28,7 +28,14 @@ inline void gelu_forward_element(std::size_t i, float* out, std::uint16_t* bits,
 // stay in the cloned function, whose OpenMP bodies get its vector ISA.
 TRIDENT_VECTOR_CLONES void gelu_forward_bf16(float* out, std::uint16_t* bits, float* inp,
                                              std::uint16_t* inp_bits, std::size_t n) {
-  if (bits && inp_bits) {
+  if (!out) {  // bits only
+#pragma omp parallel for simd schedule(static) if (n > 16384)
+    for (std::size_t i = 0; i < n; ++i) {
+      const std::uint32_t a = inp ? bf16_of(inp[i]) : inp_bits[i];
+      if (inp) inp_bits[i] = std::uint16_t(a);
+      bits[i] = std::uint16_t(bf16_of(gelu_value(value_of(a))));
+    }
+  } else if (bits && inp_bits) {
 #pragma omp parallel for simd schedule(static) if (n > 16384)
     for (std::size_t i = 0; i < n; ++i) gelu_forward_element<true, true>(i, out, bits, inp, inp_bits);
   } else if (bits) {
@@ -46,7 +53,18 @@ TRIDENT_VECTOR_CLONES void gelu_forward_bf16(float* out, std::uint16_t* bits, fl
 // The product starts from +0 as the unfused path's zeroed buffer does, so a
 // -0 product is stored as +0 there too.
 TRIDENT_VECTOR_CLONES void gelu_backward_bf16(float* dinp, std::uint16_t* bits, const float* inp,
-                                              const float* dout, std::size_t n) {
+                                              const std::uint16_t* inp_bits, const float* dout,
+                                              std::size_t n) {
+  if (inp_bits) {
+#pragma omp parallel for simd schedule(static) if (n > 16384)
+    for (std::size_t i = 0; i < n; ++i) {
+      const float x = value_of(inp_bits[i]);
+      const std::uint32_t b = bf16_of(0.0f + gelu_slope(x) * value_of(bf16_of(dout[i])));
+      dinp[i] = value_of(b);
+      if (bits) bits[i] = std::uint16_t(b);
+    }
+    return;
+  }
   if (bits) {
 #pragma omp parallel for simd schedule(static) if (n > 16384)
     for (std::size_t i = 0; i < n; ++i) {

@@ -1,8 +1,10 @@
 // Storage conversions between f32 and bf16/fp16 (round to nearest even, as
 // core/half.hpp on the CPU), and f32 values rounded in place to what a 16-bit
-// type holds. Element-wise, so deterministic.
+// type holds. Element-wise, so deterministic; the bf16 ones four elements per
+// access where the pointers allow.
 #include "compute/cuda/device_math.cuh"
 #include "compute/cuda/launch.hpp"
+#include "compute/cuda/vector_access.cuh"
 
 namespace trident::gpu {
 namespace {
@@ -16,21 +18,71 @@ __global__ void convert_kernel(D* dst, const S* src, std::size_t n) {
     dst[i] = from_f32<D>(to_f32(src[i]));
 }
 
-template <class H>
-__global__ void round_kernel(float* x, std::size_t n) {
-  for (std::size_t i = std::size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
-       i += std::size_t(gridDim.x) * blockDim.x)
-    x[i] = to_f32(from_f32<H>(x[i]));
+template <class H, int W>
+__global__ void round_kernel(float* x, std::size_t groups) {
+  for (std::size_t g = std::size_t(blockIdx.x) * blockDim.x + threadIdx.x; g < groups;
+       g += std::size_t(gridDim.x) * blockDim.x) {
+    float v[W];
+    load(v, x + g * W);
+#pragma unroll
+    for (int k = 0; k < W; ++k) v[k] = to_f32(from_f32<H>(v[k]));
+    store(x + g * W, v);
+  }
 }
 
-// dst = src rounded to bf16 values, and their bits where bits is not null.
+template <class H>
+void launch_round(float* x, std::size_t n, cudaStream_t s) {
+  if (vectorizable(n, {x}))
+    round_kernel<H, 4><<<elementwise_blocks(n / 4, kThreads), kThreads, 0, s>>>(x, n / 4);
+  else
+    round_kernel<H, 1><<<elementwise_blocks(n, kThreads), kThreads, 0, s>>>(x, n);
+}
+
+// dst = src rounded to bf16 values, and their bits where bits is not null;
+// W elements per access.
+template <int W>
 __global__ void round_bf16_kernel(float* dst, std::uint16_t* bits, const float* src,
-                                  std::size_t n) {
-  for (std::size_t i = std::size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
-       i += std::size_t(gridDim.x) * blockDim.x) {
-    const __nv_bfloat16 h = from_f32<__nv_bfloat16>(src[i]);
-    dst[i] = to_f32(h);
-    if (bits) bits[i] = __bfloat16_as_ushort(h);
+                                  std::size_t groups) {
+  for (std::size_t g = std::size_t(blockIdx.x) * blockDim.x + threadIdx.x; g < groups;
+       g += std::size_t(gridDim.x) * blockDim.x) {
+    float v[W];
+    std::uint16_t b[W];
+    load(v, src + g * W);
+#pragma unroll
+    for (int k = 0; k < W; ++k) {
+      const __nv_bfloat16 h = from_f32<__nv_bfloat16>(v[k]);
+      v[k] = to_f32(h);
+      b[k] = __bfloat16_as_ushort(h);
+    }
+    store(dst + g * W, v);
+    if (bits) store(bits + g * W, b);
+  }
+}
+
+// f32 to bf16 bits and back, W elements per access.
+template <int W>
+__global__ void pack_bf16_kernel(std::uint16_t* dst, const float* src, std::size_t groups) {
+  for (std::size_t g = std::size_t(blockIdx.x) * blockDim.x + threadIdx.x; g < groups;
+       g += std::size_t(gridDim.x) * blockDim.x) {
+    float v[W];
+    std::uint16_t b[W];
+    load(v, src + g * W);
+#pragma unroll
+    for (int k = 0; k < W; ++k) b[k] = __bfloat16_as_ushort(from_f32<__nv_bfloat16>(v[k]));
+    store(dst + g * W, b);
+  }
+}
+
+template <int W>
+__global__ void widen_bf16_kernel(float* dst, const std::uint16_t* src, std::size_t groups) {
+  for (std::size_t g = std::size_t(blockIdx.x) * blockDim.x + threadIdx.x; g < groups;
+       g += std::size_t(gridDim.x) * blockDim.x) {
+    std::uint16_t b[W];
+    float v[W];
+    load(b, src + g * W);
+#pragma unroll
+    for (int k = 0; k < W; ++k) v[k] = __bfloat162float(__ushort_as_bfloat16(b[k]));
+    store(dst + g * W, v);
   }
 }
 
@@ -45,6 +97,26 @@ void launch_convert(void* dst, const void* src, std::size_t n, cudaStream_t s) {
 bool convert(void* dst, int dst_kind, const void* src, int src_kind, std::size_t n,
              cudaStream_t s) {
   if (!n) return true;
+  if ((src_kind == kF32 && dst_kind == kBF16) || (src_kind == kBF16 && dst_kind == kF32)) {
+    const bool to_bits = dst_kind == kBF16;
+    auto* f32 = static_cast<const float*>(to_bits ? src : dst);
+    auto* bits = static_cast<const std::uint16_t*>(to_bits ? dst : src);
+    const bool vec4 = vectorizable(n, {f32}, {bits});
+    const std::size_t groups = vec4 ? n / 4 : n;
+    const unsigned blocks = elementwise_blocks(groups, kThreads);
+    if (to_bits) {
+      auto* d = static_cast<std::uint16_t*>(dst);
+      auto* f = static_cast<const float*>(src);
+      if (vec4) pack_bf16_kernel<4><<<blocks, kThreads, 0, s>>>(d, f, groups);
+      else pack_bf16_kernel<1><<<blocks, kThreads, 0, s>>>(d, f, groups);
+    } else {
+      auto* d = static_cast<float*>(dst);
+      auto* b = static_cast<const std::uint16_t*>(src);
+      if (vec4) widen_bf16_kernel<4><<<blocks, kThreads, 0, s>>>(d, b, groups);
+      else widen_bf16_kernel<1><<<blocks, kThreads, 0, s>>>(d, b, groups);
+    }
+    return true;
+  }
   if (src_kind == kF32 && dst_kind == kBF16) launch_convert<__nv_bfloat16, float>(dst, src, n, s);
   else if (src_kind == kF32 && dst_kind == kF16) launch_convert<__half, float>(dst, src, n, s);
   else if (src_kind == kBF16 && dst_kind == kF32) launch_convert<float, __nv_bfloat16>(dst, src, n, s);
@@ -55,8 +127,8 @@ bool convert(void* dst, int dst_kind, const void* src, int src_kind, std::size_t
 
 bool round_to(float* x, int kind, std::size_t n, cudaStream_t s) {
   if (!n || kind == kF32) return true;
-  if (kind == kBF16) round_kernel<__nv_bfloat16><<<elementwise_blocks(n, kThreads), kThreads, 0, s>>>(x, n);
-  else if (kind == kF16) round_kernel<__half><<<elementwise_blocks(n, kThreads), kThreads, 0, s>>>(x, n);
+  if (kind == kBF16) launch_round<__nv_bfloat16>(x, n, s);
+  else if (kind == kF16) launch_round<__half>(x, n, s);
   else return false;
   return true;
 }
@@ -64,7 +136,11 @@ bool round_to(float* x, int kind, std::size_t n, cudaStream_t s) {
 void round_to_bf16(float* dst, std::uint16_t* bits, const float* src, std::size_t n,
                    cudaStream_t s) {
   if (!n) return;
-  round_bf16_kernel<<<elementwise_blocks(n, kThreads), kThreads, 0, s>>>(dst, bits, src, n);
+  const bool vec4 = vectorizable(n, {dst, src}, {bits});
+  const std::size_t groups = vec4 ? n / 4 : n;
+  const unsigned blocks = elementwise_blocks(groups, kThreads);
+  if (vec4) round_bf16_kernel<4><<<blocks, kThreads, 0, s>>>(dst, bits, src, groups);
+  else round_bf16_kernel<1><<<blocks, kThreads, 0, s>>>(dst, bits, src, groups);
 }
 
 }  // namespace trident::gpu

@@ -44,6 +44,7 @@ CudaBackend::~CudaBackend() {
   if (scratch_) cudaFree(scratch_);
   for (void* w : widen_)
     if (w) cudaFree(w);
+  if (adamw_plan_dev_) cudaFree(adamw_plan_dev_);
   cudaStreamDestroy(stream_);
 }
 
@@ -282,15 +283,6 @@ void CudaBackend::scale(float* x, float s, std::size_t n) {
 
 void CudaBackend::add(float* out, const float* a, const float* b, std::size_t n) {
   run("add", [&] { gpu::add(out, a, b, n, stream_); });
-}
-
-void CudaBackend::adamw(float* p, const float* g, float* m, float* v, std::size_t n, float lr,
-                        float beta1, float beta2, float eps, float wd, float bc1, float bc2,
-                        float grad_scale, std::uint16_t* weights_bf16) {
-  run("adamw", [&] {  // the bf16 weights written in the same pass
-    gpu::adamw(p, g, m, v, n, lr, beta1, beta2, eps, wd, bc1, bc2, grad_scale, weights_bf16,
-               stream_);
-  });
 }
 
 std::unique_ptr<CudaBackend> make_cuda_backend(const CudaBackendOptions& options) {

@@ -9,11 +9,13 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "compute/backend.hpp"
 #include "compute/cuda/cuda_check.hpp"
 #include "compute/cuda/gemm.hpp"
 #include "compute/cuda/kernel_timer.hpp"
+#include "compute/cuda/launch.hpp"
 
 namespace trident {
 
@@ -45,7 +47,8 @@ class CudaBackend final : public ComputeBackend {
   // The op scratch and the operand copies (bf16 bits of f32 values, f32
   // values of bits) the backend holds; they only grow, so this is the peak.
   std::size_t kernel_scratch_peak() const override {
-    return scratch_bytes_ + widen_bytes_[0] + widen_bytes_[1] + widen_bytes_[2];
+    return scratch_bytes_ + widen_bytes_[0] + widen_bytes_[1] + widen_bytes_[2] +
+           adamw_plan_bytes_;
   }
   void release(void* p, std::size_t bytes) override;
   void pin_host(void* host, std::size_t bytes) override;
@@ -87,6 +90,8 @@ class CudaBackend final : public ComputeBackend {
   bool reads_bf16_operands() const override { return true; }
   void matmul_forward(float* out, MatrixIn inp, MatrixIn w, const float* bias, int N, int IC,
                       int OC) override;
+  void matmul_forward_rounded(float* out, std::uint16_t* bits, MatrixIn inp, MatrixIn w,
+                              const float* bias, int N, int IC, int OC, bool values) override;
   void matmul_backward(float* dinp, float* dw, float* dbias, MatrixIn dout, MatrixIn inp,
                        MatrixIn w, int N, int IC, int OC, InputGrad dinp_mode) override;
   void attention_forward(float* out, float* lse, MatrixIn qkv, int B, int T, int C, int NH,
@@ -102,12 +107,15 @@ class CudaBackend final : public ComputeBackend {
   void gelu_backward(float* dinp, const float* inp, const float* dout, std::size_t n) override;
   void gelu_forward_rounded(float* out, std::uint16_t* bits, float* inp, std::uint16_t* inp_bits,
                             std::size_t n, DType store) override;
-  void gelu_backward_rounded(float* dinp, std::uint16_t* bits, const float* inp, float* dout,
-                             std::size_t n, DType store) override;
+  void gelu_backward_rounded(float* dinp, std::uint16_t* bits, float* inp,
+                             const std::uint16_t* inp_bits, float* dout, std::size_t n,
+                             DType store) override;
   void add(float* out, const float* a, const float* b, std::size_t n) override;
   void xent_max(float* row_max, const float* logits, int N, int V, int valid) override;
   void xent_sums(float* packed, const float* logits, const float* row_max,
                  const std::int32_t* targets, int lo, int N, int V, int valid) override;
+  void xent_stats(float* row_max, float* packed, const float* logits,
+                  const std::int32_t* targets, int N, int V, int valid) override;
   void xent_finish(float* losses, float* dlogits, const float* logits, const float* row_max,
                    const float* packed, const std::int32_t* targets, int lo, int N, int V,
                    int valid, float dloss) override;
@@ -119,9 +127,10 @@ class CudaBackend final : public ComputeBackend {
   void sum_squares_each(const float* const* xs, const std::size_t* ns, std::size_t count,
                         double* out) override;
   void scale(float* x, float s, std::size_t n) override;
-  void adamw(float* param, const float* grad, float* m, float* v, std::size_t n, float lr,
-             float beta1, float beta2, float eps, float weight_decay, float bc1, float bc2,
-             float grad_scale, std::uint16_t* weights_bf16) override;
+  void adamw_spans(float* param, const float* grad, float* m, float* v, const AdamWSpan* spans,
+                   std::size_t count, float lr, float beta1, float beta2, float eps,
+                   float weight_decay, float bc1, float bc2, float grad_scale,
+                   std::uint16_t* weights_bf16) override;
 
  private:
   // Runs one op's launches between the timer's marks and checks the launch.
@@ -155,6 +164,9 @@ class CudaBackend final : public ComputeBackend {
   std::size_t scratch_bytes_ = 0;
   void* widen_[3] = {};
   std::size_t widen_bytes_[3] = {};
+  std::vector<gpu::AdamWChunk> adamw_plan_;  // what adamw_plan_dev_ holds
+  void* adamw_plan_dev_ = nullptr;
+  std::size_t adamw_plan_bytes_ = 0;
 };
 
 // The kernels' storage kind of t (gpu::kF32, kBF16, kF16), or -1.

@@ -1,6 +1,8 @@
 // CudaBackend: the GPT block's ops. GEMMs mirror the CPU backend's calls
 // (row-major, same operands); attention is in cuda_attention.cpp.
 #include <cmath>
+#include <cstring>
+#include <vector>
 
 #include "compute/cuda/cuda_backend.hpp"
 #include "compute/cuda/launch.hpp"
@@ -99,6 +101,26 @@ void CudaBackend::matmul_forward(float* out, MatrixIn inp, MatrixIn w, const flo
   });
 }
 
+void CudaBackend::matmul_forward_rounded(float* out, std::uint16_t* bits, MatrixIn inp,
+                                         MatrixIn w, const float* bias, int N, int IC, int OC,
+                                         bool values) {
+  const std::uint16_t* x16 = values ? nullptr : bits_of(inp, std::size_t(N) * IC, 2);
+  const std::uint16_t* w16 = x16 ? bits_of(w, std::size_t(OC) * IC, 1) : nullptr;
+  if (x16 && w16 && bits) {
+    bool done = false;
+    run("matmul_forward", [&] {
+      std::uint16_t* b16 = nullptr;  // the bias's bf16 values, as the bf16 epilogue takes them
+      if (bias) {
+        b16 = static_cast<std::uint16_t*>(scratch(std::size_t(OC) * sizeof(std::uint16_t)));
+        gpu::convert(b16, gpu::kBF16, bias, gpu::kF32, std::size_t(OC), stream_);
+      }
+      done = gemms_->linear_bf16_out(bits, x16, w16, b16, N, IC, OC);
+    });
+    if (done) return;
+  }
+  ComputeBackend::matmul_forward_rounded(out, bits, inp, w, bias, N, IC, OC, values);
+}
+
 void CudaBackend::matmul_backward(float* dinp, float* dw, float* dbias, MatrixIn dout,
                                   MatrixIn inp, MatrixIn w, int N, int IC, int OC,
                                   InputGrad dinp_mode) {
@@ -124,7 +146,9 @@ void CudaBackend::matmul_backward(float* dinp, float* dw, float* dbias, MatrixIn
     else if (dw)
       gemms_->gemm(true, false, OC, IC, N, 1.0f, dout_values(), OC,
                    values_of(inp, std::size_t(N) * IC, 2), IC, 1.0f, dw, IC);
-    if (dbias) gpu::bias_backward(dbias, dout_values(), N, OC, s, stream_);
+    // The bias gradient reads the bits where there are any (the same values).
+    if (dbias && d16) gpu::bias_backward_bits(dbias, d16, N, OC, s, stream_);
+    else if (dbias) gpu::bias_backward(dbias, dout_values(), N, OC, s, stream_);
   });
 }
 
@@ -145,13 +169,15 @@ void CudaBackend::gelu_forward_rounded(float* out, std::uint16_t* bits, float* i
       [&] { gpu::gelu_forward_rounded(out, bits, inp, inp_bits, n, kind, stream_); });
 }
 
-void CudaBackend::gelu_backward_rounded(float* dinp, std::uint16_t* bits, const float* inp,
-                                        float* dout, std::size_t n, DType store) {
+void CudaBackend::gelu_backward_rounded(float* dinp, std::uint16_t* bits, float* inp,
+                                        const std::uint16_t* inp_bits, float* dout,
+                                        std::size_t n, DType store) {
   const int kind = storage_kind(store);
   if (kind != gpu::kBF16 && kind != gpu::kF16)
-    return ComputeBackend::gelu_backward_rounded(dinp, bits, inp, dout, n, store);
-  run("gelu_backward",
-      [&] { gpu::gelu_backward_rounded(dinp, bits, inp, dout, n, kind, stream_); });
+    return ComputeBackend::gelu_backward_rounded(dinp, bits, inp, inp_bits, dout, n, store);
+  run("gelu_backward", [&] {
+    gpu::gelu_backward_rounded(dinp, bits, inp, inp_bits, dout, n, kind, stream_);
+  });
 }
 
 void CudaBackend::xent_max(float* row_max, const float* logits, int N, int V, int valid) {
@@ -162,6 +188,12 @@ void CudaBackend::xent_sums(float* packed, const float* logits, const float* row
                             const std::int32_t* targets, int lo, int N, int V, int valid) {
   run("xent_sums",
       [&] { gpu::xent_sums(packed, logits, row_max, targets, lo, N, V, valid, stream_); });
+}
+
+void CudaBackend::xent_stats(float* row_max, float* packed, const float* logits,
+                             const std::int32_t* targets, int N, int V, int valid) {
+  run("xent_stats",
+      [&] { gpu::xent_stats(row_max, packed, logits, targets, N, V, valid, stream_); });
 }
 
 void CudaBackend::xent_finish(float* losses, float* dlogits, const float* logits,
@@ -181,6 +213,44 @@ void CudaBackend::xent_finish_rounded(float* losses, float* dlogits, const float
   run("xent_finish", [&] {
     gpu::xent_finish(losses, dlogits, logits, row_max, packed, targets, lo, N, V, valid, dloss,
                      true, stream_);
+  });
+}
+
+void CudaBackend::adamw_spans(float* p, const float* g, float* m, float* v,
+                              const AdamWSpan* spans, std::size_t count, float lr, float beta1,
+                              float beta2, float eps, float wd, float bc1, float bc2,
+                              float grad_scale, std::uint16_t* weights_bf16) {
+  if (count == 1) {  // one array (ZeRO's shards, chunked gradients): no plan
+    const AdamWSpan& sp = spans[0];
+    return run("adamw", [&] {
+      gpu::adamw(p + sp.offset, g + sp.offset, m + sp.offset, v + sp.offset, sp.n, lr, beta1,
+                 beta2, eps, sp.decay ? wd : 0.0f, bc1, bc2, grad_scale,
+                 weights_bf16 ? weights_bf16 + sp.offset : nullptr, stream_);
+    });
+  }
+  // The plan is the same every step: it goes over only when it changes.
+  std::vector<gpu::AdamWChunk> plan = gpu::adamw_plan(spans, count);
+  const std::size_t bytes = plan.size() * sizeof(gpu::AdamWChunk);
+  if (plan.size() != adamw_plan_.size() ||
+      std::memcmp(plan.data(), adamw_plan_.data(), bytes) != 0) {
+    if (bytes > adamw_plan_bytes_) {
+      if (adamw_plan_dev_) {
+        cuda_check(cudaStreamSynchronize(stream_), site_, "adamw plan (synchronize)");
+        cuda_check(cudaFree(adamw_plan_dev_), site_, "cudaFree (adamw plan)");
+      }
+      cuda_check(cudaMalloc(&adamw_plan_dev_, bytes), site_, "cudaMalloc (adamw plan)");
+      adamw_plan_bytes_ = bytes;
+    }
+    adamw_plan_ = std::move(plan);
+    // Pageable memory: the copy has left the vector when this returns.
+    cuda_check(cudaMemcpyAsync(adamw_plan_dev_, adamw_plan_.data(), bytes, cudaMemcpyHostToDevice,
+                               stream_),
+               site_, "adamw plan (copy)");
+  }
+  run("adamw", [&] {  // the bf16 weights written in the same pass
+    gpu::adamw_chunks(p, g, m, v, static_cast<const gpu::AdamWChunk*>(adamw_plan_dev_),
+                      adamw_plan_.size(), lr, beta1, beta2, eps, wd, bc1, bc2, grad_scale,
+                      weights_bf16, stream_);
   });
 }
 

@@ -11,7 +11,7 @@ cublasOperation_t op(bool t) { return t ? CUBLAS_OP_T : CUBLAS_OP_N; }
 std::uint32_t alignment(const void* p) {
   const auto a = reinterpret_cast<std::uintptr_t>(p);
   std::uint32_t al = 256;
-  while (al > 4 && a % al != 0) al /= 2;
+  while (al > 2 && a % al != 0) al /= 2;
   return al;
 }
 
@@ -87,7 +87,7 @@ void Gemms::gemm_strided(bool ta, bool tb, int M, int N, int K, float alpha,
 Gemms::LtPlan& Gemms::plan(const LtKey& key) {
   auto it = plans_.find(key);
   if (it != plans_.end()) return it->second;
-  const auto [N, IC, OC, has_bias, align, bf16] = key;
+  const auto [N, IC, OC, has_bias, align, bf16, bf16_out] = key;
   LtPlan& p = plans_[key];
   const char* what = "cuBLASLt matmul set-up";
   cublas_check(cublasLtMatmulDescCreate(&p.desc, bf16 ? CUBLAS_COMPUTE_32F : compute_, CUDA_R_32F),
@@ -104,7 +104,8 @@ Gemms::LtPlan& Gemms::plan(const LtKey& key) {
   const cudaDataType_t operand = bf16 ? CUDA_R_16BF : CUDA_R_32F;
   cublas_check(cublasLtMatrixLayoutCreate(&p.a, operand, IC, OC, IC), site_, what);
   cublas_check(cublasLtMatrixLayoutCreate(&p.b, operand, IC, N, IC), site_, what);
-  cublas_check(cublasLtMatrixLayoutCreate(&p.d, CUDA_R_32F, OC, N, OC), site_, what);
+  cublas_check(cublasLtMatrixLayoutCreate(&p.d, bf16_out ? CUDA_R_16BF : CUDA_R_32F, OC, N, OC),
+               site_, what);
   cublasLtMatmulPreference_t pref = nullptr;
   cublas_check(cublasLtMatmulPreferenceCreate(&pref), site_, what);
   cublas_check(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
@@ -128,19 +129,24 @@ Gemms::LtPlan& Gemms::plan(const LtKey& key) {
 
 bool Gemms::linear(float* out, const float* inp, const float* w, const float* bias, int N, int IC,
                    int OC) {
-  return run_linear(out, inp, w, bias, N, IC, OC, false);
+  return run_linear(out, inp, w, bias, N, IC, OC, false, false);
 }
 
 bool Gemms::linear_bf16(float* out, const std::uint16_t* inp, const std::uint16_t* w,
                         const float* bias, int N, int IC, int OC) {
-  return run_linear(out, inp, w, bias, N, IC, OC, true);
+  return run_linear(out, inp, w, bias, N, IC, OC, true, false);
 }
 
-bool Gemms::run_linear(float* out, const void* inp, const void* w, const float* bias, int N,
-                       int IC, int OC, bool bf16) {
+bool Gemms::linear_bf16_out(std::uint16_t* out, const std::uint16_t* inp, const std::uint16_t* w,
+                            const std::uint16_t* bias, int N, int IC, int OC) {
+  return run_linear(out, inp, w, bias, N, IC, OC, true, true);
+}
+
+bool Gemms::run_linear(void* out, const void* inp, const void* w, const void* bias, int N, int IC,
+                       int OC, bool bf16, bool bf16_out) {
   std::uint32_t align = std::min(std::min(alignment(out), alignment(inp)), alignment(w));
   if (bias) align = std::min(align, alignment(bias));
-  LtPlan& p = plan(LtKey{N, IC, OC, bias != nullptr, align, bf16});
+  LtPlan& p = plan(LtKey{N, IC, OC, bias != nullptr, align, bf16, bf16_out});
   if (!p.found) return false;
   if (bias)
     cublas_check(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,

@@ -49,6 +49,10 @@ class Gemms {
   // epilogue instead of a pass over out.
   bool linear_bf16(float* out, const std::uint16_t* inp, const std::uint16_t* w,
                    const float* bias, int N, int IC, int OC);
+  // The same with out as bf16 (the f32 sums plus bias rounded in the
+  // epilogue) and a bf16 bias, as cuBLASLt takes it with a bf16 output.
+  bool linear_bf16_out(std::uint16_t* out, const std::uint16_t* inp, const std::uint16_t* w,
+                       const std::uint16_t* bias, int N, int IC, int OC);
   std::string describe() const;
 
  private:
@@ -59,11 +63,11 @@ class Gemms {
     bool found = false;
   };
   // N, IC, OC, has bias, alignment of the pointers (the heuristic depends on
-  // it), bf16 operands.
-  using LtKey = std::tuple<int, int, int, bool, std::uint32_t, bool>;
+  // it), bf16 operands, bf16 output (and bias).
+  using LtKey = std::tuple<int, int, int, bool, std::uint32_t, bool, bool>;
   LtPlan& plan(const LtKey& key);
-  bool run_linear(float* out, const void* inp, const void* w, const float* bias, int N, int IC,
-                  int OC, bool bf16);
+  bool run_linear(void* out, const void* inp, const void* w, const void* bias, int N, int IC,
+                  int OC, bool bf16, bool bf16_out);
 
   cudaStream_t stream_;
   CudaSite site_;

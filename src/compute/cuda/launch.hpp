@@ -10,6 +10,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
+
+#include "compute/adamw_math.hpp"
 
 namespace trident::gpu {
 
@@ -49,6 +52,9 @@ std::size_t bias_backward_scratch(int N, int OC);  // floats
 // dbias[j] += sum_i dout[i, j].
 template <class S>
 void bias_backward(S* dbias, const S* dout, int N, int OC, float* scratch, cudaStream_t s);
+// The same from bf16 bits of dout: half the bytes read, the same sums.
+void bias_backward_bits(float* dbias, const std::uint16_t* dout, int N, int OC, float* scratch,
+                        cudaStream_t s);
 // out[i, j] += bias[j] (for GEMMs that could not fuse the bias).
 template <class S>
 void add_bias(S* out, const S* bias, int N, int OC, cudaStream_t s);
@@ -96,16 +102,30 @@ void gelu_backward(S* dinp, const S* inp, const S* dout, std::size_t n, cudaStre
 // define them.
 void gelu_forward_rounded(float* out, std::uint16_t* bits, float* inp, std::uint16_t* inp_bits,
                           std::size_t n, int store_kind, cudaStream_t s);
-void gelu_backward_rounded(float* dinp, std::uint16_t* bits, const float* inp, const float* dout,
-                           std::size_t n, int store_kind, cudaStream_t s);
+void gelu_backward_rounded(float* dinp, std::uint16_t* bits, const float* inp,
+                           const std::uint16_t* inp_bits, const float* dout, std::size_t n,
+                           int store_kind, cudaStream_t s);
 template <class S>
 void add(S* out, const S* a, const S* b, std::size_t n, cudaStream_t s);
 template <class S>
 void scale(S* x, float factor, std::size_t n, cudaStream_t s);
-template <class S>
-void adamw(S* param, const S* grad, float* m, float* v, std::size_t n, float lr, float beta1,
-           float beta2, float eps, float weight_decay, float bc1, float bc2, float grad_scale,
-           std::uint16_t* bf16, cudaStream_t s);
+// AdamW of one array (ComputeBackend::adamw's arithmetic).
+void adamw(float* param, const float* grad, float* m, float* v, std::size_t n, float lr,
+           float beta1, float beta2, float eps, float weight_decay, float bc1, float bc2,
+           float grad_scale, std::uint16_t* bf16, cudaStream_t s);
+// AdamW over spans of one table (ComputeBackend::adamw_spans) in one launch:
+// the host cuts the spans into chunks of at most kAdamWChunk elements
+// (adamw_plan), the device holds that plan, one block updates each chunk.
+struct AdamWChunk {
+  std::size_t offset;
+  unsigned n, decay;
+};
+constexpr std::size_t kAdamWChunk = 8192;
+std::vector<AdamWChunk> adamw_plan(const AdamWSpan* spans, std::size_t count);
+void adamw_chunks(float* param, const float* grad, float* m, float* v, const AdamWChunk* chunks,
+                  std::size_t n_chunks, float lr, float beta1, float beta2, float eps,
+                  float weight_decay, float bc1, float bc2, float grad_scale,
+                  std::uint16_t* bf16, cudaStream_t s);
 
 // Storage conversions (convert.cu). Kinds: kF32, kBF16, kF16; false for a
 // pair that is not f32 <-> 16-bit.
@@ -124,6 +144,10 @@ void xent_max(float* row_max, const S* logits, int N, int V, int valid, cudaStre
 template <class S>
 void xent_sums(float* packed, const S* logits, const float* row_max, const std::int32_t* targets,
                int lo, int N, int V, int valid, cudaStream_t s);
+// xent_max and xent_sums of an unsplit vocabulary in one pass.
+template <class S>
+void xent_stats(float* row_max, float* packed, const S* logits, const std::int32_t* targets,
+                int N, int V, int valid, cudaStream_t s);
 template <class S>
 void xent_finish(float* losses, S* dlogits, const S* logits, const float* row_max,
                  const float* packed, const std::int32_t* targets, int lo, int N, int V,

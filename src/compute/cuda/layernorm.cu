@@ -192,6 +192,14 @@ void bias_backward(S* dbias, const S* dout, int N, int OC, float* scratch, cudaS
   column_finish(dbias, scratch, N, OC, s);
 }
 
+void bias_backward_bits(float* dbias, const std::uint16_t* dout, int N, int OC, float* scratch,
+                        cudaStream_t s) {
+  if (N <= 0) return;
+  const auto* d = reinterpret_cast<const __nv_bfloat16*>(dout);
+  column_partials(scratch, N, OC, BiasTerm<__nv_bfloat16>{d}, s);
+  column_finish(dbias, scratch, N, OC, s);
+}
+
 template <class S>
 void add_bias(S* out, const S* bias, int N, int OC, cudaStream_t s) {
   if (N <= 0) return;
