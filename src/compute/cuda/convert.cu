@@ -59,31 +59,37 @@ __global__ void round_bf16_kernel(float* dst, std::uint16_t* bits, const float* 
   }
 }
 
-// f32 to bf16 bits and back, W elements per access.
-template <int W>
-__global__ void pack_bf16_kernel(std::uint16_t* dst, const float* src, std::size_t groups) {
+// f32 to bf16 bits (round to nearest even) and bits to f32 (exact).
+struct Pack {
+  __device__ std::uint16_t operator()(float x) const { return bf16_bits(x); }
+};
+struct Widen {
+  __device__ float operator()(std::uint16_t b) const {
+    return __bfloat162float(__ushort_as_bfloat16(b));
+  }
+};
+
+// dst = op(src), W elements per access.
+template <int W, class In, class Out, class Op>
+__global__ void bf16_convert_kernel(Out* dst, const In* src, std::size_t groups, Op op) {
   for (std::size_t g = std::size_t(blockIdx.x) * blockDim.x + threadIdx.x; g < groups;
        g += std::size_t(gridDim.x) * blockDim.x) {
-    float v[W];
-    std::uint16_t b[W];
+    In v[W];
+    Out o[W];
     load(v, src + g * W);
 #pragma unroll
-    for (int k = 0; k < W; ++k) b[k] = __bfloat16_as_ushort(from_f32<__nv_bfloat16>(v[k]));
-    store(dst + g * W, b);
+    for (int k = 0; k < W; ++k) o[k] = op(v[k]);
+    store(dst + g * W, o);
   }
 }
 
-template <int W>
-__global__ void widen_bf16_kernel(float* dst, const std::uint16_t* src, std::size_t groups) {
-  for (std::size_t g = std::size_t(blockIdx.x) * blockDim.x + threadIdx.x; g < groups;
-       g += std::size_t(gridDim.x) * blockDim.x) {
-    std::uint16_t b[W];
-    float v[W];
-    load(b, src + g * W);
-#pragma unroll
-    for (int k = 0; k < W; ++k) v[k] = __bfloat162float(__ushort_as_bfloat16(b[k]));
-    store(dst + g * W, v);
-  }
+template <class In, class Out, class Op>
+void launch_bf16_convert(Out* dst, const In* src, std::size_t n, bool vec4, Op op,
+                         cudaStream_t s) {
+  const std::size_t groups = vec4 ? n / 4 : n;
+  const unsigned blocks = elementwise_blocks(groups, kThreads);
+  if (vec4) bf16_convert_kernel<4><<<blocks, kThreads, 0, s>>>(dst, src, groups, op);
+  else bf16_convert_kernel<1><<<blocks, kThreads, 0, s>>>(dst, src, groups, op);
 }
 
 template <class D, class S>
@@ -102,19 +108,12 @@ bool convert(void* dst, int dst_kind, const void* src, int src_kind, std::size_t
     auto* f32 = static_cast<const float*>(to_bits ? src : dst);
     auto* bits = static_cast<const std::uint16_t*>(to_bits ? dst : src);
     const bool vec4 = vectorizable(n, {f32}, {bits});
-    const std::size_t groups = vec4 ? n / 4 : n;
-    const unsigned blocks = elementwise_blocks(groups, kThreads);
-    if (to_bits) {
-      auto* d = static_cast<std::uint16_t*>(dst);
-      auto* f = static_cast<const float*>(src);
-      if (vec4) pack_bf16_kernel<4><<<blocks, kThreads, 0, s>>>(d, f, groups);
-      else pack_bf16_kernel<1><<<blocks, kThreads, 0, s>>>(d, f, groups);
-    } else {
-      auto* d = static_cast<float*>(dst);
-      auto* b = static_cast<const std::uint16_t*>(src);
-      if (vec4) widen_bf16_kernel<4><<<blocks, kThreads, 0, s>>>(d, b, groups);
-      else widen_bf16_kernel<1><<<blocks, kThreads, 0, s>>>(d, b, groups);
-    }
+    if (to_bits)
+      launch_bf16_convert(static_cast<std::uint16_t*>(dst), static_cast<const float*>(src), n,
+                          vec4, Pack{}, s);
+    else
+      launch_bf16_convert(static_cast<float*>(dst), static_cast<const std::uint16_t*>(src), n,
+                          vec4, Widen{}, s);
     return true;
   }
   if (src_kind == kF32 && dst_kind == kBF16) launch_convert<__nv_bfloat16, float>(dst, src, n, s);
