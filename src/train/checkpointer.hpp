@@ -1,8 +1,9 @@
 // When training checkpoints, and resuming. Saves every checkpoint.every steps,
 // every checkpoint.minutes (rank 0's clock decides), on SIGUSR1 or SIGTERM,
-// and after the last step, whenever checkpoint.dir is set. The stop signal
-// and the clock are agreed with one small all-reduce per step, so every rank
-// saves (and stops) at the same step boundary.
+// and after the last step, whenever checkpoint.dir is set. The stop signal,
+// the clock and whether a background save is still writing (checkpoint.async)
+// are agreed with one small all-reduce per step, so every rank saves,
+// completes a background save and stops at the same step boundary.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -12,6 +13,7 @@
 #include "grid/grid.hpp"
 #include "checkpoint/checkpoint_schema.hpp"
 #include "io/deck.hpp"
+#include "train/async_save.hpp"
 #include "train/stop_signal.hpp"
 #include "train/trainer.hpp"
 
@@ -38,6 +40,11 @@ class Checkpointer {
 
  private:
   void save(int steps_done);
+  void start_async(int steps_done);
+  // The save in flight: wait for this rank's drain when `wait` (saying so),
+  // then complete it everywhere. A failed background save is a warning; a
+  // second in a row stops the run.
+  void complete_pending(bool wait);
 
   const Deck& deck_;
   Grid& grid_;
@@ -49,6 +56,9 @@ class Checkpointer {
   int stop_signal_ = 0;
   int stopped_at_ = 0;
   std::string last_path_;
+  std::unique_ptr<AsyncSave> pending_;  // checkpoint.async: the save in flight
+  double pending_blocked_s_ = 0;        // training's time held up by it
+  int failed_in_row_ = 0;               // background saves
 };
 
 // "train.lr = 0.001 in the deck, 0.01 in the checkpoint", one per changed key.
