@@ -16,7 +16,7 @@ AsyncSave::AsyncSave(Grid& grid, const std::string& dir, const CheckpointMeta& m
   std::size_t index = 0;
   for (const TensorSet& set : sets) {
     const bool in_place = set.in_place && !set.staged_through;
-    if (!in_place && set.open) set.open();
+    if (set.open) set.open();
     for (const TensorInfo& g : global.tensors()) {
       TensorSlice slice = saved_slice(set, g, grid);
       if (!in_place && slice.counted && !slice.empty()) {
@@ -29,7 +29,7 @@ AsyncSave::AsyncSave(Grid& grid, const std::string& dir, const CheckpointMeta& m
       }
       writer_->plan(index++, slice, in_place, pieces);
     }
-    if (!in_place && set.close) set.close(false);
+    if (set.close) set.close(false);  // in place: resident state, its arenas stay
   }
   drain_ = std::make_unique<CheckpointDrain>(writer_->path(), writer_->direct(), std::move(pieces),
                                              writer_->dataset_paths(), index, step_);
@@ -42,11 +42,11 @@ AsyncSave::~AsyncSave() {
   if (writer_ && std::uncaught_exceptions() > 0) writer_->abandon();
 }
 
-CheckpointIo AsyncSave::complete(int keep) {
+CheckpointIo AsyncSave::complete(int keep, std::vector<std::string>& prunable) {
   std::unique_ptr<CheckpointWriter> w = std::move(writer_);
   w->add_drained(drain_->sums(), drain_->error());
   drain_.reset();  // joined; the writer's queue is idle again
-  return end_checkpoint(grid_, dir_, keep, step_, std::move(w), started_);
+  return end_checkpoint(grid_, dir_, keep, step_, std::move(w), started_, &prunable);
 }
 
 }  // namespace trident

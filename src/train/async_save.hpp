@@ -43,7 +43,8 @@ class AsyncSave {
   // Once every rank's drain is done: completes the file, renames it and
   // moves `latest`. Collective; a failure anywhere (a drain's write
   // included) is an AgreedError everywhere, and the file is left incomplete.
-  CheckpointIo complete(int keep);
+  // What `keep` prunes is listed in `prunable` (rank 0), not yet deleted.
+  CheckpointIo complete(int keep, std::vector<std::string>& prunable);
 
  private:
   Grid& grid_;

@@ -86,6 +86,8 @@ std::vector<TensorSet> training_sets(Trainer& trainer, const GridCoord& coord) {
     if (!trainer.backend().memory_is_host()) sets[i].staged_through = &trainer.backend();
     for (ModelChunk& ch : trainer.chunks())
       if (ch.engine->state_offloaded(kinds[i])) sets[i].in_place = false;
+    // PipeDream swaps stashed weights into the parameters between updates.
+    if (trainer.pipedream()) sets[i].in_place = false;
   }
   return sets;
 }
@@ -174,7 +176,8 @@ TensorSlice saved_slice(const TensorSet& set, const TensorInfo& g, const Grid& g
 }
 
 CheckpointIo end_checkpoint(Grid& grid, const std::string& dir, int keep, long step,
-                            std::unique_ptr<CheckpointWriter> w, double started) {
+                            std::unique_ptr<CheckpointWriter> w, double started,
+                            std::vector<std::string>* prunable) {
   Communicator& world = grid.host();
   fault_point("ckpt", "before_complete", step);
   CheckpointIo io;
@@ -196,7 +199,8 @@ CheckpointIo end_checkpoint(Grid& grid, const std::string& dir, int keep, long s
   run_agreed(world, [&] {
     if (!grid.is_root()) return;
     write_latest(dir, name);
-    prune_checkpoints(dir, keep);
+    if (prunable) *prunable = prunable_files(dir, keep);
+    else prune_checkpoints(dir, keep);
   });
   io.phases.add("rename", now_seconds() - renamed_from);
   io.seconds = now_seconds() - started;

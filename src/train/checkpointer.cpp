@@ -32,7 +32,7 @@ Checkpointer::Checkpointer(const Deck& deck, Grid& grid, Trainer& trainer)
   // reading it, or copy up to staging_mb of what it has not read.
   trainer_.set_before_update([this] {
     if (!pending_) return;
-    pending_blocked_s_ +=
+    held_update_s_ +=
         pending_->release_sources(std::size_t(deck_.checkpoint.staging_mb * (1 << 20)));
   });
 }
@@ -105,6 +105,7 @@ bool Checkpointer::after_step(int done) {
 }
 
 void Checkpointer::save(int done) {
+  join_pruning();
   const std::int64_t tokens =
       resumed_tokens_ + std::int64_t(done - resumed_step_) * trainer_.tokens_per_step();
   const CheckpointMeta meta = training_meta(deck_, grid_, trainer_, done, tokens);
@@ -121,6 +122,7 @@ void Checkpointer::save(int done) {
 
 void Checkpointer::start_async(int done) {
   const double t0 = now_seconds();
+  join_pruning();
   const std::int64_t tokens =
       resumed_tokens_ + std::int64_t(done - resumed_step_) * trainer_.tokens_per_step();
   const CheckpointMeta meta = training_meta(deck_, grid_, trainer_, done, tokens);
@@ -129,26 +131,33 @@ void Checkpointer::start_async(int done) {
                                          training_sets(trainer_, grid_.coord()),
                                          deck_.system.comm_timeout_s);
   last_save_s_ = now_seconds();
-  pending_blocked_s_ = last_save_s_ - t0;
+  held_start_s_ = last_save_s_ - t0;
+  held_update_s_ = held_wait_s_ = 0;
 }
 
 void Checkpointer::complete_pending(bool wait) {
   if (wait) {
     const double waited = pending_->wait();
-    pending_blocked_s_ += waited;
+    held_wait_s_ = waited;
     if (grid_.is_root())
       fmt::print("checkpoint: waited {:.2f} s for step {}'s save\n", waited, pending_->step());
   }
   const std::unique_ptr<AsyncSave> save = std::move(pending_);
   try {
     const double t0 = now_seconds();
-    const CheckpointIo io = save->complete(deck_.checkpoint.keep);
+    std::vector<std::string> prunable;
+    const CheckpointIo io = save->complete(deck_.checkpoint.keep, prunable);
+    join_pruning();
+    pruning_ = std::thread([prunable] { remove_files(prunable); });
     failed_in_row_ = 0;
     last_path_ = io.path;
+    const double completing = now_seconds() - t0;
     if (grid_.is_root())
-      fmt::print("checkpoint: step {} -> {} ({}; in the background, training held up {:.3f} s)\n",
+      fmt::print("checkpoint: step {} -> {} ({}; in the background, training held up {:.3f} s: "
+                 "{:.3f} starting, {:.3f} at optimizer steps, {:.3f} waiting, {:.3f} completing)\n",
                  save->step(), io.path, rate(io.bytes, io.seconds),
-                 pending_blocked_s_ + now_seconds() - t0);
+                 held_start_s_ + held_update_s_ + held_wait_s_ + completing, held_start_s_,
+                 held_update_s_, held_wait_s_, completing);
   } catch (const AgreedError& e) {
     if (++failed_in_row_ > 1)
       throw AgreedError(kExitRuntime, fmt::format("{}; the second background checkpoint in a row "

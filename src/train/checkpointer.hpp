@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "grid/grid.hpp"
@@ -22,6 +23,9 @@ namespace trident {
 class Checkpointer {
  public:
   Checkpointer(const Deck& deck, Grid& grid, Trainer& trainer);
+  ~Checkpointer() { join_pruning(); }
+  Checkpointer(const Checkpointer&) = delete;
+  Checkpointer& operator=(const Checkpointer&) = delete;
 
   bool enabled() const { return !deck_.checkpoint.dir.empty(); }
 
@@ -57,8 +61,17 @@ class Checkpointer {
   int stopped_at_ = 0;
   std::string last_path_;
   std::unique_ptr<AsyncSave> pending_;  // checkpoint.async: the save in flight
-  double pending_blocked_s_ = 0;        // training's time held up by it
+  // Training's time held up by it: starting it, at optimizer steps (waiting
+  // for or copying what it had not read), waiting for it when the next save
+  // came due.
+  double held_start_s_ = 0, held_update_s_ = 0, held_wait_s_ = 0;
   int failed_in_row_ = 0;               // background saves
+  // Rank 0: deletes what a completed background save pruned while training
+  // goes on; joined before the next save touches the directory.
+  std::thread pruning_;
+  void join_pruning() {
+    if (pruning_.joinable()) pruning_.join();
+  }
 };
 
 // "train.lr = 0.001 in the deck, 0.01 in the checkpoint", one per changed key.
