@@ -4,7 +4,11 @@ checkpoints dataset by dataset. Prints the worst relative error and exits 1
 when it is above the tolerance (0: bit for bit).
 
   run_compare.py metrics A.jsonl B.jsonl --tol 1e-4 [--grad-tol T] [--from-step N] [--to-step N]
-  run_compare.py checkpoint A.h5 B.h5          (every dataset bit for bit; needs h5py)
+  run_compare.py checkpoint A.h5 B.h5 [--attributes]
+      every dataset bit for bit (needs h5py); --attributes: every attribute of
+      every object too, the root's `deck` text without its `--set checkpoint.*`
+      and `--set output.*` lines (how and where a run saved and logged is not
+      what it saved)
 """
 import argparse
 import json
@@ -37,7 +41,8 @@ def compare_metrics(args):
     return 0 if ok else 1
 
 
-def compare_checkpoints(args):
+def checkpoint_differences(path_a, path_b, attributes=False):
+    """(summary line, names of the datasets and attributes that differ)."""
     import h5py
     import numpy as np
 
@@ -48,12 +53,37 @@ def compare_checkpoints(args):
                          if isinstance(obj, h5py.Dataset) else None)
         return out
 
-    a, b = datasets(args.a), datasets(args.b)
+    def attrs(path):
+        out = {}
+
+        def add(name, obj):
+            for key, value in obj.attrs.items():
+                if name == "/" and key == "deck":
+                    value = "\n".join(line for line in str(value).splitlines()
+                                      if not line.startswith(("# --set checkpoint.",
+                                                              "# --set output.")))
+                out[f"{name}@{key}"] = np.asarray(value).tobytes()
+        with h5py.File(path, "r") as f:
+            add("/", f)
+            f.visititems(add)
+        return out
+
+    a, b = datasets(path_a), datasets(path_b)
     if sorted(a) != sorted(b):
-        print(f"dataset names differ: {sorted(set(a) ^ set(b))}")
-        return 1
+        return f"dataset names differ: {sorted(set(a) ^ set(b))}", sorted(set(a) ^ set(b))
     differ = [n for n in a if np.asarray(a[n]).tobytes() != np.asarray(b[n]).tobytes()]
-    print(f"{len(a)} datasets, {len(differ)} differ" + (f": {differ[:5]}" if differ else ""))
+    line = f"{len(a)} datasets, {len(differ)} differ" + (f": {differ[:5]}" if differ else "")
+    if attributes:
+        x, y = attrs(path_a), attrs(path_b)
+        odd = sorted(set(x) ^ set(y)) + [k for k in sorted(set(x) & set(y)) if x[k] != y[k]]
+        line += f"; {len(x)} attributes, {len(odd)} differ" + (f": {odd[:5]}" if odd else "")
+        differ += odd
+    return line, differ
+
+
+def compare_checkpoints(args):
+    line, differ = checkpoint_differences(args.a, args.b, args.attributes)
+    print(line)
     return 1 if differ else 0
 
 
@@ -70,6 +100,8 @@ def main():
     c = sub.add_parser("checkpoint")
     c.add_argument("a")
     c.add_argument("b")
+    c.add_argument("--attributes", action="store_true",
+                   help="every attribute too (the deck text without --set checkpoint.*, output.*)")
     args = p.parse_args()
     return compare_metrics(args) if args.what == "metrics" else compare_checkpoints(args)
 

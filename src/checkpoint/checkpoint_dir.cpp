@@ -77,20 +77,29 @@ std::vector<long> list_checkpoints(const std::string& dir) {
   return steps;
 }
 
-void prune_checkpoints(const std::string& dir, int keep) {
+std::vector<std::string> prunable_files(const std::string& dir, int keep) {
+  std::vector<std::string> out;
   std::error_code ec;
   for (const auto& e : fs::directory_iterator(dir, ec)) {
     const std::string name = e.path().filename().string();
-    if (name.rfind(".step_", 0) == 0 && name.ends_with(".h5.tmp")) fs::remove(e.path(), ec);
+    if (name.rfind(".step_", 0) == 0 && name.ends_with(".h5.tmp")) out.push_back(e.path().string());
   }
-  if (keep <= 0) return;
+  if (keep <= 0) return out;
   const auto latest = read_latest(dir);
   const auto steps = list_checkpoints(dir);
   for (std::size_t i = 0; i + keep < steps.size(); ++i) {
     const fs::path p = fs::path(dir) / checkpoint_name(steps[i]);
     if (latest && fs::path(*latest) == p) continue;
-    fs::remove(p, ec);
+    out.push_back(p.string());
   }
+  return out;
 }
+
+void remove_files(const std::vector<std::string>& paths) {
+  std::error_code ec;
+  for (const std::string& p : paths) fs::remove(p, ec);
+}
+
+void prune_checkpoints(const std::string& dir, int keep) { remove_files(prunable_files(dir, keep)); }
 
 }  // namespace trident

@@ -30,5 +30,9 @@ std::vector<long> list_checkpoints(const std::string& dir);
 // Deletes complete checkpoints beyond the newest `keep` (0: none), never the
 // one `latest` names, and temporaries left by interrupted writers.
 void prune_checkpoints(const std::string& dir, int keep);
+// What prune_checkpoints deletes: the temporaries, then the checkpoints.
+std::vector<std::string> prunable_files(const std::string& dir, int keep);
+// Deletes them (those already gone are no error).
+void remove_files(const std::vector<std::string>& paths);
 
 }  // namespace trident

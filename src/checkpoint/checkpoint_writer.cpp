@@ -200,6 +200,66 @@ std::uint64_t CheckpointWriter::write_pieces(hid_t dataset, DType dtype, const T
   return sum;
 }
 
+void CheckpointWriter::plan(std::size_t index, const TensorSlice& slice, bool in_place,
+                            std::vector<DrainPiece>& out) {
+  if (write_failed_ || !slice.counted || slice.empty()) return;
+  const DatasetSpec& spec = specs_.at(index);
+  const std::size_t esz = dtype_size(spec.dtype);
+  const haddr_t at = H5Dget_offset(datasets_.at(index).get());
+  if (fault_armed("ckpt", "write_error", long(index)) || at == HADDR_UNDEF) {
+    write_failed_ = std::make_exception_ptr(RuntimeFailure(fmt::format(
+        "checkpoint {}: dataset {}: {}", path_, spec.path,
+        at == HADDR_UNDEF ? "no file space allocated"
+                          : "injected write failure (TRIDENT_FAULT_INJECT)")));
+    return;
+  }
+  // Elements [e0, e1) of the shard, global elements g0... on: pieces of at
+  // most 2 MiB, direct ones cut on blocks of the file.
+  auto add = [&](std::size_t e0, std::size_t e1, std::uint64_t g0, bool direct) {
+    const std::size_t step = DirectFile::kPieceBytes / esz;
+    for (std::size_t e = e0; e < e1; e += step) {
+      const std::size_t n = std::min(step, e1 - e);
+      const std::uint64_t g = g0 + (e - e0);
+      out.push_back({static_cast<const char*>(slice.data) + (e - slice.lo) * esz, n * esz,
+                     at + g * esz, g, std::uint32_t(index), std::uint8_t(esz), direct, in_place});
+    }
+  };
+  const auto boxes = slice_boxes(*slice.shard, slice.lo, slice.hi);
+  sums_[2 * index + 1] += boxes_numel(boxes);
+  if (const std::optional<FileRun> run = contiguous_run(slice)) {
+    // Whole file blocks direct; the ends through the page cache (as write()).
+    const auto [a, b] = direct_ ? direct_range(run->lo, run->hi, at + run->first * esz, esz)
+                                : std::pair(run->hi, run->hi);
+    add(run->lo, a, run->first, false);
+    add(a, b, run->first + (a - run->lo), true);
+    add(b, run->hi, run->first + (b - run->lo), false);
+    return;
+  }
+  for (const SliceBox& box : boxes)  // padding inside: each run of the file its own piece
+    for_each_run(*slice.shard, box, [&](std::size_t l, std::uint64_t g, std::size_t len) {
+      add(l, l + len, g, false);
+    });
+}
+
+void CheckpointWriter::add_drained(const std::vector<std::uint64_t>& sums,
+                                   std::exception_ptr failure) {
+  for (std::size_t i = 0; i < sums.size() && i < specs_.size(); ++i) sums_[2 * i] += sums[i];
+  if (failure && !write_failed_) write_failed_ = failure;
+}
+
+std::vector<std::string> CheckpointWriter::dataset_paths() const {
+  std::vector<std::string> out;
+  for (const DatasetSpec& s : specs_) out.push_back(s.path);
+  return out;
+}
+
+void CheckpointWriter::abandon() {
+  for (H5Handle& d : datasets_) (void)d.release();
+  for (auto& g : groups_) (void)g.second.release();
+  (void)transfer_.release();
+  (void)file_.release();
+}
+
 void CheckpointWriter::finish() {
   run_agreed(comm_, [&] {
     if (write_failed_) std::rethrow_exception(write_failed_);

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "comm/communicator.hpp"
+#include "checkpoint/checkpoint_drain.hpp"
 #include "checkpoint/checkpoint_schema.hpp"
 #include "checkpoint/direct_io.hpp"
 #include "checkpoint/h5.hpp"
@@ -46,6 +47,19 @@ class CheckpointWriter {
   // until the call returns. A failure is kept for finish() to report (the
   // writes after it are skipped), so no rank is left alone in a collective.
   void write(std::size_t index, const TensorSlice& slice);
+  // Asynchronous saves, instead of write(): this rank's slice of dataset
+  // `index` as pieces for a CheckpointDrain, appended to `out` in file order
+  // (the writer counts the elements; the drain sums them). in_place: the
+  // slice's memory is training state, read by the drain until released.
+  void plan(std::size_t index, const TensorSlice& slice, bool in_place,
+            std::vector<DrainPiece>& out);
+  // The drain's partial checksums (by dataset) and failure, for finish().
+  void add_drained(const std::vector<std::uint64_t>& sums, std::exception_ptr failure);
+  DirectFile* direct() { return direct_.get(); }
+  std::vector<std::string> dataset_paths() const;
+  // Drops the file's handles without closing them (a collective), for a rank
+  // leaving on an error of its own: the process is about to end.
+  void abandon();
   // Agrees on the writes' failures, stores each dataset's checksum (one
   // all-reduce for all of them), checks that the counted slices covered every
   // element exactly once, writes complete = 1, flushes (MPI_File_sync on

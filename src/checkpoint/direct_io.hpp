@@ -50,6 +50,15 @@ class DirectFile {
   void write_buffered(std::uint64_t at, const char* src, std::size_t len, const PieceFn& piece);
   // Waits for every write in flight; throws if one failed.
   void drain();
+  // For a writer that copies into the bounce buffers itself (an asynchronous
+  // checkpoint's drain copies its sources under its own lock): a free buffer
+  // of kPieceBytes (waits while all are queued; throws an earlier failure),
+  // queued for n bytes (whole blocks) at `at`; and a copy for the page cache.
+  char* acquire_buffer() { return writes_->acquire(); }
+  void submit_buffer(char* buf, std::uint64_t at, std::size_t n) { writes_->submit(buf, at, n); }
+  void submit_buffered(std::vector<char> bytes, std::uint64_t at) {
+    writes_->submit_copy(buffered_fd_, std::move(bytes), at);
+  }
   // One byte range of the file to read into memory.
   struct ReadRange {
     std::uint64_t at = 0;

@@ -88,6 +88,9 @@ class GradEngine {
   // a load wrote. No-ops where the state is resident.
   virtual void open_state(StateKind) {}
   virtual void close_state(StateKind, bool /*changed*/) {}
+  // The state of `kind` lives outside its arenas (offload): an asynchronous
+  // checkpoint copies it at the save instead of reading it in place.
+  virtual bool state_offloaded(StateKind) const { return false; }
   // Offloaded state this rank holds in host memory, outside the arenas (bytes).
   virtual std::size_t host_bytes() const { return 0; }
   // Something about where the state lives the user should know, else "".

@@ -36,6 +36,10 @@ class ZeroEngine final : public GradEngine {
   bool replicated_over_data(StateKind kind) const override;
   void open_state(StateKind kind) override;
   void close_state(StateKind kind, bool changed) override;
+  bool state_offloaded(StateKind kind) const override {
+    return kind == StateKind::params ? storage_->params_offloaded()
+                                     : offload_.optimizer != OffloadTarget::none;
+  }
   std::string warning() const override {
     const std::string w = optimizer_->home().warning();
     return w.empty() ? storage_->warning() : w;

@@ -232,9 +232,13 @@ void read_rest(DeckReader& r, Deck& d) {
   r.get("checkpoint", "every", c.every);
   r.get("checkpoint", "minutes", c.minutes);
   r.get("checkpoint", "keep", c.keep);
+  r.get("checkpoint", "async", c.async);
+  r.get("checkpoint", "staging_mb", c.staging_mb);
   r.require(c.every >= 0, "checkpoint", "every", "must be >= 0 (0: not by step count)");
   r.require(c.minutes >= 0, "checkpoint", "minutes", "must be >= 0 (0: not by time)");
   r.require(c.keep >= 0, "checkpoint", "keep", "must be >= 0 (0: keep every checkpoint)");
+  r.require(c.staging_mb >= 0, "checkpoint", "staging_mb",
+            "must be >= 0 (0: the optimizer step waits until the save has read the state)");
   r.require(!c.dir.empty() || (c.every == 0 && c.minutes == 0), "checkpoint", "dir",
             "is required when checkpoint.every or checkpoint.minutes is set");
   r.get("system", "threads", d.system.threads);

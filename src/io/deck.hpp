@@ -89,6 +89,8 @@ struct CheckpointSection {
   int every = 0;         // steps between checkpoints; 0: none by step count
   double minutes = 0.0;  // wall-clock minutes between checkpoints; 0: none by time
   int keep = 2;          // complete checkpoints kept (older ones are deleted); 0: keep all
+  bool async = false;    // write in the background while training goes on
+  double staging_mb = 512;  // async: unread state the optimizer step may copy instead of waiting
 };
 
 struct SystemSection {

@@ -80,8 +80,15 @@ std::vector<TensorSet> training_sets(Trainer& trainer, const GridCoord& coord) {
                                  chunked_set(kExpAvgSqGroup, trainer, coord, StateKind::exp_avg_sq)};
   if (trainer.weight_dtype() != DType::f32)
     sets.push_back(chunked_set(kMasterGroup, trainer, coord, StateKind::masters));
-  for (TensorSet& set : sets)
-    if (!trainer.backend().memory_is_host()) set.staged_through = &trainer.backend();
+  const StateKind kinds[] = {StateKind::params, StateKind::exp_avg, StateKind::exp_avg_sq,
+                             StateKind::masters};
+  for (std::size_t i = 0; i < sets.size(); ++i) {
+    if (!trainer.backend().memory_is_host()) sets[i].staged_through = &trainer.backend();
+    for (ModelChunk& ch : trainer.chunks())
+      if (ch.engine->state_offloaded(kinds[i])) sets[i].in_place = false;
+    // PipeDream swaps stashed weights into the parameters between updates.
+    if (trainer.pipedream()) sets[i].in_place = false;
+  }
   return sets;
 }
 
@@ -138,12 +145,11 @@ CheckpointMeta training_meta(const Deck& deck, Grid& grid, Trainer& trainer, int
   return m;
 }
 
-CheckpointIo save_checkpoint(Grid& grid, const std::string& dir, int keep,
-                             const CheckpointMeta& meta, const TensorTable& global,
-                             const std::vector<TensorSet>& sets) {
+std::unique_ptr<CheckpointWriter> begin_checkpoint(Grid& grid, const std::string& dir,
+                                                   const CheckpointMeta& meta,
+                                                   const TensorTable& global,
+                                                   const std::vector<TensorSet>& sets) {
   Communicator& world = grid.host();
-  const double t0 = now_seconds();
-  const long step = meta.step;
   run_agreed(world, [&] {
     std::error_code ec;
     if (grid.is_root()) std::filesystem::create_directories(dir, ec);
@@ -151,42 +157,36 @@ CheckpointIo save_checkpoint(Grid& grid, const std::string& dir, int keep,
       throw InputError(fmt::format("checkpoint.dir = \"{}\": cannot create the directory: {}",
                                    dir, ec.message()));
   });
-  const std::string name = checkpoint_name(step), temp = checkpoint_temp_name(step);
+  auto w = std::make_unique<CheckpointWriter>(
+      world, (std::filesystem::path(dir) / checkpoint_temp_name(meta.step)).string());
+  fault_point("ckpt", "after_create", meta.step);
+  w->write_meta(meta);
+  std::vector<DatasetSpec> specs;
+  for (const TensorSet& set : sets)
+    for (const TensorInfo& g : global.tensors())
+      specs.push_back({dataset_path(set.group, g.name), g.global_shape, set.dtype});
+  w->create(specs);  // then each rank writes its slices as one stream, at its own pace
+  return w;
+}
+
+TensorSlice saved_slice(const TensorSet& set, const TensorInfo& g, const Grid& grid) {
+  return set.replicated_over_data
+             ? replica_part(set.slice_of(g), grid.coord(), grid.shape().dp, dtype_size(set.dtype))
+             : set.slice_of(g);
+}
+
+CheckpointIo end_checkpoint(Grid& grid, const std::string& dir, int keep, long step,
+                            std::unique_ptr<CheckpointWriter> w, double started,
+                            std::vector<std::string>* prunable) {
+  Communicator& world = grid.host();
+  fault_point("ckpt", "before_complete", step);
   CheckpointIo io;
-  io.path = (std::filesystem::path(dir) / name).string();
-  {
-    CheckpointWriter w(world, (std::filesystem::path(dir) / temp).string());
-    fault_point("ckpt", "after_create", step);
-    w.write_meta(meta);
-    std::vector<DatasetSpec> specs;
-    for (const TensorSet& set : sets)
-      for (const TensorInfo& g : global.tensors())
-        specs.push_back({dataset_path(set.group, g.name), g.global_shape, set.dtype});
-    w.create(specs);  // then each rank writes its slices as one stream, at its own pace
-    const std::size_t total = specs.size();
-    std::size_t done = 0;
-    std::vector<char> staging;  // a device slice's host copy
-    for (const TensorSet& set : sets) {
-      if (set.open) set.open();
-      for (const TensorInfo& g : global.tensors()) {
-        const std::size_t esz = dtype_size(set.dtype);
-        TensorSlice slice = set.replicated_over_data
-                                ? replica_part(set.slice_of(g), grid.coord(), grid.shape().dp, esz)
-                                : set.slice_of(g);
-        if (set.staged_through && !slice.empty()) {
-          staging.resize((slice.hi - slice.lo) * esz);
-          set.staged_through->copy_to_host(staging.data(), slice.data, staging.size());
-          slice.data = staging.data();  // the writer has copied it when write() returns
-        }
-        w.write(done, slice);
-        if (++done == total / 2) fault_point("ckpt", "mid_datasets", step);
-      }
-      if (set.close) set.close(false);
-    }
-    w.finish();
-    io.bytes = w.bytes();
-    io.phases = w.phases();
-  }
+  io.path = (std::filesystem::path(dir) / checkpoint_name(step)).string();
+  w->finish();
+  io.bytes = w->bytes();
+  io.phases = w->phases();
+  w.reset();
+  const std::string name = checkpoint_name(step), temp = checkpoint_temp_name(step);
   const double renamed_from = now_seconds();
   fault_point("ckpt", "before_rename", step);
   // Every rank has closed (and synced) the file: only now may it get its name.
@@ -199,11 +199,37 @@ CheckpointIo save_checkpoint(Grid& grid, const std::string& dir, int keep,
   run_agreed(world, [&] {
     if (!grid.is_root()) return;
     write_latest(dir, name);
-    prune_checkpoints(dir, keep);
+    if (prunable) *prunable = prunable_files(dir, keep);
+    else prune_checkpoints(dir, keep);
   });
   io.phases.add("rename", now_seconds() - renamed_from);
-  io.seconds = now_seconds() - t0;
+  io.seconds = now_seconds() - started;
   return io;
+}
+
+CheckpointIo save_checkpoint(Grid& grid, const std::string& dir, int keep,
+                             const CheckpointMeta& meta, const TensorTable& global,
+                             const std::vector<TensorSet>& sets) {
+  const double t0 = now_seconds();
+  std::unique_ptr<CheckpointWriter> w = begin_checkpoint(grid, dir, meta, global, sets);
+  const std::size_t total = sets.size() * global.tensors().size();
+  std::size_t done = 0;
+  std::vector<char> staging;  // a device slice's host copy
+  for (const TensorSet& set : sets) {
+    if (set.open) set.open();
+    for (const TensorInfo& g : global.tensors()) {
+      TensorSlice slice = saved_slice(set, g, grid);
+      if (set.staged_through && !slice.empty()) {
+        staging.resize((slice.hi - slice.lo) * dtype_size(set.dtype));
+        set.staged_through->copy_to_host(staging.data(), slice.data, staging.size());
+        slice.data = staging.data();  // the writer has copied it when write() returns
+      }
+      w->write(done, slice);
+      if (++done == total / 2) fault_point("ckpt", "mid_datasets", meta.step);
+    }
+    if (set.close) set.close(false);
+  }
+  return end_checkpoint(grid, dir, keep, meta.step, std::move(w), t0);
 }
 
 }  // namespace trident

@@ -27,6 +27,14 @@ std::string rate(std::uint64_t bytes, double seconds) {
 Checkpointer::Checkpointer(const Deck& deck, Grid& grid, Trainer& trainer)
     : deck_(deck), grid_(grid), trainer_(trainer), last_save_s_(now_seconds()) {
   if (enabled()) signals_ = std::make_unique<StopSignalGuard>();
+  if (!deck_.checkpoint.async) return;
+  // The step about to change what the save reads: let the drain finish
+  // reading it, or copy up to staging_mb of what it has not read.
+  trainer_.set_before_update([this] {
+    if (!pending_) return;
+    held_update_s_ +=
+        pending_->release_sources(std::size_t(deck_.checkpoint.staging_mb * (1 << 20)));
+  });
 }
 
 int Checkpointer::resume(const std::string& what) {
@@ -75,14 +83,21 @@ int Checkpointer::resume(const std::string& what) {
 
 bool Checkpointer::after_step(int done) {
   if (!enabled()) return false;
-  // One all-reduce per step: any rank's stop signal, rank 0's clock.
-  std::int32_t flags[2] = {StopSignalGuard::received(), 0};
+  // One all-reduce per step: any rank's stop signal, rank 0's clock, any
+  // rank's background save still writing.
+  std::int32_t flags[3] = {StopSignalGuard::received(), 0, pending_ && !pending_->drained()};
   const double minutes = deck_.checkpoint.minutes;
   if (grid_.is_root() && minutes > 0 && now_seconds() - last_save_s_ >= 60 * minutes) flags[1] = 1;
-  grid_.host().all_reduce(flags, 2, DType::i32, ReduceOp::max);
+  grid_.host().all_reduce(flags, 3, DType::i32, ReduceOp::max);
   const int every = deck_.checkpoint.every;
   const bool last = done == deck_.train.steps;
-  if (last || flags[0] || flags[1] || (every > 0 && done % every == 0)) save(done);
+  if (pending_ && !flags[2]) complete_pending(false);
+  if (last || flags[0] || flags[1] || (every > 0 && done % every == 0)) {
+    if (pending_) complete_pending(true);  // one save in flight at most
+    // A signal and the end of the run save as ever: the job is about to end.
+    if (deck_.checkpoint.async && !last && !flags[0]) start_async(done);
+    else save(done);
+  }
   if (!flags[0] || last) return false;
   stop_signal_ = flags[0];
   stopped_at_ = done;
@@ -90,6 +105,7 @@ bool Checkpointer::after_step(int done) {
 }
 
 void Checkpointer::save(int done) {
+  join_pruning();
   const std::int64_t tokens =
       resumed_tokens_ + std::int64_t(done - resumed_step_) * trainer_.tokens_per_step();
   const CheckpointMeta meta = training_meta(deck_, grid_, trainer_, done, tokens);
@@ -102,6 +118,57 @@ void Checkpointer::save(int done) {
     fmt::print("checkpoint: step {} -> {} ({})\n", done, io.path, rate(io.bytes, io.seconds));
     std::fflush(stdout);
   }
+}
+
+void Checkpointer::start_async(int done) {
+  const double t0 = now_seconds();
+  join_pruning();
+  const std::int64_t tokens =
+      resumed_tokens_ + std::int64_t(done - resumed_step_) * trainer_.tokens_per_step();
+  const CheckpointMeta meta = training_meta(deck_, grid_, trainer_, done, tokens);
+  pending_ = std::make_unique<AsyncSave>(grid_, deck_.checkpoint.dir, meta,
+                                         build_gpt_param_table(deck_.model),
+                                         training_sets(trainer_, grid_.coord()),
+                                         deck_.system.comm_timeout_s);
+  last_save_s_ = now_seconds();
+  held_start_s_ = last_save_s_ - t0;
+  held_update_s_ = held_wait_s_ = 0;
+}
+
+void Checkpointer::complete_pending(bool wait) {
+  if (wait) {
+    const double waited = pending_->wait();
+    held_wait_s_ = waited;
+    if (grid_.is_root())
+      fmt::print("checkpoint: waited {:.2f} s for step {}'s save\n", waited, pending_->step());
+  }
+  const std::unique_ptr<AsyncSave> save = std::move(pending_);
+  try {
+    const double t0 = now_seconds();
+    std::vector<std::string> prunable;
+    const CheckpointIo io = save->complete(deck_.checkpoint.keep, prunable);
+    join_pruning();
+    pruning_ = std::thread([prunable] { remove_files(prunable); });
+    failed_in_row_ = 0;
+    last_path_ = io.path;
+    const double completing = now_seconds() - t0;
+    if (grid_.is_root())
+      fmt::print("checkpoint: step {} -> {} ({}; in the background, training held up {:.3f} s: "
+                 "{:.3f} starting, {:.3f} at optimizer steps, {:.3f} waiting, {:.3f} completing)\n",
+                 save->step(), io.path, rate(io.bytes, io.seconds),
+                 held_start_s_ + held_update_s_ + held_wait_s_ + completing, held_start_s_,
+                 held_update_s_, held_wait_s_, completing);
+  } catch (const AgreedError& e) {
+    if (++failed_in_row_ > 1)
+      throw AgreedError(kExitRuntime, fmt::format("{}; the second background checkpoint in a row "
+                                                  "failed: stopping (latest names {})",
+                                                  e.what(), last_path_.empty() ? "nothing" : last_path_));
+    if (grid_.is_root())
+      fmt::print("warning: {}; the checkpoint of step {} is dropped (latest names {}) and "
+                 "training goes on\n", e.what(), save->step(),
+                 last_path_.empty() ? "nothing yet" : last_path_);
+  }
+  if (grid_.is_root()) std::fflush(stdout);
 }
 
 std::string Checkpointer::stop_message() const {

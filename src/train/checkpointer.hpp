@@ -1,17 +1,20 @@
 // When training checkpoints, and resuming. Saves every checkpoint.every steps,
 // every checkpoint.minutes (rank 0's clock decides), on SIGUSR1 or SIGTERM,
-// and after the last step, whenever checkpoint.dir is set. The stop signal
-// and the clock are agreed with one small all-reduce per step, so every rank
-// saves (and stops) at the same step boundary.
+// and after the last step, whenever checkpoint.dir is set. The stop signal,
+// the clock and whether a background save is still writing (checkpoint.async)
+// are agreed with one small all-reduce per step, so every rank saves,
+// completes a background save and stops at the same step boundary.
 #pragma once
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "grid/grid.hpp"
 #include "checkpoint/checkpoint_schema.hpp"
 #include "io/deck.hpp"
+#include "train/async_save.hpp"
 #include "train/stop_signal.hpp"
 #include "train/trainer.hpp"
 
@@ -20,6 +23,9 @@ namespace trident {
 class Checkpointer {
  public:
   Checkpointer(const Deck& deck, Grid& grid, Trainer& trainer);
+  ~Checkpointer() { join_pruning(); }
+  Checkpointer(const Checkpointer&) = delete;
+  Checkpointer& operator=(const Checkpointer&) = delete;
 
   bool enabled() const { return !deck_.checkpoint.dir.empty(); }
 
@@ -38,6 +44,11 @@ class Checkpointer {
 
  private:
   void save(int steps_done);
+  void start_async(int steps_done);
+  // The save in flight: wait for this rank's drain when `wait` (saying so),
+  // then complete it everywhere. A failed background save is a warning; a
+  // second in a row stops the run.
+  void complete_pending(bool wait);
 
   const Deck& deck_;
   Grid& grid_;
@@ -49,6 +60,18 @@ class Checkpointer {
   int stop_signal_ = 0;
   int stopped_at_ = 0;
   std::string last_path_;
+  std::unique_ptr<AsyncSave> pending_;  // checkpoint.async: the save in flight
+  // Training's time held up by it: starting it, at optimizer steps (waiting
+  // for or copying what it had not read), waiting for it when the next save
+  // came due.
+  double held_start_s_ = 0, held_update_s_ = 0, held_wait_s_ = 0;
+  int failed_in_row_ = 0;               // background saves
+  // Rank 0: deletes what a completed background save pruned while training
+  // goes on; joined before the next save touches the directory.
+  std::thread pruning_;
+  void join_pruning() {
+    if (pruning_.joinable()) pruning_.join();
+  }
 };
 
 // "train.lr = 0.001 in the deck, 0.01 in the checkpoint", one per changed key.

@@ -150,6 +150,7 @@ double PipedreamRunner::backward(int g, float lr) {
   const double ss = c_.engine->grad_sum_squares();
   Grid& grid = tr_.grid_;
   const GradNorm norm = reduce_grad_norm(ss, false, {&grid.tensor(), &grid.data()});
+  if (tr_.before_update_) tr_.before_update_();
   c_.engine->step(lr, clip_coefficient(norm.norm, tr_.deck_.train.grad_clip));
   return norm.norm * norm.norm;
 }

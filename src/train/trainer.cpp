@@ -169,8 +169,10 @@ void Trainer::update(float lr, StepStats& s) {
   s.grad_norm = norm.norm;
   s.skipped = scaler_ && !norm.finite;
   const float coef = clip_coefficient(norm.norm, deck_.train.grad_clip, loss_scale);
-  if (!s.skipped)
+  if (!s.skipped) {
+    if (before_update_) before_update_();
     for (ModelChunk& ch : chunks_) ch.engine->step(lr, coef);
+  }
   if (scaler_) scaler_->update(s.skipped);
 }
 

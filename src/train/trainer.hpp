@@ -3,6 +3,7 @@
 // interleaving), each with its storage, optimizer and data-parallel reduction.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -94,6 +95,10 @@ class Trainer {
   std::int64_t tokens_per_step() const {
     return std::int64_t(deck_.train.batch) * deck_.model.seq_len;
   }
+  // Called just before each optimizer step changes the parameters and the
+  // optimizer's state: an asynchronous checkpoint still reading them there
+  // finishes reading (or copies the rest) first.
+  void set_before_update(std::function<void()> f) { before_update_ = std::move(f); }
   // Window index of sequence `k` of this rank's share of global batch `batch_index`.
   std::uint64_t window_of(std::uint64_t batch_index, int sequences, int k) const;
 
@@ -133,6 +138,7 @@ class Trainer {
   DType grads_ = DType::f32;  // precision.reduce_dtype: how gradients are stored and reduced
   std::optional<LossScaler> scaler_;
   std::unique_ptr<PipedreamRunner> pipedream_;
+  std::function<void()> before_update_;
 };
 
 }  // namespace trident

@@ -2,13 +2,16 @@
 # A job told to stop with SIGUSR1 (as Slurm's --signal does, forwarded by
 # mpirun) checkpoints at the next step boundary, exits 0 saying how to resume,
 # and `--resume latest` finishes with the straight run's losses, bit for bit.
-#   usage: checkpoint_signal.sh "MPIEXEC..." TRIDENT_BINARY FIXTURE_DIR
+# With `async`: checkpoint.async saving every 2 steps, so a background save is
+# in flight when the signal comes; it is completed first.
+#   usage: checkpoint_signal.sh "MPIEXEC..." TRIDENT_BINARY FIXTURE_DIR [async]
 set -uo pipefail
-mpiexec=$1 bin=$2 dir=$3
+mpiexec=$1 bin=$2 dir=$3 mode=${4:-sync}
 here=$(cd "$(dirname "$0")" && pwd)
-work="$dir/signal" && rm -rf "$work" && mkdir -p "$work"
+work="$dir/signal_$mode" && rm -rf "$work" && mkdir -p "$work"
 fail() { echo "FAIL: $*"; exit 1; }
 sets=(--set train.steps=300 --set train.eval_every=0 --set "checkpoint.dir=\"$work/ck\"")
+[ "$mode" = async ] && sets+=(--set checkpoint.async=true --set checkpoint.every=2)
 
 timeout -k 5 120 $mpiexec -n 2 "$bin" train "$dir/tiny.toml" "${sets[@]}" \
   --metrics "$work/straight.jsonl" > "$work/straight.out" 2>&1 || fail "the straight run failed"
@@ -35,4 +38,4 @@ timeout -k 5 120 $mpiexec -n 2 "$bin" train "$dir/tiny.toml" "${sets[@]}" --resu
   --metrics "$work/run.jsonl" > "$work/resume.out" 2>&1 || { cat "$work/resume.out"; fail "resume failed"; }
 grep -q "resumed from $work/ck/step_0*$step.h5: step $step" "$work/resume.out" || fail "resumed from the wrong place"
 python3 "$here/same_losses.py" "$work/straight.jsonl" "$work/run.jsonl" 1 || fail "losses differ"
-echo "ok: stopped by SIGUSR1 after step $step, resumed, same losses as the straight run"
+echo "ok ($mode): stopped by SIGUSR1 after step $step, resumed, same losses as the straight run"

@@ -28,13 +28,16 @@ AXES = [
     # cpu-split: optimizer = cpu with offload.ratio 0.5 (half the shard's state on the device)
     ("offload", ["none", "cpu", "nvme", "cpu-split", "params-cpu", "params-nvme",
                  "params-nvme+nvme", "params-cpu+nvme"]),
+    # Outside the cover too: async_pairs() runs checkpoints every 2 steps
+    # written in the background beside the same layout saving synchronously.
+    ("checkpoints", ["end", "every2", "every2-async"]),
 ]
 NAMES = [a for a, _ in AXES]
-COVERED = len(AXES) - 1  # the axes whose value pairs the CI subset covers
+COVERED = len(AXES) - 2  # the axes whose value pairs the CI subset covers
 INDEX = {a: i for i, a in enumerate(NAMES)}
 DEFAULT = dict(dp=1, tp=1, pp=1, schedule="1f1b", sp=False, zero=0, dp_mode="allreduce",
                micro_batches=1, recompute="none", precision="fp32", persistence="low",
-               bucket="large", offload="none")
+               bucket="large", offload="none", checkpoints="end")
 MAX_RANKS = 8
 SWAP_DIR = "/tmp"  # offload.nvme_path of nvme layouts (run_matrix sets a scratch directory)
 EXTRA_SETS = []  # --set options every run adds (run_matrix --set), e.g. system.device=cuda
@@ -94,6 +97,9 @@ def overrides(layout, batch):
             out.append("offload.ratio=0.5")
         out += [f"offload.params={params}", f"offload.optimizer={optimizer or 'none'}",
                 f"offload.nvme_path={SWAP_DIR}", "offload.block_mb=0.0078125"]
+    if v["checkpoints"] != "end":  # every checkpoint kept, for async_pairs
+        out += ["checkpoint.every=2", "checkpoint.keep=0",
+                f"checkpoint.async={'true' if v['checkpoints'].endswith('async') else 'false'}"]
     return out + PRECISION_KEYS[v["precision"]] + EXTRA_SETS
 
 
@@ -108,7 +114,8 @@ def describe(layout):
              "precision": v["precision"] if v["precision"] != "fp32" else None,
              "persistence": "persist:high" if v["persistence"] == "high" else None,
              "bucket": "bucket:small" if v["bucket"] == "small" else None,
-             "offload": f"offload:{v['offload']}" if v["offload"] != "none" else None}
+             "offload": f"offload:{v['offload']}" if v["offload"] != "none" else None,
+             "checkpoints": f"ckpt:{v['checkpoints']}" if v["checkpoints"] != "end" else None}
     return " ".join([s] + [x for x in extra.values() if x])
 
 
@@ -232,6 +239,24 @@ def offload_pairs(every=False):
         base = make(dp=dp, pp=2, zero=zero, micro_batches=2, precision=precision,
                     schedule=schedule)
         out.append((base, with_values(base, {INDEX["offload"]: o})))
+    return out
+
+
+def async_pairs():
+    """(layout saving every 2 steps, the same saving in the background) over
+    a representative subset: data parallelism (replicated writes), tensor
+    parallelism with SP (column shards with padding), pipeline stages, ZeRO
+    1-3, offloaded state (copied at the save), bf16 and fp16 (masters, the
+    loss scaler). run_matrix slows the step-2 drain so the optimizer meets
+    it; every checkpoint must equal the synchronous run's bit for bit."""
+    out = []
+    for values in (dict(dp=2, micro_batches=2),
+                   dict(dp=2, tp=2, sp=True, zero=1, precision="bf16"),
+                   dict(dp=2, pp=2, zero=2, precision="fp16", micro_batches=2),
+                   dict(dp=2, zero=3, offload="cpu"),
+                   dict(dp=1, tp=2, zero=3, offload="params-nvme+nvme", precision="bf16")):
+        base = make(checkpoints="every2", **values)
+        out.append((base, with_values(base, {INDEX["checkpoints"]: "every2-async"})))
     return out
 
 

@@ -6,8 +6,13 @@ import os
 import shutil
 import subprocess
 
+import sys
+
 import h5py
 import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "perf"))
+import run_compare  # noqa: E402
 
 # Tolerances, as worst relative errors over the run, per precision setting.
 # Each is set a few times above the noise floor measured over the whole matrix
@@ -87,6 +92,22 @@ def run_trident(mpiexec, env, binary, deck, data, workdir, rank_count, sets, log
         records = [json.loads(line) for line in f if line.strip()]
     ckpts = sorted(p for p in os.listdir(f"{workdir}/ckpt") if p.endswith(".h5"))
     return records, os.path.join(workdir, "ckpt", ckpts[-1])
+
+
+def same_checkpoints(dir_a, dir_b):
+    """Reasons the checkpoints of two runs differ (every file, every dataset
+    and attribute bit for bit, the deck's --set checkpoint.* lines aside);
+    empty when they are the same."""
+    names = sorted(p for p in os.listdir(dir_a) if p.endswith(".h5"))
+    if names != sorted(p for p in os.listdir(dir_b) if p.endswith(".h5")):
+        return [f"checkpoints {names} vs {sorted(os.listdir(dir_b))}"]
+    why = []
+    for name in names:
+        line, differ = run_compare.checkpoint_differences(os.path.join(dir_a, name),
+                                                          os.path.join(dir_b, name), True)
+        if differ:
+            why.append(f"{name}: {line}")
+    return why
 
 
 class RunFailed(Exception):

@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# Asynchronous checkpoints (checkpoint.async) against synchronous ones, side by
+# side in one run: the same training without checkpoints, saving synchronously
+# every K steps and saving asynchronously every K steps. GPT-2 124M (a save is
+# 1.49 GB: parameters and both Adam moments) under ZeRO-1 at dp 2 in fp32, at a
+# short sequence so a step takes seconds, not minutes, on a small machine.
+# Per periodic save it prints the synchronous save's time, the training loop's
+# time blocked by an asynchronous one (its own report: creating the file,
+# waiting or copying before the optimizer step, completing it) and each mode's
+# extra wall time over the run without checkpoints, with the ratios the issue
+# sets (blocked <= 5% and extra <= 15% of the synchronous save's time).
+# The save after the last step is synchronous in both modes: its time is taken
+# out of the extra wall time. A VM's speed drifts, so the modes run in turn,
+# REPEATS times (default 2), and the wall times are medians.
+#   usage: [REPEATS=N] perf/checkpoint_async.sh [STEPS] [EVERY] [DIR] [SEQ_LEN] [BATCH] [MODE...]
+#   MODE: none sync async (default all three; staging_mb=N adds an async run with it)
+set -euo pipefail
+steps=${1:-16} every=${2:-4} dir=${3:-/tmp/trident_ckpt_async} seq=${4:-128} batch=${5:-4}
+shift $(( $# < 5 ? $# : 5 ))
+modes=("${@:-none sync async}")
+read -r -a modes <<<"${modes[*]}"
+bin=${TRIDENT_BUILD:-build}/src/trident
+here=$(cd "$(dirname "$0")" && pwd)
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+[ -x "$bin" ] || { echo "error: $bin not found; build first (cmake --build build)"; exit 2; }
+mkdir -p "$dir"
+data="$dir/train.bin"
+if [ ! -s "$data" ]; then  # any text will do: the speed does not depend on it
+  cat /usr/share/common-licenses/* > "$dir/text.txt"
+  "$bin" tokenize "$dir/text.txt" "$data" > /dev/null
+fi
+cores=$(nproc)
+placement=(--map-by "slot:PE=$(( cores >= 2 ? cores / 2 : 1 ))" --bind-to core)
+[ "$cores" -ge 2 ] || placement=(--oversubscribe --bind-to none)
+common=(--set "data.train=\"$data\"" --set "data.val=[]" --set train.steps="$steps"
+        --set model.seq_len="$seq" --set train.batch="$batch" --set train.micro_batch=1
+        --set train.eval_every=0 --set train.warmup=1 --set zero.stage=1 --set output.log_every=1
+        --set system.threads=$(( cores >= 2 ? cores / 2 : 1 ))
+        --set checkpoint.minutes=0 --set checkpoint.every=0 --set "checkpoint.dir=\"\"")
+
+echo "machine: $cores cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(free -g | awk '/Mem:/ {print $2}') GiB"
+echo "disk: $(df -hT "$dir" | awk 'NR==2 {print $1, $2, $3}') at $dir"
+echo "command: mpirun -np 2 ${placement[*]} $bin train input/gpt2-124m.toml ${common[*]} [--set checkpoint.dir=... --set checkpoint.every=$every [--set checkpoint.async=true]]"
+echo "load: $(uptime | sed 's/.*load/load/')"
+
+repeats=${REPEATS:-2}
+run() {  # MODE REPEAT -> $dir/MODE.REPEAT.out
+  local mode=$1 r=$2 sets=()
+  rm -rf "$dir/ck"
+  case $mode in
+    none) ;;
+    sync) sets=(--set "checkpoint.dir=\"$dir/ck\"" --set checkpoint.every="$every") ;;
+    async) sets=(--set "checkpoint.dir=\"$dir/ck\"" --set checkpoint.every="$every" --set checkpoint.async=true) ;;
+    staging_mb=*) sets=(--set "checkpoint.dir=\"$dir/ck\"" --set checkpoint.every="$every" --set checkpoint.async=true
+                        --set "checkpoint.$mode") ;;
+  esac
+  sync; [ -w /proc/sys/vm/drop_caches ] && echo 3 > /proc/sys/vm/drop_caches; sleep 3
+  mpirun -np 2 "${placement[@]}" "$bin" train "$here/../input/gpt2-124m.toml" "${common[@]}" "${sets[@]}" \
+    --metrics "$dir/$mode.$r.jsonl" \
+    > "$dir/$mode.$r.out" 2>&1 || { tail -20 "$dir/$mode.$r.out"; exit 1; }
+}
+for r in $(seq 1 "$repeats"); do for m in "${modes[@]}"; do run "$m" "$r"; done; done
+rm -rf "$dir/ck"
+
+python3 - "$dir" "$steps" "$repeats" "${modes[@]}" <<'PY'
+import re, statistics, sys
+d, steps, repeats, modes = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4:]
+def parse_one(path):
+    text = open(path).read()
+    wall = float(re.search(r"^  total +[0-9.]+ +[0-9.]+ +([0-9.]+)", text, re.M).group(1))
+    saves = re.findall(r"^checkpoint: step (\d+) -> .*? in ([0-9.]+) s, ([0-9.]+) GB/s(?:; in the background, training held up ([0-9.]+) s: ([0-9.]+) starting, ([0-9.]+) at optimizer steps, ([0-9.]+) waiting, ([0-9.]+) completing)?", text, re.M)
+    waited = [float(x) for x in re.findall(r"^checkpoint: waited ([0-9.]+) s", text, re.M)]
+    final = [float(s[1]) for s in saves if int(s[0]) == steps]
+    periodic = [s for s in saves if int(s[0]) != steps]
+    return dict(wall=wall, final=sum(final), periodic=periodic, waited=waited)
+def parse(mode):  # the repeats' periodic saves together, the median of their walls
+    rs = [parse_one(f"{d}/{mode}.{r}.out") for r in range(1, repeats + 1)]
+    return dict(wall=statistics.median(r["wall"] - r["final"] for r in rs), final=0,
+                periodic=[s for r in rs for s in r["periodic"]], waited=[w for r in rs for w in r["waited"]],
+                n=len(rs[0]["periodic"]), walls=[round(r["wall"] - r["final"], 1) for r in rs])
+runs = {m: parse(m) for m in modes}
+base = runs.get("none")
+sync = runs.get("sync")
+sync_save = sum(float(s[1]) for s in sync["periodic"]) / len(sync["periodic"]) if sync and sync["periodic"] else None
+print(f"{'run':<16} {'loop s':>8} {'saves':>5} {'save s':>7} {'blocked s':>9} {'extra s':>8} {'blocked/sync':>12} {'extra/sync':>10}  loop s per repeat")
+for m, r in runs.items():
+    k = len(r["periodic"])
+    save = sum(float(s[1]) for s in r["periodic"]) / k if k else 0
+    blocked = (sum(float(s[3]) for s in r["periodic"]) / k if r["periodic"][0][3] else save) if k else 0
+    extra = (r["wall"] - base["wall"]) / r["n"] if base and r["n"] else 0
+    ratio = lambda x: f"{x / sync_save:.1%}" if sync_save and k else "-"
+    print(f"{m:<16} {r['wall']:8.2f} {r['n']:5d} {save:7.2f} {blocked:9.3f} {extra:8.2f} {ratio(blocked):>12} {ratio(extra):>10}  {r['walls']}")
+    if k and r["periodic"][0][3]:
+        parts = [sum(float(s[i]) for s in r["periodic"]) / k for i in range(4, 8)]
+        print(f"  {m}: held up per save {parts[0]:.3f} s starting, {parts[1]:.3f} at optimizer steps, "
+              f"{parts[2]:.3f} waiting for the previous save, {parts[3]:.3f} completing")
+    if r["waited"]:
+        print(f"  {m}: waited for the previous save {len(r['waited'])} times, {sum(r['waited']):.2f} s in all")
+PY

@@ -1,0 +1,92 @@
+// The bulk of an asynchronous checkpoint: this rank's pieces of the file
+// copied, summed and written on a thread of its own while training goes on
+// (docs/checkpoints.md, "Asynchronous saves"). The file and its datasets were
+// created collectively beforehand and the completion (checksums, `complete`,
+// rename) is the caller's, on its own thread: this thread calls neither MPI
+// nor HDF5, only pwrite (through DirectFile's queue where the file system
+// takes O_DIRECT), then fsync.
+// Pieces marked in_place are read from the training state itself, which stays
+// unchanged until the next optimizer step; before that step the caller calls
+// release_sources(), which copies whatever the thread has not read yet.
+#pragma once
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "checkpoint/direct_io.hpp"
+
+namespace trident {
+
+// One run of bytes of one dataset, contiguous in memory and in the file.
+struct DrainPiece {
+  const char* src = nullptr;  // the bytes: training state (in_place) or a copy
+  std::size_t bytes = 0;
+  std::uint64_t at = 0;       // file offset
+  std::uint64_t first = 0;    // global flat index of its first element
+  std::uint32_t dataset = 0;  // the writer's dataset index
+  std::uint8_t elem_bytes = 4;
+  bool direct = false;    // whole file blocks, at most DirectFile::kPieceBytes
+  bool in_place = false;  // src is training state: valid until the next optimizer step
+};
+
+class CheckpointDrain {
+ public:
+  // `direct`: the writer's queue, or null where the file system refuses
+  // O_DIRECT (every piece then goes through the page cache from this thread).
+  // `names`: the dataset paths, for messages; `step`: for fault injection.
+  CheckpointDrain(std::string path, DirectFile* direct, std::vector<DrainPiece> pieces,
+                  std::vector<std::string> names, std::size_t datasets, long step);
+  ~CheckpointDrain();  // stops at the next piece (the file stays incomplete)
+  CheckpointDrain(const CheckpointDrain&) = delete;
+  CheckpointDrain& operator=(const CheckpointDrain&) = delete;
+
+  // Every piece is written and the file synced, or the drain failed.
+  bool finished();
+  // Waits for finished(); returns the seconds waited. Throws RuntimeFailure
+  // naming the dataset the drain is at when no piece is done for timeout_s.
+  double wait(double timeout_s);
+  // Before the training state changes: waits until at most keep_bytes of the
+  // in-place pieces are unread, then copies those. Returns the seconds spent.
+  double release_sources(std::size_t keep_bytes, double timeout_s);
+  // After finished(): the failure (null if none), per dataset the partial
+  // checksum, and the bytes release_sources() copied.
+  std::exception_ptr error() const { return error_; }
+  const std::vector<std::uint64_t>& sums() const { return sums_; }
+  std::size_t copied_bytes() const { return copied_bytes_; }
+  std::size_t bytes() const { return bytes_; }
+
+ private:
+  void run();
+  bool write_piece(std::size_t i);  // false: stopped
+  void pause_if_injected(bool mid);
+  // Waits (lock held) until done(); throws when progress_ stands for timeout_s.
+  template <class Done>
+  void wait_for_progress(std::unique_lock<std::mutex>& lock, Done done, double timeout_s);
+
+  std::string path_;
+  DirectFile* direct_;
+  int fd_ = -1;  // buffered writes where direct_ is null; the final fsync
+  std::vector<DrainPiece> pieces_;
+  std::vector<std::string> names_;
+  long step_;
+  std::vector<std::uint64_t> sums_;
+  std::vector<std::vector<char>> copies_;  // release_sources()'s copies
+  std::size_t bytes_ = 0, copied_bytes_ = 0;
+
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  std::size_t next_ = 0;         // pieces [0, next_) have been taken up by the thread
+  bool reading_ = false;         // piece next_ - 1 is being copied from its source
+  std::size_t unread_in_place_ = 0;  // bytes of in-place pieces from next_ on
+  std::size_t progress_ = 0;     // pieces handed to the disk
+  bool finished_ = false, stop_ = false, released_ = false;
+  std::exception_ptr error_;
+  std::thread thread_;  // last: started once the rest is built
+};
+
+}  // namespace trident

@@ -1,0 +1,60 @@
+// One asynchronous checkpoint in flight (checkpoint.async): the file and its
+// datasets are created collectively at a step boundary; this rank's data is
+// written by a CheckpointDrain thread while the next steps compute; and at a
+// later step boundary, once every rank's drain is done, the main thread
+// completes it as a synchronous save does (checksums, `complete`, sync,
+// rename, `latest`). Every MPI and HDF5 call stays on the main thread.
+#pragma once
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "checkpoint/checkpoint_drain.hpp"
+#include "checkpoint/checkpoint_writer.hpp"
+#include "train/checkpoint_state.hpp"
+
+namespace trident {
+
+class AsyncSave {
+ public:
+  // Collective. Sets that are not in place (offloaded state) and device
+  // memory are copied to host memory here; the rest is read in place.
+  AsyncSave(Grid& grid, const std::string& dir, const CheckpointMeta& meta,
+            const TensorTable& global, const std::vector<TensorSet>& sets, double timeout_s);
+  ~AsyncSave();  // unfinished: the file stays under its temporary name
+  AsyncSave(const AsyncSave&) = delete;
+  AsyncSave& operator=(const AsyncSave&) = delete;
+
+  long step() const { return step_; }
+  std::size_t bytes() const { return drain_->bytes(); }  // this rank's
+  // Copied at the save (not in place): host memory held until completion.
+  std::size_t copied_at_save() const { return copied_; }
+  // This rank's data are written and synced (or its drain failed).
+  bool drained() { return drain_->finished(); }
+  // Waits for drained(); seconds waited. Throws RuntimeFailure when the drain
+  // makes no progress for system.comm_timeout_s.
+  double wait() { return drain_->wait(timeout_s_); }
+  // Before the optimizer step changes the state: see CheckpointDrain.
+  double release_sources(std::size_t keep_bytes) {
+    return drain_->release_sources(keep_bytes, timeout_s_);
+  }
+  std::size_t copied_at_release() const { return drain_->copied_bytes(); }
+  // Once every rank's drain is done: completes the file, renames it and
+  // moves `latest`. Collective; a failure anywhere (a drain's write
+  // included) is an AgreedError everywhere, and the file is left incomplete.
+  // What `keep` prunes is listed in `prunable` (rank 0), not yet deleted.
+  CheckpointIo complete(int keep, std::vector<std::string>& prunable);
+
+ private:
+  Grid& grid_;
+  std::string dir_;
+  long step_;
+  double started_, timeout_s_;
+  std::size_t copied_ = 0;
+  std::unique_ptr<CheckpointWriter> writer_;
+  std::vector<std::vector<char>> copies_;  // state that is not read in place
+  std::unique_ptr<CheckpointDrain> drain_;  // last: stopped before the rest goes
+};
+
+}  // namespace trident
