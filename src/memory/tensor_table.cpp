@@ -36,7 +36,14 @@ const TensorInfo& TensorTable::add(TensorInfo info) {
   return tensors_.back();
 }
 
+namespace {
+thread_local std::uint64_t lookups_made = 0;
+}  // namespace
+
+std::uint64_t TensorTable::lookups() { return lookups_made; }
+
 const TensorInfo* TensorTable::find(const std::string& name) const {
+  ++lookups_made;
   auto it = index_.find(name);
   return it == index_.end() ? nullptr : &tensors_[it->second];
 }

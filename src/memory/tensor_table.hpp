@@ -50,6 +50,9 @@ class TensorTable {
   const TensorInfo& add(TensorInfo info);
   const TensorInfo& at(const std::string& name) const;
   const TensorInfo* find(const std::string& name) const;
+  // Name lookups (at and find) this thread has made, over every table: the
+  // model resolves its handles once, and a test checks a step makes none.
+  static std::uint64_t lookups();
   const std::vector<TensorInfo>& tensors() const { return tensors_; }
   TensorInfo& last() { return tensors_.back(); }  // the one just added, to annotate
   std::size_t size() const { return end_; }  // elements, padding included

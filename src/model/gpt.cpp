@@ -56,10 +56,11 @@ GptModel::GptModel(const GptConfig& c, int micro_batch, ComputeBackend& backend,
   io_ = Arena(backend, ledger, MemCategory::activations, 2 * std::size_t(BT_) * o.activation_slots,
               DType::i32);
   host_losses_.resize(BT_);
+  resolve_handles();
   if (packs_bits())  // the linears' weights reach the GEMMs as bits only (weight())
-    for (int l = stage_.first_block; l < last_block(); ++l)
-      for (const char* n : {"attn.qkv.w", "attn.proj.w", "mlp.fc.w", "mlp.proj.w"})
-        storage_->read_as_bits(table_.at(fmt::format("h.{}.{}", l, n)));
+    for (const BlockHandles& h : blocks_)
+      for (const TensorInfo* w : {h.qkv_w, h.attn_proj_w, h.fc_w, h.mlp_proj_w})
+        storage_->read_as_bits(*w);
 }
 
 float* GptModel::send_buffer_f32(int k) {
@@ -96,7 +97,7 @@ const float* GptModel::reduce_row_parallel(float* full) {
     tcomm_.all_reduce(full, std::size_t(BT_) * cfg_.d_model);
     return full;
   }
-  float* local = scratch("local_c");
+  float* local = scratch(scratch_handles_.local_c);
   tcomm_.reduce_scatter_tokens(full, local, std::size_t(BTl_) * cfg_.d_model);
   return local;
 }
@@ -161,9 +162,10 @@ MatrixIn GptModel::gathered_operand(float* x, float* full, std::size_t n, std::u
 }
 
 MatrixIn GptModel::norm_operand(float* out, float* full, std::uint16_t* home, float* mean,
-                                float* rstd, const float* x, const std::string& norm) {
+                                float* rstd, const float* x, const TensorInfo* norm_w,
+                                const TensorInfo* norm_b) {
   const int N = BTl_, C = cfg_.d_model;
-  const float *w = P(norm + ".w"), *b = P(norm + ".b");
+  const float *w = param(norm_w), *b = param(norm_b);
   if (tp_.sp() || !packs_bits()) {
     backend_.layernorm_forward(out, mean, rstd, x, w, b, N, C);
     return gathered_operand(out, full, std::size_t(N) * C, home);
@@ -228,28 +230,26 @@ MatrixIn GptModel::gelu_grad_operand(float* dx, float* x, const std::uint16_t* x
   return bits ? MatrixIn(dx, bits) : MatrixIn(dx);
 }
 
-MatrixIn GptModel::weight(const std::string& name) {
-  const TensorInfo& t = table_.at(name);
+MatrixIn GptModel::weight(const TensorInfo* w) {
+  const TensorInfo& t = *w;
   const std::uint16_t* bits = packs_bits() ? storage_->param_bf16(t) : nullptr;
   return bits ? MatrixIn(nullptr, bits) : bf16_valued(storage_->param(t));
 }
 
-void GptModel::sum_partial_grads(const std::vector<std::string>& names) {
+void GptModel::sum_partial_grads(const std::vector<const TensorInfo*>& tensors) {
   if (!tp_.sp()) return;
   // Pack the small tensors so the group does one all-reduce, not one each.
-  float* pack = scratch("sp_pack");
+  float* pack = scratch(scratch_handles_.sp_pack);
   std::size_t n = 0;
-  for (const auto& name : names) {
-    const TensorInfo& t = table_.at(name);
-    backend_.copy(pack + n, storage_->grad(t), t.numel * sizeof(float));
-    n += t.numel;
+  for (const TensorInfo* t : tensors) {
+    backend_.copy(pack + n, storage_->grad(*t), t->numel * sizeof(float));
+    n += t->numel;
   }
   tcomm_.all_reduce(pack, n);
   n = 0;
-  for (const auto& name : names) {
-    const TensorInfo& t = table_.at(name);
-    backend_.copy(storage_->grad(t), pack + n, t.numel * sizeof(float));
-    n += t.numel;
+  for (const TensorInfo* t : tensors) {
+    backend_.copy(storage_->grad(*t), pack + n, t->numel * sizeof(float));
+    n += t->numel;
   }
 }
 

@@ -17,6 +17,7 @@
 #include "memory/tensor_table.hpp"
 #include "model/activation_policy.hpp"
 #include "model/gpt_config.hpp"
+#include "model/gpt_handles.hpp"
 #include "model/model_storage.hpp"
 #include "parallel/tensor/tensor_comm.hpp"
 #include "model/param_table.hpp"
@@ -57,10 +58,7 @@ struct GptModelOptions {
 // Where B keeps each input of W for one micro-batch: in the micro-batch's
 // activation slot, over what B has read for the last time, or in a W buffer.
 struct WeightInputLayout {
-  struct Place {
-    bool in_slot = false;
-    std::size_t offset = 0;  // elements into the f32 slot, or into the W buffer
-  };
+  using Place = WeightInputPlace;
   std::unordered_map<std::string, Place> places;
   TensorTable buffer;       // one W buffer: what finds no dead room in the slot
   std::size_t in_slot = 0;  // elements kept in the slot
@@ -139,9 +137,9 @@ class GptModel {
 
   // Pipeline boundaries: this rank's tokens x d_model floats each.
   std::size_t boundary_elements() const { return std::size_t(BTl_) * cfg_.d_model; }
-  float* input_buffer(int slot) { return act(slot, "encoded"); }
+  float* input_buffer(int slot) { return act(slot, ends_.encoded); }
   const float* output(int slot);                          // after forward
-  float* output_grad_buffer() { return scratch("d_res"); }
+  float* output_grad_buffer() { return scratch(scratch_handles_.d_res); }
   // After backward: the input gradient in send buffer `send_buffer`.
   const float* input_grad(int send_buffer) { return send_buffer_f32(send_buffer); }
 
@@ -159,12 +157,13 @@ class GptModel {
   };
   // A block's activations: in the slot where saved, else in the working buffer.
   Block block(int slot, int l);
-  float* home(int slot, const std::string& prefix, const char* name);
+  float* home(int slot, const ActHome& at);
+  std::uint16_t* bits_home(int slot, std::size_t offset);  // null for BlockHandles::none
   float* slot_f32(int slot) { return acts_.f32() + std::size_t(slot) * saved_.size(); }
   std::uint16_t* slot_16(int slot) {
     return static_cast<std::uint16_t*>(acts16_.data()) + std::size_t(slot) * saved16_.size();
   }
-  float* act(int slot, const std::string& name) { return slot_f32(slot) + saved_.at(name).offset; }
+  float* act(int slot, const TensorInfo* saved) { return slot_f32(slot) + saved->offset; }
   float* send_buffer_f32(int k);
   // 16-bit activations: values as storing them in policy_.store leaves them
   // (forward and backward then see exactly what a 16-bit tensor would hold).
@@ -178,11 +177,14 @@ class GptModel {
   void restore_block(int slot, int l, const Block& a, const float* x);  // unpack, recompute
   void unpack_block(int slot, int l);  // 16-bit copies into the working buffer
   void regather_norms(const Block& a);  // SP: the norms' outputs over the tensor group again
-  float* scratch(const std::string& name) { return scratch_mem_->f32(scratch_.at(name)); }
+  float* scratch(const TensorInfo* t) { return scratch_mem_->f32(*t); }
   std::int32_t* tokens_of(int slot) { return static_cast<std::int32_t*>(io_.data()) + 2 * std::size_t(slot) * BT_; }
-  float* P(const std::string& n) { return storage_->param(table_.at(n)); }
-  float* G(const std::string& n) { return storage_->grad(table_.at(n)); }
-  int unit(const std::string& n) const { return table_.at(n).unit; }
+  float* param(const TensorInfo* t) { return storage_->param(*t); }
+  float* grad(const TensorInfo* t) { return storage_->grad(*t); }
+  // Handles resolved once at construction (gpt_handles.cpp).
+  BlockHandles resolve_block(int l) const;
+  void resolve_handles();
+  const BlockHandles& layer(int l) const { return blocks_[std::size_t(l - stage_.first_block)]; }
   int last_block() const { return stage_.first_block + stage_.blocks(cfg_.layers); }
   FullStorage& full();
   // Row-parallel output (partial sums over the group, all tokens) -> this
@@ -207,11 +209,11 @@ class GptModel {
   MatrixIn mlp_hidden(const Block& a, MatrixIn ln2, MatrixIn w, const float* b, bool recompute);
   // The norm output x (this rank's tokens) rounded and gathered to all tokens.
   MatrixIn gathered_operand(float* x, float* full, std::size_t n, std::uint16_t* home);
-  // The norm of x (this rank's tokens; w, b from `norm` + ".w", ".b") into
+  // The norm of x (this rank's tokens; weight w, bias b) into
   // out, as the next GEMM's operand (rounded, gathered); the backend rounds
   // and packs in the norm's pass where it can.
   MatrixIn norm_operand(float* out, float* full, std::uint16_t* home, float* mean, float* rstd,
-                        const float* x, const std::string& norm);
+                        const float* x, const TensorInfo* w, const TensorInfo* b);
   // Attention of the block's qkv into a.atty as the projection's operand, and
   // its gradient into d_3c as the qkv layer's output gradient (the bits of
   // d_att, in gemm_bits, stay valid while they are read).
@@ -233,18 +235,19 @@ class GptModel {
   MatrixIn saved_input(const float* values, const std::uint16_t* bits) const {
     return bits ? MatrixIn(nullptr, bits) : bf16_valued(values);
   }
-  MatrixIn weight(const std::string& name);
+  MatrixIn weight(const TensorInfo* t);
   // The tied table's bits for the head's GEMMs where the storage holds them
   // whole and the backend reads bits (one GEMM each way, no windows).
   const std::uint16_t* table_bits() {
-    return packs_bits() ? storage_->table_bf16(table_.at("wte")) : nullptr;
+    return packs_bits() ? storage_->table_bf16(*ends_.wte) : nullptr;
   }
   // Values a bf16 run holds as bf16 values (rounded activations, its weights).
   MatrixIn bf16_valued(const float* x) const {
     return MatrixIn(x).as_bf16_values(policy_.store == DType::bf16);
   }
   std::uint16_t* gemm_bits() {
-    return packs_bits() ? reinterpret_cast<std::uint16_t*>(scratch("gemm_bits")) : nullptr;
+    return packs_bits() ? reinterpret_cast<std::uint16_t*>(scratch(scratch_handles_.gemm_bits))
+                        : nullptr;
   }
   bool packs_bits() const {
     return policy_.store == DType::bf16 && backend_.reads_bf16_operands();
@@ -253,7 +256,7 @@ class GptModel {
   // tokens: they are summed over the tensor group before they leave the model
   // (the step's last backward, or every one where the storage reduces each
   // micro-batch's gradients: summing accumulated sums twice would be wrong).
-  void sum_partial_grads(const std::vector<std::string>& names);
+  void sum_partial_grads(const std::vector<const TensorInfo*>& tensors);
   // One backward over the stage; wbuf < 0: each weight op runs with its
   // input gradient, else its output gradient is kept in W buffer wbuf.
   void backward_pass(int slot, int wbuf, int send_buffer, const GradsReadyFn& ready, bool finalize);
@@ -263,8 +266,8 @@ class GptModel {
   // After a unit's weight gradients of one micro-batch: SP sums, storage told.
   void finish_head_grads(bool finalize);
   void finish_block_grads(int l, bool finalize);
-  void norm_grads_done(int unit, const std::vector<std::string>& names);  // after B
-  void keep_for_weights(int slot, int wbuf, const std::string& name, const float* src,
+  void norm_grads_done(int unit, const std::vector<const TensorInfo*>& norms);  // after B
+  void keep_for_weights(int slot, int wbuf, const WeightInputPlace& at, const float* src,
                         std::size_t n);
   // The token embedding, reached unit by unit where ZeRO-3 cuts it into row
   // pieces (TensorInfo::units; gpt_table.cpp): each unit is gathered, used
@@ -282,8 +285,7 @@ class GptModel {
   void logits_backward(int slot, float* d_lnf, const float* lnf_all, bool weight_grads,
                        bool finalize);
   void table_grads_from_tokens(int slot, const float* d_emb, bool finalize);
-  float* weight_input(int slot, int wbuf, const std::string& name) {
-    const WeightInputLayout::Place& at = weight_layout_.places.at(name);
+  float* weight_input(int slot, int wbuf, const WeightInputPlace& at) {
     return at.in_slot ? slot_f32(slot) + at.offset
                       : weight_inputs_.f32() + std::size_t(wbuf) * weight_layout_.buffer.size() +
                             at.offset;
@@ -303,6 +305,9 @@ class GptModel {
   TensorTable saved_, saved16_, work_, scratch_;
   WeightInputLayout weight_layout_;
   bool splits_backward_ = false;  // built with W buffers: backward_input allowed
+  std::vector<BlockHandles> blocks_;  // the stage's blocks, first to last
+  EndHandles ends_;
+  ScratchHandles scratch_handles_;
   Arena acts_, acts16_, work_arena_, scratch_arena_, weight_inputs_, send_arena_;
   // Or another chunk's.
   Arena *work_mem_ = &work_arena_, *scratch_mem_ = &scratch_arena_, *send_mem_ = &send_arena_;

@@ -131,75 +131,62 @@ TensorTable GptModel::scratch_table(const GptConfig& c, int micro_batch,
   return t;
 }
 
-float* GptModel::home(int slot, const std::string& prefix, const char* name) {
-  if (const TensorInfo* t = saved_.find(prefix + name)) return slot_f32(slot) + t->offset;
-  return work_mem_->f32(work_.at(name));
+float* GptModel::home(int slot, const ActHome& at) {
+  return at.in_slot ? slot_f32(slot) + at.offset : work_mem_->f32() + at.offset;
+}
+
+std::uint16_t* GptModel::bits_home(int slot, std::size_t offset) {
+  return offset == BlockHandles::none ? nullptr : slot_16(slot) + offset;
 }
 
 GptModel::Block GptModel::block(int slot, int l) {
-  const std::string p = fmt::format("h.{}.", l);
-  auto a = [&](const char* n) { return home(slot, p, n); };
+  const BlockHandles& h = layer(l);
+  auto a = [&](const ActHome& at) { return home(slot, at); };
+  auto bits = [&](std::size_t offset) { return bits_home(slot, offset); };
   const bool sp = tp_.sp();
-  auto bits = [&](const char* n) -> std::uint16_t* {
-    const TensorInfo* t = packs_bits() ? saved16_.find(p + n) : nullptr;
-    return t ? slot_16(slot) + t->offset : nullptr;
-  };
-  Block b{a("ln1"), a("ln1_mean"), a("ln1_rstd"), nullptr, a("qkv"), a("atty"), a("lse"),
-          a("res2"), a("ln2"), a("ln2_mean"), a("ln2_rstd"), nullptr, a("fch"), a("fch_gelu"),
-          a("res3"), sp ? nullptr : bits("ln1"), bits("qkv"), bits("atty"),
-          sp ? nullptr : bits("ln2"), bits("fch_gelu"), bits("fch")};
-  b.ln1_full = sp ? a("ln1_full") : b.ln1;  // without SP the local norm output is all tokens
-  b.ln2_full = sp ? a("ln2_full") : b.ln2;
+  Block b{a(h.ln1), a(h.ln1_mean), a(h.ln1_rstd), nullptr, a(h.qkv), a(h.atty), a(h.lse),
+          a(h.res2), a(h.ln2), a(h.ln2_mean), a(h.ln2_rstd), nullptr, a(h.fch), a(h.fch_gelu),
+          a(h.res3), bits(h.ln1_16), bits(h.qkv_16), bits(h.atty_16), bits(h.ln2_16),
+          bits(h.fch_gelu_16), bits(h.fch_16)};
+  b.ln1_full = sp ? a(h.ln1_full) : b.ln1;  // without SP the local norm output is all tokens
+  b.ln2_full = sp ? a(h.ln2_full) : b.ln2;
   return b;
 }
 
 const float* GptModel::output(int slot) {
   return last_block() > stage_.first_block ? block(slot, last_block() - 1).res3
-                                           : act(slot, "encoded");
+                                           : act(slot, ends_.encoded);
 }
 
 const float* GptModel::block_input(int slot, int l) {
-  if (l == stage_.first_block) return act(slot, "encoded");
-  const std::string p = fmt::format("h.{}.", l - 1);
-  if (const TensorInfo* part = saved_.find(p + "res3_part")) {
+  if (l == stage_.first_block) return act(slot, ends_.encoded);
+  const BlockHandles& previous = layer(l - 1);
+  if (const TensorInfo* part = previous.res3_part) {
     // Backward never writes res3 (a recompute stops before it): gather there.
-    float* whole = work_mem_->f32(work_.at("res3"));
+    float* whole = home(slot, previous.res3);
     tcomm_.gather_tokens(slot_f32(slot) + part->offset, whole, part->numel);
     return whole;
   }
-  return act(slot, p + "res3");
+  return home(slot, previous.res3);
 }
 
 void GptModel::save_block(int slot, int l) {
-  const std::string p = fmt::format("h.{}.", l);
-  if (const TensorInfo* part = saved_.find(p + "res3_part"))
+  const BlockHandles& h = layer(l);
+  if (const TensorInfo* part = h.res3_part)
     backend_.copy(slot_f32(slot) + part->offset,
-                  work_mem_->f32(work_.at("res3")) + std::size_t(tp_.rank) * part->numel,
+                  home(slot, h.res3) + std::size_t(tp_.rank) * part->numel,
                   part->numel * sizeof(float));
-  const Block a = block(slot, l);
-  for (const TensorInfo& t : saved16_.tensors()) {
-    std::uint16_t* home = slot_16(slot) + t.offset;
-    if (t.name.compare(0, p.size(), p) != 0 ||
-        (home == a.ln1_16 || home == a.qkv_16 || home == a.atty_16 || home == a.ln2_16 ||
-         home == a.fch_gelu_16 || home == a.fch_16))
-      continue;  // another layer's, or written by forward's rounding
-    backend_.convert(home, policy_.store, work_mem_->f32(work_.at(t.name.substr(p.size()))),
-                     DType::f32, t.numel);
-  }
+  // The 16-bit copies forward's rounding did not write.
+  float* work = work_mem_->f32();
+  for (const PackedCopy& c : h.saved_copies)
+    backend_.convert(slot_16(slot) + c.bits, policy_.store, work + c.work, DType::f32, c.numel);
 }
 
 void GptModel::unpack_block(int slot, int l) {
-  const std::string p = fmt::format("h.{}.", l);
-  const Block a = block(slot, l);
-  for (const TensorInfo& t : saved16_.tensors()) {
-    const std::uint16_t* home = slot_16(slot) + t.offset;
-    if (t.name.compare(0, p.size(), p) != 0 ||
-        (home == a.ln1_16 || home == a.qkv_16 || home == a.ln2_16 || home == a.fch_gelu_16) ||
-        (home == a.fch_16 && packs_bits()))
-      continue;  // another layer's, or read as bits alone (GELU's backward reads fch's)
-    backend_.convert(work_mem_->f32(work_.at(t.name.substr(p.size()))), DType::f32, home,
-                     policy_.store, t.numel);
-  }
+  // All but what backward reads as bits alone (GELU's backward reads fch's).
+  float* work = work_mem_->f32();
+  for (const PackedCopy& c : layer(l).unpacked_copies)
+    backend_.convert(work + c.work, DType::f32, slot_16(slot) + c.bits, policy_.store, c.numel);
 }
 
 void GptModel::restore_block(int slot, int l, const Block& a, const float* x) {

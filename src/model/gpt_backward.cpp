@@ -6,15 +6,13 @@
 // keeps the output gradient of each weight op in a W buffer; W computes the
 // weight gradients from those and the saved inputs. backward() runs both in
 // one pass, each weight op where its output gradient is made.
-#include <fmt/format.h>
-
 #include "model/gpt.hpp"
 
 namespace trident {
 
-void GptModel::keep_for_weights(int slot, int wbuf, const std::string& name, const float* src,
+void GptModel::keep_for_weights(int slot, int wbuf, const WeightInputPlace& at, const float* src,
                                 std::size_t n) {
-  if (wbuf >= 0) backend_.copy(weight_input(slot, wbuf, name), src, n * sizeof(float));
+  if (wbuf >= 0) backend_.copy(weight_input(slot, wbuf, at), src, n * sizeof(float));
 }
 
 void GptModel::head_backward(int slot, float* d_res, int wbuf, bool finalize) {
@@ -22,41 +20,42 @@ void GptModel::head_backward(int slot, float* d_res, int wbuf, bool finalize) {
   const int C = cfg_.d_model, BT = BT_, BTl = BTl_;
   ComputeBackend& be = backend_;
   ModelStorage& st = *storage_;
-  float* d_c = scratch("d_c");
-  const float* lnf_all = tp_.sp() ? act(slot, "lnf_full") : act(slot, "lnf");
+  const EndHandles& e = ends_;
+  float* d_c = scratch(scratch_handles_.d_c);
+  const float* lnf_all = tp_.sp() ? act(slot, e.lnf_full) : act(slot, e.lnf);
   be.zero(d_c, std::size_t(BT) * C * sizeof(float));
   // A whole table's gradients, on the first stage, collect here and at the very end.
   // The table's slot is taken before the norm's: the norm must not take the one slot
   // that fits the table.
   logits_backward(slot, d_c, lnf_all, weights_now, finalize);
-  st.need_grads(unit("lnf.w"));  // the norm's weight gradients come with B (see norm_grads_done)
+  st.need_grads(e.lnf_w->unit);  // the norm's weight gradients come with B (see norm_grads_done)
   round(d_c, std::size_t(BT) * C);
   be.zero(d_res, std::size_t(BTl) * C * sizeof(float));
   const float* d_lnf = reduce_row_parallel(d_c);
-  be.layernorm_backward(d_res, G("lnf.w"), G("lnf.b"), d_lnf, output(slot), P("lnf.w"),
-                        act(slot, "lnf_mean"), act(slot, "lnf_rstd"), BTl, C);
-  st.done_params(unit("lnf.w"));
-  if (!table_cut()) st.done_params(unit("wte"));  // the embedding's backward needs only gradients
+  be.layernorm_backward(d_res, grad(e.lnf_w), grad(e.lnf_b), d_lnf, output(slot),
+                        param(e.lnf_w), act(slot, e.lnf_mean), act(slot, e.lnf_rstd), BTl, C);
+  st.done_params(e.lnf_w->unit);
+  if (!table_cut()) st.done_params(e.wte->unit);  // the embedding's backward needs only gradients
   if (weights_now) finish_head_grads(finalize);
-  else norm_grads_done(unit("lnf.w"), {"lnf.w", "lnf.b"});
+  else norm_grads_done(e.lnf_w->unit, e.lnf_norms);
 }
 
-void GptModel::norm_grads_done(int u, const std::vector<std::string>& names) {
+void GptModel::norm_grads_done(int u, const std::vector<const TensorInfo*>& norms) {
   // B adds a norm's weight gradients (a sum over tokens, C floats) where the
   // fused backward does, in the same order, so W keeps neither the norm's
   // output gradient nor its input. Where gradients leave with every backward
   // they leave here, summed over the tensor group first, and W's are the rest.
   ModelStorage& st = *storage_;
-  if (st.grads_leave_each_backward()) sum_partial_grads(names);
+  if (st.grads_leave_each_backward()) sum_partial_grads(norms);
   st.done_grads(u, false);
 }
 
 void GptModel::finish_head_grads(bool finalize) {
   ModelStorage& st = *storage_;
-  if (finalize || st.grads_leave_each_backward()) sum_partial_grads({"lnf.w", "lnf.b"});
-  st.done_grads(unit("lnf.w"), finalize);
+  if (finalize || st.grads_leave_each_backward()) sum_partial_grads(ends_.lnf_norms);
+  st.done_grads(ends_.lnf_w->unit, finalize);
   // The head's copy is done (a cut table's units left in logits_backward).
-  if (!stage_.embedding && !table_cut()) st.done_grads(unit("wte"), finalize);
+  if (!stage_.embedding && !table_cut()) st.done_grads(ends_.wte->unit, finalize);
 }
 
 void GptModel::block_backward(int slot, int l, int wbuf, bool finalize) {
@@ -65,99 +64,99 @@ void GptModel::block_backward(int slot, int l, int wbuf, bool finalize) {
   const int Cl = tp_.local_width(cfg_), Fl = tp_.local_ff(cfg_);
   ComputeBackend& be = backend_;
   ModelStorage& st = *storage_;
-  float *d_res = scratch("d_res"), *d_c = scratch("d_c"), *d_3c = scratch("d_3c");
-  float* full = scratch("full_c");
-  float *d_ff_a = scratch("d_ff_a"), *d_ff_b = scratch("d_ff_b");
-  const std::string p = fmt::format("h.{}.", l);
-  auto gw = [&](const char* n) { return weights_now ? G(p + n) : nullptr; };
-  auto keep = [&](const char* n, const float* src, std::size_t count) {
-    keep_for_weights(slot, wbuf, p + n, src, count);
+  const ScratchHandles& s = scratch_handles_;
+  float *d_res = scratch(s.d_res), *d_c = scratch(s.d_c), *d_3c = scratch(s.d_3c);
+  float* full = scratch(s.full_c);
+  float *d_ff_a = scratch(s.d_ff_a), *d_ff_b = scratch(s.d_ff_b);
+  const BlockHandles& h = layer(l);
+  auto gw = [&](const TensorInfo* t) { return weights_now ? grad(t) : nullptr; };
+  auto keep = [&](const WeightInputPlace& at, const float* src, std::size_t count) {
+    keep_for_weights(slot, wbuf, at, src, count);
   };
   const Block a = block(slot, l);
-  const int u = unit(p + "ln1.w");
+  const int u = h.unit;
   st.need_params(u, Pass::backward);
   const float* x_in = block_input(slot, l);
   restore_block(slot, l, a, x_in);  // unpack 16-bit copies, recompute what was not saved
   st.need_grads(u);  // the norms' weight gradients come with B
   // d_res holds dLoss/d(res3) for this rank's tokens.
   MatrixIn d_out = projection_grad(d_res, full);
-  keep("d_proj", d_out.values, std::size_t(BT) * C);
-  be.matmul_backward(d_ff_a, gw("mlp.proj.w"), gw("mlp.proj.b"), d_out,
-                     saved_input(a.fch_gelu, a.fch_gelu_16), weight(p + "mlp.proj.w"), BT, Fl, C,
+  keep(h.d_proj, d_out.values, std::size_t(BT) * C);
+  be.matmul_backward(d_ff_a, gw(h.mlp_proj_w), gw(h.mlp_proj_b), d_out,
+                     saved_input(a.fch_gelu, a.fch_gelu_16), weight(h.mlp_proj_w), BT, Fl, C,
                      InputGrad::write);
   const MatrixIn d_fc = gelu_grad_operand(d_ff_b, a.fch, packs_bits() ? a.fch_16 : nullptr,
                                           d_ff_a, std::size_t(BT) * Fl);
-  keep("d_fc", d_ff_b, std::size_t(BT) * Fl);
-  be.matmul_backward(d_c, gw("mlp.fc.w"), gw("mlp.fc.b"), d_fc, saved_input(a.ln2_full, a.ln2_16),
-                     weight(p + "mlp.fc.w"), BT, C, Fl, InputGrad::write);
+  keep(h.d_fc, d_ff_b, std::size_t(BT) * Fl);
+  be.matmul_backward(d_c, gw(h.fc_w), gw(h.fc_b), d_fc, saved_input(a.ln2_full, a.ln2_16),
+                     weight(h.fc_w), BT, C, Fl, InputGrad::write);
   round(d_c, std::size_t(BT) * C);
   const float* d_ln2 = reduce_row_parallel(d_c);
-  be.layernorm_backward(d_res, G(p + "ln2.w"), G(p + "ln2.b"), d_ln2, a.res2, P(p + "ln2.w"),
+  be.layernorm_backward(d_res, grad(h.ln2_w), grad(h.ln2_b), d_ln2, a.res2, param(h.ln2_w),
                         a.ln2_mean, a.ln2_rstd, BTl, C);
   // d_res now holds dLoss/d(res2).
   d_out = projection_grad(d_res, full);
-  keep("d_attn", d_out.values, std::size_t(BT) * C);
-  be.matmul_backward(d_c, gw("attn.proj.w"), gw("attn.proj.b"), d_out,
-                     saved_input(a.atty, a.atty_16), weight(p + "attn.proj.w"), BT, Cl, C,
+  keep(h.d_attn, d_out.values, std::size_t(BT) * C);
+  be.matmul_backward(d_c, gw(h.attn_proj_w), gw(h.attn_proj_b), d_out,
+                     saved_input(a.atty, a.atty_16), weight(h.attn_proj_w), BT, Cl, C,
                      InputGrad::write);
   const MatrixIn d_qkv = attention_grad_operand(a, gemm_operand(d_c, std::size_t(BT) * Cl), d_3c);
-  keep("d_qkv", d_3c, 3 * std::size_t(BT) * Cl);
-  be.matmul_backward(d_c, gw("attn.qkv.w"), gw("attn.qkv.b"), d_qkv,
-                     saved_input(a.ln1_full, a.ln1_16), weight(p + "attn.qkv.w"), BT, C, 3 * Cl,
-                     InputGrad::write);
+  keep(h.d_qkv, d_3c, 3 * std::size_t(BT) * Cl);
+  be.matmul_backward(d_c, gw(h.qkv_w), gw(h.qkv_b), d_qkv, saved_input(a.ln1_full, a.ln1_16),
+                     weight(h.qkv_w), BT, C, 3 * Cl, InputGrad::write);
   round(d_c, std::size_t(BT) * C);
   const float* d_ln1 = reduce_row_parallel(d_c);
-  be.layernorm_backward(d_res, G(p + "ln1.w"), G(p + "ln1.b"), d_ln1, x_in, P(p + "ln1.w"),
+  be.layernorm_backward(d_res, grad(h.ln1_w), grad(h.ln1_b), d_ln1, x_in, param(h.ln1_w),
                         a.ln1_mean, a.ln1_rstd, BTl, C);
   st.done_params(u);
   if (weights_now) finish_block_grads(l, finalize);
-  else norm_grads_done(u, {p + "ln1.w", p + "ln1.b", p + "ln2.w", p + "ln2.b"});
+  else norm_grads_done(u, h.norms);
 }
 
 void GptModel::finish_block_grads(int l, bool finalize) {
   ModelStorage& st = *storage_;
-  const std::string p = fmt::format("h.{}.", l);
-  if (finalize || st.grads_leave_each_backward())
-    sum_partial_grads({p + "ln1.w", p + "ln1.b", p + "ln2.w", p + "ln2.b"});
-  st.done_grads(unit(p + "ln1.w"), finalize);
+  const BlockHandles& h = layer(l);
+  if (finalize || st.grads_leave_each_backward()) sum_partial_grads(h.norms);
+  st.done_grads(h.unit, finalize);
 }
 
 void GptModel::embedding_grads(int slot, const float* d_emb, bool finalize) {
   ComputeBackend& be = backend_;
   ModelStorage& st = *storage_;
-  st.need_grads(unit("wpe"));
-  be.position_backward(G("wpe"), d_emb, BTl_, cfg_.seq_len, first_token_, cfg_.d_model);
+  const TensorInfo* wpe = ends_.wpe;
+  st.need_grads(wpe->unit);
+  be.position_backward(grad(wpe), d_emb, BTl_, cfg_.seq_len, first_token_, cfg_.d_model);
   if ((finalize || st.grads_leave_each_backward()) && tp_.sp())
-    tcomm_.all_reduce(G("wpe"), table_.at("wpe").numel);
-  table_grads_from_tokens(slot, gather(d_emb, scratch("full_c")), finalize);
-  st.done_grads(unit("wpe"), finalize);
+    tcomm_.all_reduce(grad(wpe), wpe->numel);
+  table_grads_from_tokens(slot, gather(d_emb, scratch(scratch_handles_.full_c)), finalize);
+  st.done_grads(wpe->unit, finalize);
 }
 
 void GptModel::backward_pass(int slot, int wbuf, int send_buffer, const GradsReadyFn& ready,
                              bool finalize) {
   const bool weights_now = wbuf < 0;
-  auto notify = [&](const std::string& first) {
-    if (weights_now && ready && finalize) ready(table_.at(first).offset);
+  auto notify = [&](const TensorInfo* first) {
+    if (weights_now && ready && finalize) ready(first->offset);
   };
   // d_res: dLoss/d(output) of this stage, from the head or from the next stage.
-  float* d_res = scratch("d_res");
+  float* d_res = scratch(scratch_handles_.d_res);
   if (stage_.head) {
     head_backward(slot, d_res, wbuf, finalize);
-    notify("lnf.w");
+    notify(ends_.lnf_w);
   }
   for (int l = last_block() - 1; l >= stage_.first_block; --l) {
     block_backward(slot, l, wbuf, finalize);
-    notify(fmt::format("h.{}.ln1.w", l));
+    notify(layer(l).ln1_w);
   }
   const std::size_t n = std::size_t(BTl_) * cfg_.d_model;
   if (!stage_.embedding) {  // d_res = dLoss/d(input): kept for the previous stage
     backend_.copy(send_buffer_f32(send_buffer), d_res, n * sizeof(float));
     return;
   }
-  keep_for_weights(slot, wbuf, "d_embed", d_res, n);
+  keep_for_weights(slot, wbuf, ends_.d_embed, d_res, n);
   if (!weights_now) return;
   embedding_grads(slot, d_res, finalize);
-  notify("wte");
+  notify(ends_.wte);
 }
 
 void GptModel::backward(int slot, const GradsReadyFn& ready, bool finalize, int send_buffer) {
@@ -174,22 +173,22 @@ void GptModel::backward_weights(int slot, int wbuf, const GradsReadyFn& ready, b
   const int Cl = tp_.local_width(cfg_), Fl = tp_.local_ff(cfg_);
   ComputeBackend& be = backend_;
   ModelStorage& st = *storage_;
-  auto notify = [&](const std::string& first) {
-    if (ready && finalize) ready(table_.at(first).offset);
+  auto notify = [&](const TensorInfo* first) {
+    if (ready && finalize) ready(first->offset);
   };
   if (stage_.head) {
-    const float* lnf_all = tp_.sp() ? act(slot, "lnf_full") : act(slot, "lnf");
+    const float* lnf_all = tp_.sp() ? act(slot, ends_.lnf_full) : act(slot, ends_.lnf);
     logits_backward(slot, nullptr, lnf_all, true, finalize);  // the table's slot first
-    st.need_grads(unit("lnf.w"));  // the norm's gradients came with B
+    st.need_grads(ends_.lnf_w->unit);  // the norm's gradients came with B
     finish_head_grads(finalize);
-    notify("lnf.w");
+    notify(ends_.lnf_w);
   }
   for (int l = last_block() - 1; l >= stage_.first_block; --l) {
-    const std::string p = fmt::format("h.{}.", l);
+    const BlockHandles& h = layer(l);
     // B kept the output gradients as the GEMMs read them: bf16 values in a bf16 run.
-    auto d = [&](const char* n) { return bf16_valued(weight_input(slot, wbuf, p + n)); };
+    auto d = [&](const WeightInputPlace& at) { return bf16_valued(weight_input(slot, wbuf, at)); };
     const Block a = block(slot, l);
-    const int u = unit(p + "ln1.w");
+    const int u = h.unit;
     // The weight ops read the block's saved inputs: what lives in the
     // working buffer is unpacked (16-bit) or recomputed again.
     if (policy_.recompute == Recompute::full) {
@@ -201,24 +200,22 @@ void GptModel::backward_weights(int slot, int wbuf, const GradsReadyFn& ready, b
       regather_norms(a);
     }
     st.need_grads(u);
-    be.matmul_backward(nullptr, G(p + "mlp.proj.w"), G(p + "mlp.proj.b"), d("d_proj"),
+    be.matmul_backward(nullptr, grad(h.mlp_proj_w), grad(h.mlp_proj_b), d(h.d_proj),
                        saved_input(a.fch_gelu, a.fch_gelu_16), nullptr, BT, Fl, C,
                        InputGrad::add);
-    be.matmul_backward(nullptr, G(p + "mlp.fc.w"), G(p + "mlp.fc.b"), d("d_fc"),
-                       saved_input(a.ln2_full, a.ln2_16), nullptr, BT, C, Fl,
-                       InputGrad::add);
-    be.matmul_backward(nullptr, G(p + "attn.proj.w"), G(p + "attn.proj.b"), d("d_attn"),
-                       saved_input(a.atty, a.atty_16), nullptr, BT, Cl, C,
-                       InputGrad::add);
-    be.matmul_backward(nullptr, G(p + "attn.qkv.w"), G(p + "attn.qkv.b"), d("d_qkv"),
+    be.matmul_backward(nullptr, grad(h.fc_w), grad(h.fc_b), d(h.d_fc),
+                       saved_input(a.ln2_full, a.ln2_16), nullptr, BT, C, Fl, InputGrad::add);
+    be.matmul_backward(nullptr, grad(h.attn_proj_w), grad(h.attn_proj_b), d(h.d_attn),
+                       saved_input(a.atty, a.atty_16), nullptr, BT, Cl, C, InputGrad::add);
+    be.matmul_backward(nullptr, grad(h.qkv_w), grad(h.qkv_b), d(h.d_qkv),
                        saved_input(a.ln1_full, a.ln1_16), nullptr, BT, C, 3 * Cl,
                        InputGrad::add);
     finish_block_grads(l, finalize);
-    notify(p + "ln1.w");
+    notify(h.ln1_w);
   }
   if (!stage_.embedding) return;
-  embedding_grads(slot, weight_input(slot, wbuf, "d_embed"), finalize);
-  notify("wte");
+  embedding_grads(slot, weight_input(slot, wbuf, ends_.d_embed), finalize);
+  notify(ends_.wte);
 }
 
 }  // namespace trident

@@ -1,8 +1,6 @@
 // GPT forward on one tensor rank and pipeline stage (Megatron's f/g
 // operators: identity in, sum out of each parallel region; with SP,
 // all-gather in, reduce-scatter out).
-#include <fmt/format.h>
-
 #include "model/gpt.hpp"
 
 namespace trident {
@@ -11,25 +9,24 @@ void GptModel::block_forward(const Block& a, const float* x, int l, bool recompu
   const int C = cfg_.d_model, BT = BT_, BTl = BTl_;
   const int Cl = tp_.local_width(cfg_), Fl = tp_.local_ff(cfg_);
   ComputeBackend& be = backend_;
-  const std::string p = fmt::format("h.{}.", l);
-  float* full = scratch("full_c");
+  const BlockHandles& h = layer(l);
+  float* full = scratch(scratch_handles_.full_c);
   // Row-parallel biases are added once: by tensor rank 0, before the sum.
   const bool bias_here = tp_.rank == 0;
   const MatrixIn ln1 =
-      norm_operand(a.ln1, a.ln1_full, a.ln1_16, a.ln1_mean, a.ln1_rstd, x, p + "ln1");
-  const MatrixIn qkv = linear_operand(a.qkv, a.qkv_16, ln1, weight(p + "attn.qkv.w"),
-                                      P(p + "attn.qkv.b"), BT, C, 3 * Cl);
-  be.matmul_forward(full, attention_operand(a, qkv), weight(p + "attn.proj.w"),
-                    bias_here ? P(p + "attn.proj.b") : nullptr, BT, Cl, C);
+      norm_operand(a.ln1, a.ln1_full, a.ln1_16, a.ln1_mean, a.ln1_rstd, x, h.ln1_w, h.ln1_b);
+  const MatrixIn qkv = linear_operand(a.qkv, a.qkv_16, ln1, weight(h.qkv_w), param(h.qkv_b), BT,
+                                      C, 3 * Cl);
+  be.matmul_forward(full, attention_operand(a, qkv), weight(h.attn_proj_w),
+                    bias_here ? param(h.attn_proj_b) : nullptr, BT, Cl, C);
   be.add(a.res2, x, reduce_row_parallel(full), std::size_t(BTl) * C);
 
   const MatrixIn ln2 =
-      norm_operand(a.ln2, a.ln2_full, a.ln2_16, a.ln2_mean, a.ln2_rstd, a.res2, p + "ln2");
-  const MatrixIn fch_gelu = mlp_hidden(a, ln2, weight(p + "mlp.fc.w"), P(p + "mlp.fc.b"),
-                                       recompute);
+      norm_operand(a.ln2, a.ln2_full, a.ln2_16, a.ln2_mean, a.ln2_rstd, a.res2, h.ln2_w, h.ln2_b);
+  const MatrixIn fch_gelu = mlp_hidden(a, ln2, weight(h.fc_w), param(h.fc_b), recompute);
   if (recompute) return;  // backward needs neither the MLP's output nor res3
-  be.matmul_forward(full, fch_gelu, weight(p + "mlp.proj.w"),
-                    bias_here ? P(p + "mlp.proj.b") : nullptr, BT, Fl, C);
+  be.matmul_forward(full, fch_gelu, weight(h.mlp_proj_w),
+                    bias_here ? param(h.mlp_proj_b) : nullptr, BT, Fl, C);
   // a.res3 may be x's buffer (partitioned recompute): x is dead after res2.
   be.add(a.res3, a.res2, reduce_row_parallel(full), std::size_t(BTl) * C);
 }
@@ -43,12 +40,13 @@ double GptModel::forward(int slot, const std::int32_t* tokens, const std::int32_
   backend_.copy_from_host(tgt, targets, BT * sizeof(std::int32_t));
   ComputeBackend& be = backend_;
   ModelStorage& st = *storage_;
-  float* full = scratch("full_c");
+  float* full = scratch(scratch_handles_.full_c);
+  const EndHandles& e = ends_;
 
-  const float* x = act(slot, "encoded");
+  const float* x = act(slot, e.encoded);
   if (stage_.embedding) {
     // Vocab-parallel embedding: each rank looks up its shard, the group sums.
-    float* enc = act(slot, "encoded");
+    float* enc = act(slot, e.encoded);
     if (tp_.sp()) {
       lookup_tokens(full, tok);
       tcomm_.reduce_scatter_tokens(full, enc, std::size_t(BTl) * C);
@@ -56,16 +54,16 @@ double GptModel::forward(int slot, const std::int32_t* tokens, const std::int32_
       lookup_tokens(enc, tok);
       tcomm_.all_reduce(enc, std::size_t(BT) * C);
     }
-    st.need_params(unit("wpe"), Pass::forward);
-    be.position_forward(enc, P("wpe"), BTl, T, first_token_, C);
-    st.done_params(unit("wpe"));
+    st.need_params(e.wpe->unit, Pass::forward);
+    be.position_forward(enc, param(e.wpe), BTl, T, first_token_, C);
+    st.done_params(e.wpe->unit);
   }
 
   for (int l = stage_.first_block; l < last_block(); ++l) {
     const Block a = block(slot, l);
-    st.need_params(unit(fmt::format("h.{}.ln1.w", l)), Pass::forward);
+    st.need_params(layer(l).unit, Pass::forward);
     block_forward(a, x, l, false);
-    st.done_params(unit(fmt::format("h.{}.ln1.w", l)));
+    st.done_params(layer(l).unit);
     save_block(slot, l);
     x = a.res3;
   }
@@ -75,15 +73,15 @@ double GptModel::forward(int slot, const std::int32_t* tokens, const std::int32_
   // stay until backward has passed the head (or until now, for eval); a cut
   // table is gathered again, unit by unit, in backward.
   const int Vl = tp_.local_vocab(cfg_), vlo = tp_.vocab_begin(cfg_), valid = tp_.valid_vocab(cfg_);
-  st.need_params(unit("lnf.w"), Pass::forward);
-  be.layernorm_forward(act(slot, "lnf"), act(slot, "lnf_mean"), act(slot, "lnf_rstd"), x,
-                       P("lnf.w"), P("lnf.b"), BTl, C);
-  round(act(slot, "lnf"), std::size_t(BTl) * C);
-  const float* lnf = gather(act(slot, "lnf"), tp_.sp() ? act(slot, "lnf_full") : nullptr);
-  float* logits = act(slot, "logits");
+  st.need_params(e.lnf_w->unit, Pass::forward);
+  be.layernorm_forward(act(slot, e.lnf), act(slot, e.lnf_mean), act(slot, e.lnf_rstd), x,
+                       param(e.lnf_w), param(e.lnf_b), BTl, C);
+  round(act(slot, e.lnf), std::size_t(BTl) * C);
+  const float* lnf = gather(act(slot, e.lnf), tp_.sp() ? act(slot, e.lnf_full) : nullptr);
+  float* logits = act(slot, e.logits);
   logits_forward(logits, lnf);  // tied head, vocab shard
   // Vocab-parallel cross-entropy: no rank ever holds all the logits of a token.
-  float *mx = act(slot, "xent_max"), *packed = act(slot, "xent_packed");
+  float *mx = act(slot, e.xent_max), *packed = act(slot, e.xent_packed);
   if (tp_.size == 1) {
     be.xent_stats(mx, packed, logits, tgt, BT, Vl, valid);
   } else {
@@ -95,16 +93,16 @@ double GptModel::forward(int slot, const std::int32_t* tokens, const std::int32_
   // bf16 runs take the logits' gradient in bf16, as autocast does: the
   // classifier's backward GEMMs then run on bf16 kernels.
   if (dloss != 0.0f && policy_.store == DType::bf16)
-    be.xent_finish_rounded(act(slot, "losses"), logits, logits, mx, packed, tgt, vlo, BT, Vl,
+    be.xent_finish_rounded(act(slot, e.losses), logits, logits, mx, packed, tgt, vlo, BT, Vl,
                            valid, dloss);
   else
-    be.xent_finish(act(slot, "losses"), dloss != 0.0f ? logits : nullptr, logits, mx, packed,
+    be.xent_finish(act(slot, e.losses), dloss != 0.0f ? logits : nullptr, logits, mx, packed,
                    tgt, vlo, BT, Vl, valid, dloss);
   if (dloss == 0.0f) {
-    st.done_params(unit("lnf.w"));
-    if (!table_cut()) st.done_params(unit("wte"));
+    st.done_params(e.lnf_w->unit);
+    if (!table_cut()) st.done_params(e.wte->unit);
   }
-  be.copy_to_host(host_losses_.data(), act(slot, "losses"), BT * sizeof(float));
+  be.copy_to_host(host_losses_.data(), act(slot, e.losses), BT * sizeof(float));
   double sum = 0;
   for (float v : host_losses_) sum += v;
   return sum;

@@ -34,8 +34,8 @@ void for_each_row_block(const std::vector<std::pair<int, int>>& pieces, int most
 
 void GptModel::lookup_tokens(float* out, const std::int32_t* tok) {
   const int C = cfg_.d_model, vlo = tp_.vocab_begin(cfg_);
-  const TensorInfo& w = table_.at("wte");
-  float* part = scratch("d_c");  // free in forward
+  const TensorInfo& w = *ends_.wte;
+  float* part = scratch(scratch_handles_.d_c);  // free in forward
   const int most = storage_->table_in_windows() ? C : tp_.local_vocab(cfg_);
   bool first = true;
   for (const TableUnit& u : table_units_) {
@@ -64,16 +64,16 @@ void GptModel::logits_forward(float* logits, const float* lnf) {
   ModelStorage& st = *storage_;
   const bool cut = table_cut();
   if (!cut) {
-    st.need_params(unit("wte"), Pass::forward);  // held until the head's backward
+    st.need_params(ends_.wte->unit, Pass::forward);  // held until the head's backward
     if (const std::uint16_t* bits = table_bits())
       return backend_.matmul_forward(logits, bf16_valued(lnf), MatrixIn(nullptr, bits), nullptr,
                                      BT_, C, Vl);
     if (!st.table_in_windows())
-      return backend_.matmul_forward(logits, bf16_valued(lnf), bf16_valued(P("wte")), nullptr, BT_,
+      return backend_.matmul_forward(logits, bf16_valued(lnf), bf16_valued(param(ends_.wte)), nullptr, BT_,
                                      C, Vl);
   }
-  const TensorInfo& w = table_.at("wte");
-  float* part = scratch("full_c");
+  const TensorInfo& w = *ends_.wte;
+  float* part = scratch(scratch_handles_.full_c);
   for (const TableUnit& u : table_units_) {
     if (cut) st.need_params(u.unit, Pass::forward);
     for_each_row_block(u.rows, C, [&](int row, int rows) {
@@ -92,24 +92,24 @@ void GptModel::logits_backward(int slot, float* d_lnf, const float* lnf_all, boo
                                bool finalize) {
   const int C = cfg_.d_model, Vl = tp_.local_vocab(cfg_);
   ModelStorage& st = *storage_;
-  float* dlogits = act(slot, "logits");
+  float* dlogits = act(slot, ends_.logits);
   // bf16 runs hold the logits' gradient as bf16 values (forward rounded it).
   const bool cut = table_cut();
   if (!cut) {  // the whole table is still held from forward
-    if (weight_grads) st.need_grads(unit("wte"));
+    if (weight_grads) st.need_grads(ends_.wte->unit);
     const std::uint16_t* bits = table_bits();
     if (bits || !st.table_in_windows()) {
       const MatrixIn w = !d_lnf ? MatrixIn(nullptr) : bits ? MatrixIn(nullptr, bits)
-                                                           : bf16_valued(P("wte"));
-      return backend_.matmul_backward(d_lnf, weight_grads ? G("wte") : nullptr, nullptr,
+                                                           : bf16_valued(param(ends_.wte));
+      return backend_.matmul_backward(d_lnf, weight_grads ? grad(ends_.wte) : nullptr, nullptr,
                                       bf16_valued(dlogits), bf16_valued(lnf_all), w, BT_, C, Vl,
                                       InputGrad::add);
     }
   }
   // A cut table's units each leave now and the embedding's backward starts
   // its own gradients: holding them until then would hold the whole table.
-  const TensorInfo& w = table_.at("wte");
-  float* part = scratch("full_c");
+  const TensorInfo& w = *ends_.wte;
+  float* part = scratch(scratch_handles_.full_c);
   for (const TableUnit& u : table_units_) {
     if (cut && d_lnf) st.need_params(u.unit, Pass::backward);
     if (cut && weight_grads) st.need_grads(u.unit);
@@ -131,7 +131,7 @@ void GptModel::logits_backward(int slot, float* d_lnf, const float* lnf_all, boo
 
 void GptModel::table_grads_from_tokens(int slot, const float* d_emb, bool finalize) {
   const int C = cfg_.d_model, vlo = tp_.vocab_begin(cfg_);
-  const TensorInfo& w = table_.at("wte");
+  const TensorInfo& w = *ends_.wte;
   const int most = storage_->table_grads_in_windows() ? C : tp_.local_vocab(cfg_);
   for (const TableUnit& u : table_units_) {
     storage_->need_grads(u.unit);

@@ -114,9 +114,12 @@ TEST(TensorParallel, EveryLayoutTrainsTheSerialModel) {
 }
 
 namespace {
-// Tensor-group collectives of one forward and one backward of a `layers`-deep model.
+// Tensor-group collectives of one forward and one backward of a `layers`-deep
+// model, and the tensor-table lookups of both (the model resolves its handles
+// when it is built: none).
 struct Counts {
   CommStats fwd, bwd;
+  std::uint64_t lookups = 0;
 };
 Counts count_collectives(int layers, bool sp) {
   Grid grid(MPI_COMM_WORLD, {2, world_size() / 2, 1});
@@ -131,12 +134,14 @@ Counts count_collectives(int layers, bool sp) {
   std::vector<std::int32_t> tok(32), tgt(32);
   std::iota(tok.begin(), tok.end(), 0), std::iota(tgt.begin(), tgt.end(), 1);
   Counts out;
+  const std::uint64_t lookups_before = TensorTable::lookups();
   grid.tensor().reset_stats();
   m.forward(0, tok.data(), tgt.data(), 1.0f / 32);
   out.fwd = grid.tensor().stats();
   grid.tensor().reset_stats();
   m.backward(0, nullptr, true);
   out.bwd = grid.tensor().stats();
+  out.lookups = TensorTable::lookups() - lookups_before;
   return out;
 }
 std::int64_t per_block(const CommStats& one, const CommStats& three, CommOp op) {
@@ -150,6 +155,7 @@ TEST(TensorParallel, EachBlockCostsTwoAllReducesForwardAndTwoBackward) {
   EXPECT_EQ(per_block(one.bwd, three.bwd, CommOp::all_reduce), 2);
   EXPECT_EQ(three.fwd.calls_of(CommOp::all_gather) + three.bwd.calls_of(CommOp::all_gather), 0u);
   EXPECT_EQ(three.fwd.calls_of(CommOp::reduce_scatter) + three.bwd.calls_of(CommOp::reduce_scatter), 0u);
+  EXPECT_EQ(three.lookups, 0u);
 }
 
 TEST(TensorParallel, SequenceParallelBlocksUseGatherScatterPairs) {
@@ -166,6 +172,7 @@ TEST(TensorParallel, SequenceParallelBlocksUseGatherScatterPairs) {
   // Backward adds one small all-reduce per block: the norms' gradients are
   // partial over this rank's tokens (4 * d_model floats, packed).
   EXPECT_EQ(per_block(one.bwd, three.bwd, CommOp::all_reduce), 1);
+  EXPECT_EQ(three.lookups, 0u);
 }
 
 TEST(TensorParallel, ParametersPerRankShrinkByTp) {
