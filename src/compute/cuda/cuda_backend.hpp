@@ -164,7 +164,8 @@ class CudaBackend final : public ComputeBackend {
   std::size_t scratch_bytes_ = 0;
   void* widen_[3] = {};
   std::size_t widen_bytes_[3] = {};
-  std::vector<gpu::AdamWChunk> adamw_plan_;  // what adamw_plan_dev_ holds
+  std::vector<AdamWSpan> adamw_spans_;  // what adamw_plan_dev_ was planned from
+  std::size_t adamw_chunks_ = 0;         // and its chunks
   void* adamw_plan_dev_ = nullptr;
   std::size_t adamw_plan_bytes_ = 0;
 };

@@ -1,7 +1,7 @@
 // CudaBackend: the GPT block's ops. GEMMs mirror the CPU backend's calls
 // (row-major, same operands); attention is in cuda_attention.cpp.
+#include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <vector>
 
 #include "compute/cuda/cuda_backend.hpp"
@@ -228,11 +228,14 @@ void CudaBackend::adamw_spans(float* p, const float* g, float* m, float* v,
                  weights_bf16 ? weights_bf16 + sp.offset : nullptr, stream_);
     });
   }
-  // The plan is the same every step: it goes over only when it changes.
-  std::vector<gpu::AdamWChunk> plan = gpu::adamw_plan(spans, count);
-  const std::size_t bytes = plan.size() * sizeof(gpu::AdamWChunk);
-  if (plan.size() != adamw_plan_.size() ||
-      std::memcmp(plan.data(), adamw_plan_.data(), bytes) != 0) {
+  // The spans are the same every step: the plan is made and goes over only
+  // when they change.
+  if (!std::equal(spans, spans + count, adamw_spans_.begin(), adamw_spans_.end(),
+                  [](const AdamWSpan& a, const AdamWSpan& b) {
+                    return a.offset == b.offset && a.n == b.n && a.decay == b.decay;
+                  })) {
+    const std::vector<gpu::AdamWChunk> plan = gpu::adamw_plan(spans, count);
+    const std::size_t bytes = plan.size() * sizeof(gpu::AdamWChunk);
     if (bytes > adamw_plan_bytes_) {
       if (adamw_plan_dev_) {
         cuda_check(cudaStreamSynchronize(stream_), site_, "adamw plan (synchronize)");
@@ -241,15 +244,16 @@ void CudaBackend::adamw_spans(float* p, const float* g, float* m, float* v,
       cuda_check(cudaMalloc(&adamw_plan_dev_, bytes), site_, "cudaMalloc (adamw plan)");
       adamw_plan_bytes_ = bytes;
     }
-    adamw_plan_ = std::move(plan);
     // Pageable memory: the copy has left the vector when this returns.
-    cuda_check(cudaMemcpyAsync(adamw_plan_dev_, adamw_plan_.data(), bytes, cudaMemcpyHostToDevice,
+    cuda_check(cudaMemcpyAsync(adamw_plan_dev_, plan.data(), bytes, cudaMemcpyHostToDevice,
                                stream_),
                site_, "adamw plan (copy)");
+    adamw_spans_.assign(spans, spans + count);
+    adamw_chunks_ = plan.size();
   }
   run("adamw", [&] {  // the bf16 weights written in the same pass
     gpu::adamw_chunks(p, g, m, v, static_cast<const gpu::AdamWChunk*>(adamw_plan_dev_),
-                      adamw_plan_.size(), lr, beta1, beta2, eps, wd, bc1, bc2, grad_scale,
+                      adamw_chunks_, lr, beta1, beta2, eps, wd, bc1, bc2, grad_scale,
                       weights_bf16, stream_);
   });
 }
