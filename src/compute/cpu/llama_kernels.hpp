@@ -68,7 +68,7 @@ void swiglu_backward(T* dinp, const T* dout, const T* inp, int N, int F);
 // its scaled scores, which backward needs and which merges partial results
 // over key blocks (ring attention). Backward adds into dqkv; dK and dV of a
 // key/value head sum over its group's query heads in a fixed order.
-constexpr int kGqaTile = 64;  // queries and keys per tile
+constexpr int kGqaTile = 128;  // queries and keys per tile (a thread's f32 scores: 64 KiB)
 template <class T>
 void gqa_attention_forward(T* out, T* lse, const T* qkv, int B, int T_, int NH, int KVH, int hs);
 template <class T>
