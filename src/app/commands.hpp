@@ -1,5 +1,6 @@
 // Subcommands of the trident binary. Each returns the process exit code.
 #pragma once
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -46,6 +47,9 @@ int plan_command(const PlanOptions& options);
 struct TokenizeOptions {
   std::string input;   // text file, or - for standard input
   std::string output;  // .bin shard
+  bool ids = false;     // the input is decimal token ids, not text
+  std::int64_t vocab = 0;  // the model's vocabulary; 0: what the tokens need
+  std::string format;   // "gpt-2" or "llama-3"; empty: the narrower that holds vocab
 };
 int tokenize_command(const TokenizeOptions& options);
 

@@ -1,7 +1,7 @@
 // trident: one SPMD binary, launched by srun or mpirun on every rank.
 //   trident train DECK.toml [--set section.key=value]... [--metrics FILE.jsonl]
 //                 [--resume PATH|latest]
-//   trident tokenize IN.txt OUT.bin
+//   trident tokenize IN.txt OUT.bin [--ids] [--vocab N] [--format gpt-2|llama-3]
 //   trident inspect CHECKPOINT.h5
 //   trident check DECK.toml --ranks N [--set section.key=value]... [--layouts FILE] [--json]
 //   trident plan DECK.toml --gpus N [--cluster NAME|FILE.toml] [--set ...]... [--top K]
@@ -80,9 +80,18 @@ int run(int argc, char** argv, int rank) {
 
   TokenizeOptions tok;
   CLI::App* tok_cmd =
-      app.add_subcommand("tokenize", "Turn a text file into a token shard (byte-level, vocab 257)");
+      app.add_subcommand("tokenize", "Turn a text file (or token ids) into a token shard");
   tok_cmd->add_option("input", tok.input, "Text file, or - for standard input")->required();
   tok_cmd->add_option("output", tok.output, "Token shard to write (.bin)")->required();
+  tok_cmd->add_flag("--ids", tok.ids,
+                    "The input is token ids (decimal, whitespace-separated) from another tokenizer");
+  tok_cmd->add_option("--vocab", tok.vocab,
+                      "The model's vocabulary: ids must be below it; above 65536 the shard holds "
+                      "uint32 tokens (default: 257, or the largest id + 1 with --ids)");
+  tok_cmd->add_option("--format", tok.format,
+                      "gpt-2 (uint16 tokens) or llama-3 (uint32 tokens); default: the narrower "
+                      "that holds --vocab")
+      ->check(CLI::IsMember({"gpt-2", "llama-3"}));
 
   bool deck_reference = false;
   CLI::App* deck_cmd = app.add_subcommand("deck", "Describe the input deck's keys");

@@ -51,8 +51,13 @@ void read_model(DeckReader& r, GptConfig& m) {
   r.require(m.d_model >= 1, "model", "d_model", "must be at least 1");
   r.require(m.heads >= 1, "model", "heads", "must be at least 1");
   r.require(m.seq_len >= 1, "model", "seq_len", "must be at least 1");
-  r.require(m.vocab >= 2 && m.vocab <= 65536, "model", "vocab",
-            "must be in [2, 65536] (tokens are stored as uint16)");
+  // Shards hold uint32 tokens above 65,536 ids and the trainer's ids are
+  // int32; 2^24 (64x Gemma's 262,144) keeps a vocabulary plus its padding
+  // (to 64 * tp rows) or a piece's rows far from int overflow. The data's
+  // ids are checked against model.vocab when train opens the shards.
+  constexpr int kMaxVocab = 1 << 24;
+  r.require(m.vocab >= 2 && m.vocab <= kMaxVocab, "model", "vocab",
+            fmt::format("must be in [2, {}]", kMaxVocab));
   if (m.d_model % m.heads != 0) {
     std::vector<int> ok;
     for (int h = 1; h <= m.d_model && ok.size() < 8; ++h)

@@ -23,7 +23,7 @@ const std::map<std::string, std::string>& meanings() {
       {"model.d_model", "hidden size; the MLP is 4·d_model"},
       {"model.heads", "attention heads; must divide d_model"},
       {"model.seq_len", "tokens per sequence (context length; also the position table's size)"},
-      {"model.vocab", "vocabulary size (≤ 65536: tokens are uint16); ≥ 257 for `trident tokenize` shards"},
+      {"model.vocab", "vocabulary size (≤ 16777216; shards hold uint32 tokens above 65536); ≥ 257 for byte-level `trident tokenize` shards"},
       {"data.train", "token shard path, glob, or array of them (required); the matches are sorted and read as one concatenation"},
       {"data.val", "validation shards; without them no validation loss is computed"},
       {"train.steps", "optimizer steps"},

@@ -37,3 +37,6 @@ peak_tflops = 0.01
 DECK
 printf '[model]\nlayers = 2\n[train]\nstpes = 10\n' > "$dir/typo.toml"
 printf '[model\nlayers = 2\n' > "$dir/syntax.toml"
+# Token ids from "another tokenizer" in a uint32 shard: 300 small ids and, at
+# position 200, 70000 (above uint16's range).
+{ seq 1 200; echo 70000; seq 1 100; } | "$bin" tokenize --ids --vocab 131072 - "$dir/ids32.bin" >/dev/null

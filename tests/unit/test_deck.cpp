@@ -78,7 +78,13 @@ TEST(Deck, ImpossibleValuesNameKeyAndFix) {
             std::string::npos);
   EXPECT_NE(error_of(kBase, {"parallel.dp_mode=\"ring\""}).find("use \"allreduce\" or \"gather\""),
             std::string::npos);
-  EXPECT_NE(error_of(kBase, {"model.vocab=70000"}).find("uint16"), std::string::npos);
+  // Vocabularies above uint16 are the data's business (32-bit shards), not the deck's.
+  EXPECT_EQ(parse_deck(kBase, "t.toml", {"model.vocab=128256"}).model.vocab, 128256);
+  EXPECT_EQ(parse_deck(kBase, "t.toml", {"model.vocab=16777216"}).model.vocab, 16777216);
+  EXPECT_NE(error_of(kBase, {"model.vocab=16777217"}).find("[model] vocab = 16777217 must be in "
+                                                           "[2, 16777216]"),
+            std::string::npos);
+  EXPECT_NE(error_of(kBase, {"model.vocab=1"}).find("must be in [2, 16777216]"), std::string::npos);
   EXPECT_NE(error_of("[model]\nlayers = 2\n").find("[data] train is required"), std::string::npos);
   EXPECT_NE(error_of(kBase + "[model\n").find("TOML syntax error"), std::string::npos);
   // Gradients are reduced in fp32 or in the weights' own 16-bit type.

@@ -220,7 +220,7 @@ void gelu_backward(T* dinp, const T* inp, const T* dout, std::size_t n) {
 template <class T>
 TRIDENT_VECTOR_CLONES
 void xent_max(T* row_max, const T* logits, int N, int V, int valid) {
-#pragma omp parallel for schedule(static) if (N * V > 16384)
+#pragma omp parallel for schedule(static) if (std::size_t(N) * V > 16384)
   for (int i = 0; i < N; ++i) {
     const T* z = logits + static_cast<std::size_t>(i) * V;
     row_max[i] = max_of(z, valid, -std::numeric_limits<T>::infinity());
@@ -231,7 +231,7 @@ template <class T>
 TRIDENT_VECTOR_CLONES
 void xent_sums(T* packed, const T* logits, const T* row_max, const std::int32_t* targets, int lo,
                int N, int V, int valid) {
-#pragma omp parallel for schedule(static) if (N * V > 16384)
+#pragma omp parallel for schedule(static) if (std::size_t(N) * V > 16384)
   for (int i = 0; i < N; ++i) {
     const T* z = logits + static_cast<std::size_t>(i) * V;
     const T mx = row_max[i];
@@ -248,7 +248,7 @@ template <class T>
 TRIDENT_VECTOR_CLONES
 void xent_finish(T* losses, T* dlogits, const T* logits, const T* row_max, const T* packed,
                  const std::int32_t* targets, int lo, int N, int V, int valid, T dloss) {
-#pragma omp parallel for schedule(static) if (N * V > 16384)
+#pragma omp parallel for schedule(static) if (std::size_t(N) * V > 16384)
   for (int i = 0; i < N; ++i) {
     const T lse = row_max[i] + std::log(packed[i]);
     losses[i] = lse - packed[N + i];
