@@ -14,6 +14,7 @@
 #include "model/gpt_params.hpp"
 #include "parallel/pipeline/partition.hpp"
 #include "parallel/pipeline/schedule.hpp"
+#include "parallel/pipeline/stage_plan.hpp"
 #include "model/param_table.hpp"
 #include "parallel/zero/zero_plan.hpp"
 #include "parallel/zero/zero_storage.hpp"
@@ -31,42 +32,23 @@ double MemoryEstimate::peak() const {
   return s;
 }
 
-namespace {
-
-// The blocks each virtual stage owns, as the trainer chooses them (the profile
-// partitioner needs measurements: it is predicted by parameter counts here).
-Partition predicted_partition(const Deck& deck, int virtual_stages) {
-  const auto& m = deck.model;
-  if (deck.parallel.partition == PartitionMethod::uniform)
-    return partition_uniform(m.layers, virtual_stages);
-  StageCosts costs;
-  costs.block.assign(m.layers, 0.0);
-  const TensorTable whole = build_gpt_param_table(m);  // a local: tensors() is a reference
-  for (const TensorInfo& t : whole.tensors()) {
-    if (t.layer >= 0) costs.block[t.layer] += double(t.numel);
-    else if (t.name == "lnf.w" || t.name == "lnf.b") costs.last += double(t.numel);
-    else costs.first += double(t.numel);
-  }
-  return partition_min_max(costs, virtual_stages);
+MemoryEstimate estimate_memory(const Deck& deck, const GridShape& shape, int zero_stage,
+                               int pipe_rank) {
+  // The profile partitioner needs measurements: it is predicted by parameter counts here.
+  return estimate_memory(deck, shape, zero_stage,
+                         make_stage_plan(deck, shape, pipe_rank, parameter_stage_costs(deck.model)));
 }
 
-}  // namespace
-
 MemoryEstimate estimate_memory(const Deck& deck, const GridShape& shape, int stage,
-                               int pipe_rank) {
+                               const StagePlan& stage_plan) {
   MemoryEstimate e;
   const GptConfig& m = deck.model;
   const TensorParallelLayout tp{shape.tp, 0, deck.parallel.sequence_parallel};
   const UnitLayout units = zero_unit_layout(deck, shape.dp, stage, tp);
-  const int v = deck.parallel.virtual_stages, V = shape.pp * v;
+  const int v = int(stage_plan.chunks.size());
   const int B = deck.train.micro_batch > 0 ? deck.train.micro_batch : deck.train.batch / shape.dp;
-  const int micro_batches = std::max(1, deck.train.batch / (shape.dp * B));
-  const Partition part = predicted_partition(deck, V);
   const ScheduleKind kind = deck.parallel.schedule;
   const bool split = splits_backward(kind) && shape.pp > 1;
-  const ZeroBubbleCosts costs = split ? zero_bubble_costs(deck, shape, part) : ZeroBubbleCosts{};
-  const auto actions = build_schedule(kind, shape.pp, pipe_rank, micro_batches, v,
-                                      split ? &costs : nullptr);
   const double f = sizeof(float);
   // 16-bit weights: resident in 2 bytes, f32 working copies of the units in
   // use, and f32 masters beside the Adam moments.
@@ -79,8 +61,7 @@ MemoryEstimate estimate_memory(const Deck& deck, const GridShape& shape, int sta
   auto at = [&](MemCategory c) -> double& { return e.bytes[int(c)]; };
   double reduce_scatter = 0;  // the MPI library's, beyond the arenas
   for (int c = 0; c < v; ++c) {  // the rank's chunks: virtual stages r + c * pp, or the V's r and 2pp - 1 - r
-    const int vs = virtual_stage_of(v_placement(kind), shape.pp, pipe_rank, c);
-    const StageSpec spec{part[vs], part[vs + 1] - part[vs], vs == 0, vs == V - 1};
+    const StageSpec& spec = stage_plan.chunks[std::size_t(c)].spec;
     const TensorTable table = build_gpt_param_table(m, tp, units, spec);
     const double n = double(table.size());
     const ZeroPlan plan(table, stage > 0 ? shape.dp : 1, 0,
@@ -103,7 +84,7 @@ MemoryEstimate estimate_memory(const Deck& deck, const GridShape& shape, int sta
       // the tied embedding's gradients go from the last stage to the first
       // in buffers of their own: one there, one a micro-batch in flight here.
       if (kind == ScheduleKind::pipedream) {
-        at(MemCategory::parameters) += (pipedream_in_flight(shape.pp, pipe_rank) - 1) * n * w;
+        at(MemCategory::parameters) += (pipedream_in_flight(shape.pp, stage_plan.stage) - 1) * n * w;
         const int wte_buffers = shape.pp == 1 ? 0 : spec.embedding ? 1 : spec.head ? shape.pp : 0;
         if (wte_buffers) at(MemCategory::buffers) += wte_buffers * double(table.at("wte").numel) * f;
       }
@@ -157,7 +138,7 @@ MemoryEstimate estimate_memory(const Deck& deck, const GridShape& shape, int sta
     const ActivationPolicy policy =
         make_activation_policy(deck.train.recompute, deck.train.partition_activations, shape.tp,
                                tp.sp(), deck.precision.dtype);
-    const int slots = activation_slots(actions, c);
+    const int slots = stage_plan.chunks[std::size_t(c)].activation_slots;
     // A rank's chunks share one working buffer and scratch (one pass at a time).
     at(MemCategory::activations) += slots * slot_bytes(deck, shape, spec);
     if (c == 0)
@@ -165,14 +146,10 @@ MemoryEstimate estimate_memory(const Deck& deck, const GridShape& shape, int sta
                                        double(GptModel::scratch_table(m, B, tp, policy).size())) * f;
     // Zero bubble: the W buffers, kept from B for W.
     at(MemCategory::activations) +=
-        max_pending_weights(actions, c) * weight_buffer_bytes(deck, shape, spec);
+        stage_plan.chunks[std::size_t(c)].weight_buffers * weight_buffer_bytes(deck, shape, spec);
   }
   // The input gradients being sent: one pool for the rank's chunks.
-  std::vector<bool> sends;
-  for (int c = 0; c < v; ++c)
-    sends.push_back(virtual_stage_of(v_placement(kind), shape.pp, pipe_rank, c) > 0);
-  at(MemCategory::activations) +=
-      send_buffer_pool(actions, sends).size * send_buffer_bytes(deck, shape);
+  at(MemCategory::activations) += stage_plan.send_pool.size * send_buffer_bytes(deck, shape);
   e.parameters = double(gpt_num_parameters(m));
   e.runtime = kRuntimeBaseBytes + reduce_scatter;
   if (deck.system.device == Device::cuda)

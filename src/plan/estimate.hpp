@@ -9,6 +9,7 @@
 #include "grid/grid.hpp"
 #include "io/deck.hpp"
 #include "memory/ledger.hpp"
+#include "parallel/pipeline/stage_plan.hpp"
 
 namespace trident {
 
@@ -59,6 +60,9 @@ double reduce_scatter_temporaries(int dp, double largest_unit_bytes);
 // its schedule keeps. Rank 0 keeps the most activations in flight.
 MemoryEstimate estimate_memory(const Deck& deck, const GridShape& shape, int zero_stage,
                                int pipe_rank = 0);
+// The same for the rank `plan` describes (make_stage_plan; a trainer's plan()).
+MemoryEstimate estimate_memory(const Deck& deck, const GridShape& shape, int zero_stage,
+                               const StagePlan& plan);
 
 // The ZeRO paper's model-state bytes per rank for Ψ parameters on N data ranks:
 // mixed precision keeps 2 + 2 + 12 bytes per parameter (fp16 weights and

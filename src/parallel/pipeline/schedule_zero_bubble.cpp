@@ -73,7 +73,7 @@ double pool_bytes(const Rank& r, const ZeroBubbleCosts& c) {
 // micro-batches that may be sending, which spares B their waits).
 Outcome simulate(ScheduleKind kind, int p, int m, const ZeroBubbleCosts& c, int cap_extra,
                  double reserve_w, bool alternate, bool send_buffer_per_slot) {
-  const bool v_shape = v_placement(kind);
+  const bool v_shape = places_chunks_in_v(kind);
   const int chunks = v_shape ? 2 : 1, V = p * chunks;
   std::vector<std::vector<double>> f_done(V, std::vector<double>(m, kNever)), b_done = f_done,
                                    b_start = f_done, w_done = f_done;
@@ -209,7 +209,7 @@ Outcome simulate(ScheduleKind kind, int p, int m, const ZeroBubbleCosts& c, int 
 }  // namespace
 
 ZeroBubbleCosts unit_costs(ScheduleKind kind, int p, int) {
-  const int chunks = v_placement(kind) ? 2 : 1, V = p * chunks;
+  const int chunks = places_chunks_in_v(kind) ? 2 : 1, V = p * chunks;
   ZeroBubbleCosts c;
   c.send_bytes = kUnitSendBuffer;
   c.f.assign(V, 1.0), c.b.assign(V, 1.0), c.w.assign(V, 1.0);
@@ -236,7 +236,7 @@ std::vector<std::vector<PipelineAction>> zero_bubble_schedule(ScheduleKind kind,
   // when run with them: every candidate is timed with `c`.
   ZeroBubbleCosts equal = c;
   for (auto* d : {&equal.f, &equal.b, &equal.w}) d->assign(d->size(), 1.0);
-  const bool v_shape = v_placement(kind);
+  const bool v_shape = places_chunks_in_v(kind);
   const bool same = equal.f == c.f && equal.b == c.b && equal.w == c.w;
   const ZeroBubbleCosts* timings[] = {&c, &equal};
   Outcome best;
