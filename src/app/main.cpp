@@ -1,12 +1,14 @@
 // trident: one SPMD binary, launched by srun or mpirun on every rank.
 //   trident train DECK.toml [--set section.key=value]... [--metrics FILE.jsonl]
-//                 [--resume PATH|latest]
-//   trident tokenize IN.txt OUT.bin
-//   trident inspect CHECKPOINT.h5
+//                 [--trace FILE.json] [--resume PATH|latest]
+//   trident estimate DECK.toml --world N [--set section.key=value]... [--memory 80GiB]
 //   trident check DECK.toml --ranks N [--set section.key=value]... [--layouts FILE] [--json]
 //   trident plan DECK.toml --gpus N [--cluster NAME|FILE.toml] [--set ...]... [--top K]
 //                [--layout tp=8,pp=4,dp=16,v=2,mb=1,zero=1,sp=1,recompute=selective[,offload=cpu]] [--json]
 //                [--stored-attention]
+//   trident tokenize IN.txt OUT.bin
+//   trident deck --reference
+//   trident inspect CHECKPOINT.h5
 #include <mpi.h>
 
 #include <fmt/format.h>
@@ -38,6 +40,8 @@ int run(int argc, char** argv, int rank) {
   train_cmd->add_option("--metrics", train.metrics, "Write per-step metrics as JSON Lines here");
   train_cmd->add_option("--trace", train.trace,
                         "Write a Chrome trace (Perfetto, chrome://tracing) of every rank here");
+  train_cmd->add_option("--resume", train.resume,
+                        "Continue from a checkpoint file, or 'latest' in checkpoint.dir");
 
   EstimateOptions est;
   CLI::App* est_cmd = app.add_subcommand(
@@ -46,8 +50,6 @@ int run(int argc, char** argv, int rank) {
   est_cmd->add_option("--world", est.world, "Ranks of the planned job")->required();
   est_cmd->add_option("--set", est.overrides, "Override a deck key: section.key=value");
   est_cmd->add_option("--memory", est.memory, "Memory per rank, e.g. 80GiB: does the peak fit?");
-  train_cmd->add_option("--resume", train.resume,
-                        "Continue from a checkpoint file, or 'latest' in checkpoint.dir");
 
   CheckOptions check;
   CLI::App* check_cmd = app.add_subcommand(

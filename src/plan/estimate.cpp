@@ -218,9 +218,9 @@ double reduce_scatter_temporaries(int dp, double largest_unit_bytes) {
   return ZeroStorage::kRecvBuffers * (dp - 1) * std::floor(largest_unit_bytes / dp);
 }
 
-double zero_paper_bytes(double psi, int dp, int stage, bool mixed) {
+double zero_paper_bytes(double psi, int dp, int zero_stage, bool mixed) {
   const double p = mixed ? 2 : 4, g = mixed ? 2 : 4, k = mixed ? 12 : 8;
-  switch (stage) {
+  switch (zero_stage) {
     case 0: return (p + g + k) * psi;
     case 1: return (p + g) * psi + k * psi / dp;
     case 2: return p * psi + (g + k) * psi / dp;

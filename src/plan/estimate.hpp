@@ -67,6 +67,6 @@ MemoryEstimate estimate_memory(const Deck& deck, const GridShape& shape, int zer
 // The ZeRO paper's model-state bytes per rank for Ψ parameters on N data ranks:
 // mixed precision keeps 2 + 2 + 12 bytes per parameter (fp16 weights and
 // gradients, fp32 master, momentum, variance); fp32 keeps 4 + 4 + 8.
-double zero_paper_bytes(double psi, int dp, int stage, bool mixed_precision);
+double zero_paper_bytes(double psi, int dp, int zero_stage, bool mixed_precision);
 
 }  // namespace trident

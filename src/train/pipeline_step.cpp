@@ -9,7 +9,7 @@
 
 #include "core/fault_inject.hpp"
 #include "core/timer.hpp"
-#include "optim/schedule.hpp"
+#include "optim/lr_schedule.hpp"
 #include "train/pipedream_runner.hpp"
 #include "train/trainer.hpp"
 

@@ -6,7 +6,7 @@
 #include "core/timer.hpp"
 #include "model/gpt_params.hpp"
 #include "optim/clip.hpp"
-#include "optim/schedule.hpp"
+#include "optim/lr_schedule.hpp"
 #include "train/pipedream_runner.hpp"
 #include "train/profile.hpp"
 
