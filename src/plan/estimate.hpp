@@ -31,11 +31,10 @@ struct MemoryEstimate {
   double process_rss() const { return peak() + runtime + host; }
 };
 
-// Process RSS outside the arenas, measured rather than derived (CPU backend):
-//  - kRuntimeBaseBytes: the binary, Open MPI, oneDNN, HDF5 and their state:
-//    peak RSS less the arenas, 34-41 MiB for decks whose arenas are 0.5-18
-//    MiB at 1-4 ranks; heaptrack finds 7 MB of it on the heap, none of it
-//    Trident's beyond a 3 MB GEMM probe;
+// Process RSS outside the arenas, measured rather than derived (CPU backend;
+// the measurements are in perf/RESULTS.md, "ZeRO memory"):
+//  - kRuntimeBaseBytes: the binary, Open MPI, oneDNN, HDF5 and their state,
+//    peak RSS less the arenas;
 //  - the MPI reduce-scatter's exchange (comm/mpi_ops.hpp) receives the
 //    other dp - 1 ranks' blocks of this rank's slice before it sums them;
 //    ZeRO keeps kRecvBuffers reductions in flight, so every rank holds up to
