@@ -9,6 +9,7 @@
 #include "grid/grid.hpp"
 #include "io/deck.hpp"
 #include "memory/ledger.hpp"
+#include "parallel/pipeline/stage_plan.hpp"
 
 namespace trident {
 
@@ -30,11 +31,10 @@ struct MemoryEstimate {
   double process_rss() const { return peak() + runtime + host; }
 };
 
-// Process RSS outside the arenas, measured rather than derived (CPU backend):
-//  - kRuntimeBaseBytes: the binary, Open MPI, oneDNN, HDF5 and their state:
-//    peak RSS less the arenas, 34-41 MiB for decks whose arenas are 0.5-18
-//    MiB at 1-4 ranks; heaptrack finds 7 MB of it on the heap, none of it
-//    Trident's beyond a 3 MB GEMM probe;
+// Process RSS outside the arenas, measured rather than derived (CPU backend;
+// the measurements are in perf/RESULTS.md, "ZeRO memory"):
+//  - kRuntimeBaseBytes: the binary, Open MPI, oneDNN, HDF5 and their state,
+//    peak RSS less the arenas;
 //  - the MPI reduce-scatter's exchange (comm/mpi_ops.hpp) receives the
 //    other dp - 1 ranks' blocks of this rank's slice before it sums them;
 //    ZeRO keeps kRecvBuffers reductions in flight, so every rank holds up to
@@ -59,10 +59,13 @@ double reduce_scatter_temporaries(int dp, double largest_unit_bytes);
 // its schedule keeps. Rank 0 keeps the most activations in flight.
 MemoryEstimate estimate_memory(const Deck& deck, const GridShape& shape, int zero_stage,
                                int pipe_rank = 0);
+// The same for the rank `plan` describes (make_stage_plan; a trainer's plan()).
+MemoryEstimate estimate_memory(const Deck& deck, const GridShape& shape, int zero_stage,
+                               const StagePlan& plan);
 
 // The ZeRO paper's model-state bytes per rank for Ψ parameters on N data ranks:
 // mixed precision keeps 2 + 2 + 12 bytes per parameter (fp16 weights and
 // gradients, fp32 master, momentum, variance); fp32 keeps 4 + 4 + 8.
-double zero_paper_bytes(double psi, int dp, int stage, bool mixed_precision);
+double zero_paper_bytes(double psi, int dp, int zero_stage, bool mixed_precision);
 
 }  // namespace trident

@@ -20,7 +20,7 @@
 
 #include "core/timer.hpp"
 #include "optim/clip.hpp"
-#include "optim/schedule.hpp"
+#include "optim/lr_schedule.hpp"
 
 namespace trident {
 

@@ -9,7 +9,7 @@
 
 #include "core/fault_inject.hpp"
 #include "core/timer.hpp"
-#include "optim/schedule.hpp"
+#include "optim/lr_schedule.hpp"
 #include "train/pipedream_runner.hpp"
 #include "train/trainer.hpp"
 
@@ -61,10 +61,10 @@ double Trainer::run_schedule(int step, float dloss) {
   const int mb_size = deck_.train.micro_batch;
   for (std::size_t k = 0; k < chunks_.size(); ++k) {
     chunks_[k].weight_passes_left = 0;
-    for (const auto& a : actions_) chunks_[k].weight_passes_left += a.frees_slot() && a.chunk == int(k);
+    for (const auto& a : plan_.actions) chunks_[k].weight_passes_left += a.frees_slot() && a.chunk == int(k);
   }
   double loss_sum = 0;
-  for (const PipelineAction& a : actions_) {
+  for (const PipelineAction& a : plan_.actions) {
     ModelChunk& c = chunks_[a.chunk];
     GptModel& m = *c.model;
     const std::size_t n = m.boundary_elements();
@@ -107,7 +107,7 @@ double Trainer::run_schedule(int step, float dloss) {
     // receive above: free once the previous virtual stage has posted the
     // receive of what was last sent from it (the lists name the buffer so
     // that this wait is the one they were replayed with).
-    const int send_buffer = pcomm_.first_virtual(a.chunk) ? -1 : send_pool_.of(a, slot);
+    const int send_buffer = pcomm_.first_virtual(a.chunk) ? -1 : plan_.send_pool.of(a, slot);
     if (send_buffer >= 0) {
       ScopedTimer timer(times_.comm);
       pcomm_.wait(input_grad_sends_[std::size_t(send_buffer)]);

@@ -6,9 +6,7 @@
 #include "core/timer.hpp"
 #include "model/gpt_params.hpp"
 #include "optim/clip.hpp"
-#include "optim/schedule.hpp"
-#include "parallel/pipeline/schedule_costs.hpp"
-#include "parallel/pipeline/schedule_sim.hpp"
+#include "optim/lr_schedule.hpp"
 #include "train/pipedream_runner.hpp"
 #include "train/profile.hpp"
 
@@ -26,36 +24,24 @@ Trainer::Trainer(const Deck& deck, Grid& grid, ComputeBackend& backend, MemoryLe
       schedule_(deck.parallel.schedule),
       micro_batches_(deck.train.batch / (grid.shape().dp * deck.train.micro_batch)),
       pcomm_(grid.pipeline(), grid.pipeline_grads(), backend, deck.parallel.virtual_stages,
-             v_placement(schedule_)),
+             places_chunks_in_v(schedule_)),
       weights_(precision_dtype(deck.precision.dtype)),
       grads_(precision_dtype(deck.precision.reduce_dtype)) {
   if (deck.precision.dtype == Precision::fp16) {
     const auto& p = deck.precision;
     scaler_.emplace(LossScalerConfig{p.initial_scale, p.growth_interval, p.hysteresis, p.min_scale});
   }
-  const int v = deck.parallel.virtual_stages, p = grid.shape().pp, s = grid.coord().pp;
-  choose_partition(ledger);
-  const bool split = splits_backward(schedule_) && p > 1;
-  const ZeroBubbleCosts costs = split ? zero_bubble_costs(deck, grid.shape(), partition_) : ZeroBubbleCosts{};
-  if (split) {
-    const auto lists = zero_bubble_schedule(schedule_, p, micro_batches_, costs);
-    actions_ = lists[std::size_t(s)];
-    list_bubble_ = replayed_bubble(lists, int(costs.f.size()) / p, v_placement(schedule_), costs);
-  } else {
-    actions_ = build_schedule(schedule_, p, s, micro_batches_, v);
-  }
-  std::vector<bool> sends;
-  for (int c = 0; c < v; ++c) sends.push_back(!pcomm_.first_virtual(c));
-  send_pool_ = send_buffer_pool(actions_, sends);
-  input_grad_sends_.resize(std::size_t(send_pool_.size));
-  chunks_.resize(v);
-  for (int c = 0; c < v; ++c) {
-    ModelChunk& ch = chunks_[c];
-    ch.virtual_stage = virtual_stage_of(v_placement(schedule_), p, s, c);
-    const int vs = ch.virtual_stage, V = p * v;
-    ch.spec = StageSpec{partition_[vs], partition_[vs + 1] - partition_[vs], vs == 0, vs == V - 1};
-    build_chunk(ch, ledger, activation_slots(actions_, c), max_pending_weights(actions_, c),
-                c == 0 ? send_pool_.size : 0);
+  // The stage plan (partition -> stage costs -> schedule -> slots -> send
+  // pool): make_stage_plan, the one `trident estimate` and `plan` count with.
+  plan_ = make_stage_plan(deck, grid.shape(), grid.coord().pp, partition_costs());
+  input_grad_sends_.resize(std::size_t(plan_.send_pool.size));
+  chunks_.resize(plan_.chunks.size());
+  for (std::size_t c = 0; c < chunks_.size(); ++c) {
+    const ChunkPlan& planned = plan_.chunks[c];
+    chunks_[c].virtual_stage = planned.virtual_stage;
+    chunks_[c].spec = planned.spec;
+    build_chunk(chunks_[c], ledger, planned.activation_slots, planned.weight_buffers,
+                c == 0 ? plan_.send_pool.size : 0);
   }
   if (schedule_ == ScheduleKind::pipedream) pipedream_ = std::make_unique<PipedreamRunner>(*this, ledger);
   const std::size_t bt = std::size_t(deck.train.micro_batch) * deck.model.seq_len;
@@ -65,26 +51,11 @@ Trainer::Trainer(const Deck& deck, Grid& grid, ComputeBackend& backend, MemoryLe
 
 Trainer::~Trainer() = default;
 
-void Trainer::choose_partition(MemoryLedger& ledger) {
-  const auto& m = deck_.model;
-  const int V = grid_.shape().pp * deck_.parallel.virtual_stages;
-  const PartitionMethod how = deck_.parallel.partition;
-  StageCosts costs;
-  if (how == PartitionMethod::profile) {
-    costs = profile_stage_costs(deck_, grid_, backend_);
-  } else {  // parameter counts (uniform uses them only for the printed prediction)
-    const TensorTable whole = build_gpt_param_table(m);
-    costs.block.assign(m.layers, 0.0);
-    for (const TensorInfo& t : whole.tensors()) {
-      if (t.layer >= 0) costs.block[t.layer] += double(t.numel);
-      else if (t.name == "lnf.w" || t.name == "lnf.b") costs.last += double(t.numel);
-      else costs.first += double(t.numel);
-    }
-  }
-  partition_ = how == PartitionMethod::uniform ? partition_uniform(m.layers, V)
-                                               : partition_min_max(costs, V);
-  predicted_costs_ = stage_costs(costs, partition_);
-  (void)ledger;
+StageCosts Trainer::partition_costs() {
+  // Parameter counts also under uniform: they give the printed prediction.
+  if (deck_.parallel.partition == PartitionMethod::profile)
+    return profile_stage_costs(deck_, grid_, backend_);
+  return parameter_stage_costs(deck_.model);
 }
 
 void Trainer::build_chunk(ModelChunk& ch, MemoryLedger& ledger, int slots, int weight_buffers,
@@ -139,7 +110,7 @@ void Trainer::sum_tied_embedding() {
   // The first and last stages hold copies of the token embedding: their
   // gradients (each stage's own contribution) are summed so both stay equal.
   // In a V both are chunks of rank 0: summed there, no message.
-  if (v_placement(schedule_)) {
+  if (places_chunks_in_v(schedule_)) {
     if (grid_.coord().pp == 0)
       sum_tied_grads_locally(*chunks_.front().engine, *chunks_.back().engine, backend_);
     return;

@@ -19,6 +19,7 @@
 #include "parallel/pipeline/partition.hpp"
 #include "parallel/pipeline/pipeline_comm.hpp"
 #include "parallel/pipeline/schedule.hpp"
+#include "parallel/pipeline/stage_plan.hpp"
 #include "train/trace.hpp"
 
 namespace trident {
@@ -73,12 +74,14 @@ class Trainer {
   GptModel& model() { return *chunks_.front().model; }
   GradEngine& engine() { return *chunks_.front().engine; }
   std::vector<ModelChunk>& chunks() { return chunks_; }
-  const Partition& partition() const { return partition_; }
-  const std::vector<double>& predicted_stage_costs() const { return predicted_costs_; }
+  // What this rank runs and allocates, as `trident estimate` counts it.
+  const StagePlan& plan() const { return plan_; }
+  const Partition& partition() const { return plan_.partition; }
+  const std::vector<double>& predicted_stage_costs() const { return plan_.stage_costs; }
   ScheduleKind schedule() const { return schedule_; }
   // Zero bubble: the idle share of this step's lists replayed with the costs
   // they were built from (FLOPs), where the theory uses unit costs; else -1.
-  double list_bubble() const { return list_bubble_; }
+  double list_bubble() const { return plan_.list_bubble; }
   ComputeBackend& backend() { return backend_; }
   int micro_batches() const { return micro_batches_; }
   // Optimizer steps taken (the same on every rank that updates; 0 where none
@@ -107,7 +110,7 @@ class Trainer {
   // send_buffers: the rank's pool, held by its first chunk.
   void build_chunk(ModelChunk& c, MemoryLedger& ledger, int slots, int weight_buffers,
                    int send_buffers);
-  void choose_partition(MemoryLedger& ledger);
+  StageCosts partition_costs();  // what the deck's partitioner balances
   void load(const TokenDataset& data, std::uint64_t first_window);
   double run_schedule(int step, float dloss);  // returns this rank's loss sum
   int acquire_slot(ModelChunk& c, int mb, int assigned);
@@ -124,11 +127,7 @@ class Trainer {
   TraceRecorder* trace_;
   ScheduleKind schedule_;
   int micro_batches_;
-  Partition partition_;  // over virtual stages
-  std::vector<double> predicted_costs_;
-  double list_bubble_ = -1;
-  std::vector<PipelineAction> actions_;
-  SendBufferPool send_pool_;               // the input gradients' send buffers
+  StagePlan plan_;  // partition, actions, slots, W buffers, send pool
   std::vector<Request> input_grad_sends_;  // per send buffer: the send still reading it
   PipelineComm pcomm_;
   std::vector<ModelChunk> chunks_;

@@ -3,7 +3,9 @@
 // different numbers of micro-batches in flight at each stage, PipeDream
 // stashes fewer weights further down and keeps the tied embedding's gradients
 // in flight at the last stage, and the last stage holds the head. The
-// planner's memory for a CPU host is the fullest of these. Run with 4 ranks.
+// planner's memory for a CPU host is the fullest of these. The trainer's
+// stage plan is make_stage_plan's, the one the estimator counts from, and the
+// trainer allocates what the plan says. Run with 4 ranks.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -11,6 +13,7 @@
 
 #include "io/deck.hpp"
 #include "io/token_shard.hpp"
+#include "parallel/pipeline/stage_plan.hpp"
 #include "plan/estimate.hpp"
 #include "support/test_support.hpp"
 #include "train/trainer.hpp"
@@ -24,6 +27,37 @@ namespace {
 const std::string& shard_dir() {
   static const std::string dir = trident::testing::rank_shard_dir("estimate_stages", 40000);
   return dir;
+}
+
+// The trainer's plan is the estimator's (parameter partition), and its
+// chunks hold the slots and W buffers the plan names.
+void expect_trainer_allocates_its_plan(Trainer& tr, const Deck& d, const GridShape& shape,
+                                       int pipe_rank, const std::string& what) {
+  const StagePlan estimated = make_stage_plan(d, shape, pipe_rank, parameter_stage_costs(d.model));
+  const StagePlan& trained = tr.plan();
+  EXPECT_TRUE(trained == estimated) << what << ": the trainer's plan differs from the estimator's";
+  ASSERT_EQ(tr.chunks().size(), trained.chunks.size()) << what;
+  int send_buffers = 0;
+  for (std::size_t c = 0; c < trained.chunks.size(); ++c) {
+    const ModelChunk& ch = tr.chunks()[c];
+    const ChunkPlan& planned = trained.chunks[c];
+    EXPECT_EQ(ch.virtual_stage, planned.virtual_stage) << what << " chunk " << c;
+    EXPECT_TRUE(ch.spec == planned.spec) << what << " chunk " << c;
+    EXPECT_EQ(int(ch.busy.size()), planned.activation_slots) << what << " chunk " << c;
+    EXPECT_EQ(int(ch.buffer_busy.size()), planned.weight_buffers) << what << " chunk " << c;
+    if (planned.sends_input_grad) send_buffers += planned.activation_slots;
+  }
+  // The pool: the buffers the zero-bubble lists name, else one per slot of
+  // each chunk that sends.
+  int named = 0;
+  for (const PipelineAction& a : trained.actions) named = std::max(named, a.send_buffer + 1);
+  EXPECT_EQ(trained.send_pool.size, trained.send_pool.first.empty() ? named : send_buffers) << what;
+  for (int zero = 0; zero <= 3; ++zero) {
+    const MemoryEstimate by_rank = estimate_memory(d, shape, zero, pipe_rank);
+    const MemoryEstimate by_plan = estimate_memory(d, shape, zero, trained);
+    for (int c = 0; c < kMemCategories; ++c)
+      EXPECT_EQ(by_rank.bytes[c], by_plan.bytes[c]) << what << " zero " << zero << " category " << c;
+  }
 }
 
 // Two steps of the layout on `ranks` ranks; each data-rank-0 rank checks its
@@ -44,6 +78,7 @@ void expect_estimate_at_every_stage(int ranks, const std::vector<std::string>& s
     MemoryLedger ledger;
     TokenDataset data(d.data.train, d.model.seq_len, "data.train");
     Trainer tr(d, grid, *be, ledger, data, nullptr);
+    expect_trainer_allocates_its_plan(tr, d, shape, grid.coord().pp, fmt::format("{}", fmt::join(sets, " ")));
     for (int s = 0; s < 2; ++s) tr.step(s);
     if (grid.coord().dp == 0 && grid.coord().tp == 0) {
       const MemoryEstimate e = estimate_memory(d, shape, d.zero.stage, grid.coord().pp);
@@ -69,6 +104,8 @@ TEST(EstimateStages, EveryPipelineRankAllocatesItsEstimate) {
   for (const char* schedule : {"1f1b", "gpipe", "pipedream", "zb-h1"})
     expect_estimate_at_every_stage(4, {"parallel.pp=4", fmt::format("parallel.schedule=\"{}\"",
                                                                     schedule)});
+  expect_estimate_at_every_stage(4, {"parallel.pp=4", "parallel.schedule=\"zb-h1\"",
+                                     "parallel.partition=\"parameters\""});
   for (const char* schedule : {"interleaved", "zb-v"})
     expect_estimate_at_every_stage(2, {"parallel.pp=2", "parallel.virtual_stages=2",
                                        fmt::format("parallel.schedule=\"{}\"", schedule)});

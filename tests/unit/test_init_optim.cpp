@@ -13,7 +13,7 @@
 #include "model/param_table.hpp"
 #include "optim/adamw.hpp"
 #include "optim/clip.hpp"
-#include "optim/schedule.hpp"
+#include "optim/lr_schedule.hpp"
 
 using namespace trident;
 

@@ -120,7 +120,7 @@ double theoretical_bubble(ScheduleKind kind, int p, int m, int v) {
     case ScheduleKind::zb_v: {
       const ZeroBubbleCosts unit = unit_costs(kind, p, m);
       const auto all = zero_bubble_schedule(kind, p, m, unit);
-      return replayed_bubble(all, v_placement(kind) ? 2 : 1, v_placement(kind), unit);
+      return replayed_bubble(all, places_chunks_in_v(kind) ? 2 : 1, places_chunks_in_v(kind), unit);
     }
     case ScheduleKind::naive: return double(p - 1) / p;  // one stage busy at a time
     case ScheduleKind::interleaved: return double(p - 1) / (double(v) * m + p - 1);

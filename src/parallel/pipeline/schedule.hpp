@@ -29,10 +29,10 @@
 
 namespace trident {
 
-// zb-v's V placement: chunk 0 of rank s is virtual stage s, chunk 1 is
-// 2p - 1 - s, so the embedding and the head share rank 0. Elsewhere chunk c
-// of rank s is virtual stage c * p + s.
-inline bool v_placement(ScheduleKind k) { return k == ScheduleKind::zb_v; }
+// Whether the schedule places a rank's two chunks in a V (zb-v): chunk 0 of
+// rank s is virtual stage s, chunk 1 is 2p - 1 - s, so the embedding and the
+// head share rank 0. Elsewhere chunk c of rank s is virtual stage c * p + s.
+inline bool places_chunks_in_v(ScheduleKind k) { return k == ScheduleKind::zb_v; }
 inline int virtual_stage_of(bool v_shape, int stages, int stage, int chunk) {
   return v_shape && chunk == 1 ? 2 * stages - 1 - stage : chunk * stages + stage;
 }
@@ -59,6 +59,7 @@ struct PipelineAction {
   // from it (on the previous virtual stage) has posted its receive.
   int send_buffer = -1;
   bool frees_slot() const { return !forward && part != BackwardPart::input; }
+  bool operator==(const PipelineAction&) const = default;
 };
 
 // What the zero-bubble lists are built from (Qi et al. 2024, section 3: the
@@ -122,6 +123,7 @@ struct SendBufferPool {
   int of(const PipelineAction& a, int slot) const {
     return first.empty() ? a.send_buffer : first[std::size_t(a.chunk)] + slot;
   }
+  bool operator==(const SendBufferPool&) const = default;
 };
 SendBufferPool send_buffer_pool(const std::vector<PipelineAction>& actions,
                                 const std::vector<bool>& sends);

@@ -1,5 +1,7 @@
 #include "parallel/pipeline/schedule_costs.hpp"
 
+#include <algorithm>
+
 #include "model/gpt.hpp"
 
 namespace trident {
@@ -15,6 +17,26 @@ StageSpec spec_of(const Partition& part, int vs) {
 }
 
 }  // namespace
+
+// The paper's unit costs and the budgets each schedule states (schedule.hpp).
+ZeroBubbleCosts unit_costs(ScheduleKind kind, int p, int) {
+  const int chunks = places_chunks_in_v(kind) ? 2 : 1, V = p * chunks;
+  ZeroBubbleCosts c;
+  c.send_bytes = kUnitSendBuffer;
+  c.f.assign(V, 1.0), c.b.assign(V, 1.0), c.w.assign(V, 1.0);
+  c.slot_bytes.assign(V, 1.0 / chunks), c.w_bytes.assign(V, kUnitWeightBuffer / chunks);
+  const std::vector<double> one_f_one_b(p, 1.0);
+  for (int s = 0; s < p; ++s) c.budget.push_back(zero_bubble_budget(kind, s, one_f_one_b));
+  return c;
+}
+
+double zero_bubble_budget(ScheduleKind kind, int s, const std::vector<double>& slot) {
+  const int p = int(slot.size());
+  if (kind != ScheduleKind::zb_h1 && kind != ScheduleKind::zb_v) return 0;
+  double peak = 0;
+  for (int r = 0; r < p; ++r) peak = std::max(peak, (p - r) * slot[r]);
+  return kZeroBubbleSlack * peak;
+}
 
 double slot_bytes(const Deck& deck, const GridShape& shape, const StageSpec& spec) {
   const GptConfig& m = deck.model;

@@ -124,7 +124,7 @@ std::string message_order_problem(const std::vector<std::vector<PipelineAction>>
 }
 
 std::string validate_schedule(ScheduleKind kind, int p, int m, int v) {
-  const bool v_shape = v_placement(kind);
+  const bool v_shape = places_chunks_in_v(kind);
   if (v_shape) v = 2;
   std::vector<std::vector<PipelineAction>> ranks;
   // (direction, receiving virtual stage, micro-batch) -> sends minus receives

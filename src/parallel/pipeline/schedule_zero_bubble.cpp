@@ -71,161 +71,198 @@ double pool_bytes(const Rank& r, const ZeroBubbleCosts& c) {
 // V - vs, slots kept `reserve` bytes below the budget, send buffers grown as
 // B needs them or one with each slot of a chunk that sends (as many as
 // micro-batches that may be sending, which spares B their waits).
-Outcome simulate(ScheduleKind kind, int p, int m, const ZeroBubbleCosts& c, int cap_extra,
-                 double reserve_w, bool alternate, bool send_buffer_per_slot) {
-  const bool v_shape = v_placement(kind);
-  const int chunks = v_shape ? 2 : 1, V = p * chunks;
-  std::vector<std::vector<double>> f_done(V, std::vector<double>(m, kNever)), b_done = f_done,
-                                   b_start = f_done, w_done = f_done;
+struct Candidate {
+  int cap_extra = 0;
+  double reserve_w = 0;
+  bool alternate = false;
+  bool send_buffer_per_slot = false;
+};
+
+// Every rank list-scheduled at once: at each time some rank is free, it runs
+// a B, an F or a pending W (see the top of the file).
+class Simulation {
+ public:
+  Simulation(ScheduleKind kind, int p, int m, const ZeroBubbleCosts& c, const Candidate& how)
+      : p_(p), m_(m), c_(c), how_(how), v_shape_(places_chunks_in_v(kind)),
+        chunks_(v_shape_ ? 2 : 1), V_(p * chunks_),
+        f_done_(V_, std::vector<double>(m, kNever)), b_done_(f_done_), b_start_(f_done_),
+        w_done_(f_done_), ranks_(p) {
+    for (int s = 0; s < p; ++s) {
+      Rank& r = ranks_[s];
+      r.budget = c.budget.empty() || c.budget[s] <= 0 ? kNever : c.budget[s];
+      r.reserve = how.reserve_w;
+      for (int ch = 0; ch < chunks_; ++ch) {
+        Chunk k;
+        k.vs = virtual_stage_of(v_shape_, p, s, ch);
+        const int bound = in_flight_bound(kind, p, s, m);
+        k.cap = std::min(bound > 0 ? bound : m, V_ - k.vs + how.cap_extra);
+        if (k.vs > 0 && (r.sent.empty() || how.send_buffer_per_slot)) r.sent.push_back({-1, -1});
+        r.chunks.push_back(k);
+      }
+    }
+  }
+
+  // The lists, or none where the candidate gets stuck (nobody can move).
+  Outcome run() {
+    std::size_t left = std::size_t(V_) * m_;  // slots still to free
+    double t = 0;
+    while (left > 0) {
+      for (Rank& r : ranks_)
+        if (r.free_at <= t) left -= run_next(r, t);
+      double next = kNever;
+      for (const Rank& r : ranks_)
+        if (r.free_at > t) next = std::min(next, r.free_at);
+      if (next == kNever) return {};  // nobody can move: this candidate is infeasible
+      t = next;
+    }
+    Outcome o;
+    o.makespan = 0;
+    for (Rank& r : ranks_) {
+      o.makespan = std::max(o.makespan, r.free_at);
+      o.ranks.push_back(std::move(r.actions));
+    }
+    return o;
+  }
+
+ private:
   // The first slot of chunk k that is free at t (its W done), -1: none.
-  auto free_slot = [&](const Chunk& k, double t) {
+  int free_slot(const Chunk& k, double t) const {
     for (std::size_t i = 0; i < k.occupant.size(); ++i) {
       const int mb = k.occupant[i];
-      if (mb < 0 || w_done[k.vs][mb] <= t) return int(i);
+      if (mb < 0 || w_done_[k.vs][mb] <= t) return int(i);
     }
     return -1;
-  };
+  }
   // The first send buffer of rank r free at t for chunk k's next B (its
   // gradient's receiving B started, or that B is this one: a B receives
   // before it waits for its send buffer), -1: none.
-  auto free_send_buffer = [&](const Rank& r, const Chunk& k, double t) {
+  int free_send_buffer(const Rank& r, const Chunk& k, double t) const {
     for (std::size_t i = 0; i < r.sent.size(); ++i) {
       const auto [vs, mb] = r.sent[i];
-      if (vs < 0 || b_start[vs - 1][mb] <= t || (vs - 1 == k.vs && mb == k.nb)) return int(i);
+      if (vs < 0 || b_start_[vs - 1][mb] <= t || (vs - 1 == k.vs && mb == k.nb)) return int(i);
     }
     return -1;
-  };
-  std::vector<Rank> ranks(p);
-  for (int s = 0; s < p; ++s) {
-    Rank& r = ranks[s];
-    r.budget = c.budget.empty() || c.budget[s] <= 0 ? kNever : c.budget[s];
-    r.reserve = reserve_w;
-    for (int ch = 0; ch < chunks; ++ch) {
-      Chunk k;
-      k.vs = virtual_stage_of(v_shape, p, s, ch);
-      const int bound = in_flight_bound(kind, p, s, m);
-      k.cap = std::min(bound > 0 ? bound : m, V - k.vs + cap_extra);
-      if (k.vs > 0 && (r.sent.empty() || send_buffer_per_slot)) r.sent.push_back({-1, -1});
-      r.chunks.push_back(k);
+  }
+  bool fits(const Rank& r, double more, double room) const {
+    return pool_bytes(r, c_) + more <= room * (1 + 1e-12);
+  }
+
+  // B: the lowest micro-batch whose gradient is here, the later virtual stage first.
+  Chunk* next_backward(Rank& r, double t) {
+    Chunk* b = nullptr;
+    const bool send_buffer_room = fits(r, c_.send_bytes, r.budget);
+    for (Chunk& k : r.chunks) {
+      if (k.nb >= k.nf || (k.vs < V_ - 1 && b_done_[k.vs + 1][k.nb] > t)) continue;
+      if (k.vs > 0 && free_send_buffer(r, k, t) < 0 && !send_buffer_room) continue;
+      if (!b || k.nb < b->nb || (k.nb == b->nb && k.vs > b->vs)) b = &k;
     }
+    return b;
   }
-  std::size_t left = std::size_t(V) * m;  // slots still to free
-  double t = 0;
-  auto fits = [&](const Rank& r, double more, double room) {
-    return pool_bytes(r, c) + more <= room * (1 + 1e-12);
-  };
-  while (left > 0) {
-    for (int s = 0; s < p; ++s) {
-      Rank& r = ranks[s];
-      if (r.free_at > t) continue;
-      // B: the lowest micro-batch whose gradient is here, the later virtual stage first.
-      Chunk *b = nullptr, *f = nullptr;
-      const bool send_buffer_room = fits(r, c.send_bytes, r.budget);
-      for (Chunk& k : r.chunks) {
-        if (k.nb >= k.nf || (k.vs < V - 1 && b_done[k.vs + 1][k.nb] > t)) continue;
-        if (k.vs > 0 && free_send_buffer(r, k, t) < 0 && !send_buffer_room) continue;
-        if (!b || k.nb < b->nb || (k.nb == b->nb && k.vs > b->vs)) b = &k;
-      }
-      // F: the lowest micro-batch whose input is here and whose slot fits.
-      for (Chunk& k : r.chunks) {
-        if (k.nf >= m || k.live >= k.cap || (k.vs > 0 && f_done[k.vs - 1][k.nf] > t)) continue;
-        const double more =
-            c.slot_bytes[k.vs] + (send_buffer_per_slot && k.vs > 0 ? c.send_bytes : 0);
-        if (free_slot(k, t) < 0 && !fits(r, more, r.budget - r.reserve)) continue;
-        if (!f || k.nf < f->nf || (k.nf == f->nf && k.vs > f->vs)) f = &k;
-      }
-      if (b && f && alternate && r.after_b) b = nullptr;
-      PipelineAction a;
-      double dur = 0;
-      if (b) {
-        Chunk& k = *b;
-        const int ch = int(&k - r.chunks.data());
-        int buffer = -1;
-        if (k.vs > 0) {
-          buffer = free_send_buffer(r, k, t);
-          if (buffer < 0) {
-            buffer = int(r.sent.size());
-            r.sent.push_back({-1, -1});
-          }
-          r.sent[std::size_t(buffer)] = {k.vs, k.nb};
-        }
-        const bool split = k.pending < k.buffers || fits(r, c.w_bytes[k.vs], r.budget);
-        a = {false, k.nb, ch, split ? BackwardPart::input : BackwardPart::both, -1, buffer};
-        dur = c.b[k.vs] + (split ? 0 : c.w[k.vs]);
-        b_start[k.vs][k.nb] = t;
-        b_done[k.vs][k.nb] = t + dur;
-        if (split) {
-          k.buffers = std::max(k.buffers, ++k.pending);
-          r.waiting_w.push_back({ch, k.nb});
-        } else {
-          w_done[k.vs][k.nb] = t + dur;
-          --k.live, --left;
-        }
-        ++k.nb;
-      } else if (f) {
-        Chunk& k = *f;
-        int slot = free_slot(k, t);
-        if (slot < 0) {
-          slot = int(k.occupant.size());
-          k.occupant.push_back(-1);
-          if (send_buffer_per_slot && k.vs > 0) r.sent.push_back({-1, -1});
-        }
-        k.occupant[std::size_t(slot)] = k.nf;
-        a = {true, k.nf, int(&k - r.chunks.data()), BackwardPart::both, slot};
-        dur = c.f[k.vs];
-        f_done[k.vs][k.nf] = t + dur;
-        ++k.live;
-        ++k.nf;
-      } else if (!r.waiting_w.empty()) {
-        auto [ch, mb] = r.waiting_w.front();
-        r.waiting_w.pop_front();
-        Chunk& k = r.chunks[ch];
-        a = {false, mb, ch, BackwardPart::weights};
-        dur = c.w[k.vs];
-        w_done[k.vs][mb] = t + dur;
-        --k.pending, --k.live, --left;
-      } else {
-        continue;
-      }
-      if (!a.forward || a.part != BackwardPart::weights) r.after_b = !a.forward;
-      r.actions.push_back(a);
-      r.free_at = t + dur;
+  // F: the lowest micro-batch whose input is here and whose slot fits.
+  Chunk* next_forward(Rank& r, double t) {
+    Chunk* f = nullptr;
+    for (Chunk& k : r.chunks) {
+      if (k.nf >= m_ || k.live >= k.cap || (k.vs > 0 && f_done_[k.vs - 1][k.nf] > t)) continue;
+      const double more =
+          c_.slot_bytes[k.vs] + (how_.send_buffer_per_slot && k.vs > 0 ? c_.send_bytes : 0);
+      if (free_slot(k, t) < 0 && !fits(r, more, r.budget - r.reserve)) continue;
+      if (!f || k.nf < f->nf || (k.nf == f->nf && k.vs > f->vs)) f = &k;
     }
-    double next = kNever;
-    for (const Rank& r : ranks)
-      if (r.free_at > t) next = std::min(next, r.free_at);
-    if (next == kNever) return {};  // nobody can move: this candidate is infeasible
-    t = next;
+    return f;
   }
-  Outcome o;
-  o.makespan = 0;
-  for (Rank& r : ranks) {
-    o.makespan = std::max(o.makespan, r.free_at);
-    o.ranks.push_back(std::move(r.actions));
+
+  // Runs r's next pass at t, if any; returns the slots it freed (0 or 1).
+  int run_next(Rank& r, double t) {
+    Chunk* b = next_backward(r, t);
+    Chunk* f = next_forward(r, t);
+    if (b && f && how_.alternate && r.after_b) b = nullptr;
+    PipelineAction a;
+    double dur = 0;
+    int freed = 0;
+    if (b) {
+      freed = run_backward(r, *b, t, a, dur);
+    } else if (f) {
+      run_forward(r, *f, t, a, dur);
+    } else if (!r.waiting_w.empty()) {
+      run_weights(r, t, a, dur);
+      freed = 1;
+    } else {
+      return 0;
+    }
+    if (!a.forward || a.part != BackwardPart::weights) r.after_b = !a.forward;
+    r.actions.push_back(a);
+    r.free_at = t + dur;
+    return freed;
   }
-  return o;
-}
+
+  // B into a free send buffer (or a new one), split from its W where a W
+  // buffer is free or fits, else fused with it.
+  int run_backward(Rank& r, Chunk& k, double t, PipelineAction& a, double& dur) {
+    const int ch = int(&k - r.chunks.data());
+    int buffer = -1;
+    if (k.vs > 0) {
+      buffer = free_send_buffer(r, k, t);
+      if (buffer < 0) {
+        buffer = int(r.sent.size());
+        r.sent.push_back({-1, -1});
+      }
+      r.sent[std::size_t(buffer)] = {k.vs, k.nb};
+    }
+    const bool split = k.pending < k.buffers || fits(r, c_.w_bytes[k.vs], r.budget);
+    a = {false, k.nb, ch, split ? BackwardPart::input : BackwardPart::both, -1, buffer};
+    dur = c_.b[k.vs] + (split ? 0 : c_.w[k.vs]);
+    b_start_[k.vs][k.nb] = t;
+    b_done_[k.vs][k.nb] = t + dur;
+    int freed = 0;
+    if (split) {
+      k.buffers = std::max(k.buffers, ++k.pending);
+      r.waiting_w.push_back({ch, k.nb});
+    } else {
+      w_done_[k.vs][k.nb] = t + dur;
+      --k.live, freed = 1;
+    }
+    ++k.nb;
+    return freed;
+  }
+
+  // F into a free slot (or a new one, with its send buffer where they pair).
+  void run_forward(Rank& r, Chunk& k, double t, PipelineAction& a, double& dur) {
+    int slot = free_slot(k, t);
+    if (slot < 0) {
+      slot = int(k.occupant.size());
+      k.occupant.push_back(-1);
+      if (how_.send_buffer_per_slot && k.vs > 0) r.sent.push_back({-1, -1});
+    }
+    k.occupant[std::size_t(slot)] = k.nf;
+    a = {true, k.nf, int(&k - r.chunks.data()), BackwardPart::both, slot};
+    dur = c_.f[k.vs];
+    f_done_[k.vs][k.nf] = t + dur;
+    ++k.live;
+    ++k.nf;
+  }
+
+  // The oldest pending W: its buffer and its slot free again.
+  void run_weights(Rank& r, double t, PipelineAction& a, double& dur) {
+    auto [ch, mb] = r.waiting_w.front();
+    r.waiting_w.pop_front();
+    Chunk& k = r.chunks[ch];
+    a = {false, mb, ch, BackwardPart::weights};
+    dur = c_.w[k.vs];
+    w_done_[k.vs][mb] = t + dur;
+    --k.pending, --k.live;
+  }
+
+  int p_, m_;
+  const ZeroBubbleCosts& c_;
+  Candidate how_;
+  bool v_shape_;
+  int chunks_, V_;
+  // Per (virtual stage, micro-batch): when its F, B and W ended and its B started.
+  std::vector<std::vector<double>> f_done_, b_done_, b_start_, w_done_;
+  std::vector<Rank> ranks_;
+};
 
 }  // namespace
-
-ZeroBubbleCosts unit_costs(ScheduleKind kind, int p, int) {
-  const int chunks = v_placement(kind) ? 2 : 1, V = p * chunks;
-  ZeroBubbleCosts c;
-  c.send_bytes = kUnitSendBuffer;
-  c.f.assign(V, 1.0), c.b.assign(V, 1.0), c.w.assign(V, 1.0);
-  c.slot_bytes.assign(V, 1.0 / chunks), c.w_bytes.assign(V, kUnitWeightBuffer / chunks);
-  const std::vector<double> one_f_one_b(p, 1.0);
-  for (int s = 0; s < p; ++s) c.budget.push_back(zero_bubble_budget(kind, s, one_f_one_b));
-  return c;
-}
-
-double zero_bubble_budget(ScheduleKind kind, int s, const std::vector<double>& slot) {
-  const int p = int(slot.size());
-  if (kind != ScheduleKind::zb_h1 && kind != ScheduleKind::zb_v) return 0;
-  double peak = 0;
-  for (int r = 0; r < p; ++r) peak = std::max(peak, (p - r) * slot[r]);
-  return kZeroBubbleSlack * peak;
-}
 
 std::vector<std::vector<PipelineAction>> zero_bubble_schedule(ScheduleKind kind, int p, int m,
                                                               const ZeroBubbleCosts& c) {
@@ -236,7 +273,7 @@ std::vector<std::vector<PipelineAction>> zero_bubble_schedule(ScheduleKind kind,
   // when run with them: every candidate is timed with `c`.
   ZeroBubbleCosts equal = c;
   for (auto* d : {&equal.f, &equal.b, &equal.w}) d->assign(d->size(), 1.0);
-  const bool v_shape = v_placement(kind);
+  const bool v_shape = places_chunks_in_v(kind);
   const bool same = equal.f == c.f && equal.b == c.b && equal.w == c.w;
   const ZeroBubbleCosts* timings[] = {&c, &equal};
   Outcome best;
@@ -246,7 +283,9 @@ std::vector<std::vector<PipelineAction>> zero_bubble_schedule(ScheduleKind kind,
         for (bool alternate : {false, true})
           for (bool per_slot : {false, true}) {
             if (per_slot && c.send_bytes == 0) continue;  // no waits for buffers either way
-            Outcome o = simulate(kind, p, m, *timing, extra, reserve * w_max, alternate, per_slot);
+            Outcome o = Simulation(kind, p, m, *timing,
+                                   Candidate{extra, reserve * w_max, alternate, per_slot})
+                            .run();
             if (o.ranks.empty()) continue;
             o.makespan = replay_schedule(o.ranks, v_shape ? 2 : 1, v_shape, &c).time;
             if (o.makespan < best.makespan * (1 - 1e-9)) best = std::move(o);

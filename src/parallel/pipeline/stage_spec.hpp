@@ -10,6 +10,7 @@ struct StageSpec {
   bool embedding = true;
   bool head = true;
   int blocks(int layers) const { return num_blocks < 0 ? layers - first_block : num_blocks; }
+  bool operator==(const StageSpec&) const = default;
 };
 
 }  // namespace trident

@@ -1,0 +1,242 @@
+#include "plan/cost_terms.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include "plan/cost_model.hpp"
+#include "parallel/pipeline/schedule.hpp"
+
+namespace trident {
+namespace {
+
+// Element-wise kernels (norms, GELU, softmax, dropout, residuals) move about
+// this many bytes per byte of activations the layer keeps (fitted, as the curve).
+constexpr double kTrafficPerSavedByte = 2.0;
+
+// Ring collectives (nccl-tests' bus bandwidth): all-reduce moves 2(n-1)/n of
+// the buffer per rank, reduce-scatter and all-gather (n-1)/n, each step alpha.
+double ring(double bytes, int n, const Link& link, double efficiency, double factor) {
+  if (n <= 1 || bytes <= 0) return 0;
+  const double steps = factor * (n - 1);
+  return steps / n * bytes / (link.gbps * 1e9 * efficiency) + steps * link.latency_us * 1e-6;
+}
+
+int dtype_bytes(Precision p) { return precision_dtype(p) == DType::f32 ? 4 : 2; }
+
+Cluster as_one_rank_sees_it(const Cluster& cluster, int on_node) {
+  Cluster c = cluster;
+  if (cluster.shared_node) c.hbm_gbps /= on_node, c.nvme_gbps /= on_node;
+  return c;
+}
+
+// A shared host's element-wise rate per rank: one thread's, shared when
+// ranks outnumber cores. A rank's further threads are not counted: with
+// its GEMMs near 2x, a whole bf16 step ran only 1.4x (micro-batch 2) to
+// 1.8x (16) faster on two threads than on one on a 2-core host, so large
+// micro-batches are predicted slow.
+double elementwise_rate(const Cluster& cluster, const Cluster& c, int on_node) {
+  return cluster.elementwise_gbps > 0
+             ? cluster.elementwise_gbps * std::min(1.0, double(cluster.gpus_per_node) / on_node)
+             : c.hbm_gbps;
+}
+
+}  // namespace
+
+double StepModel::gemm(double rows, double cols, double inner, double count) const {
+  const double flops = 2 * rows * cols * inner * count;
+  return flops / (peak * c.gemm_fraction(flops, dtype));
+}
+
+StepContext::StepContext(const Deck& deck, const GridShape& shape, const Cluster& cluster,
+                         bool stored_attention)
+    : deck(deck),
+      shape(shape),
+      cluster(cluster),
+      stored_attention(stored_attention),
+      micro_batch(deck.train.micro_batch),
+      micro_batches(deck.train.batch / (shape.dp * deck.train.micro_batch)),
+      sequence_parallel(deck.parallel.sequence_parallel && shape.tp > 1),
+      w(dtype_bytes(deck.precision.dtype)),
+      g(dtype_bytes(deck.precision.reduce_dtype)),
+      on_node(cluster.shared_node ? shape.size() : 1),
+      c(as_one_rank_sees_it(cluster, on_node)),
+      sm{deck.model, c, shape.tp, w, deck.precision.dtype,
+         c.peak_tflops(deck.precision.dtype) * 1e12 / on_node, elementwise_rate(cluster, c, on_node)},
+      h(deck.model.d_model),
+      s(deck.model.seq_len),
+      tokens(double(micro_batch) * s),
+      act_bytes(c.f32_activations ? 4 : w) {}
+
+// A group inside a node rides NVLink. One spanning nodes with k members per
+// node runs k rings side by side, one per NIC (NCCL channels), so it sees k
+// NICs' bandwidth, capped by NVLink.
+Link StepContext::link_for(int span, int stride) const {
+  if (span <= c.gpus_per_node) return c.intra;
+  const int members = std::max(1, c.gpus_per_node / std::min(stride, c.gpus_per_node));
+  return Link{std::min(c.intra.gbps, members * c.inter.gbps), c.inter.latency_us};
+}
+
+double StepContext::all_reduce(double bytes, int n, const Link& l) const {
+  return ring(bytes, n, l, c.comm_efficiency, 2);
+}
+
+double StepContext::gather(double bytes, int n, const Link& l) const {
+  return ring(bytes, n, l, c.comm_efficiency, 1);
+}
+
+// One layer, one micro-batch, forward (Megatron: QKV, projection, two MLP GEMMs
+// split over tp; scores and mixing batched over the rank's heads). An
+// activation's bytes as passes and messages move it (Trident's CPU backend:
+// f32 in every precision); what element-wise passes move, and what selective
+// recompute drops: the probabilities (nothing under flash attention).
+LayerTimes layer_forward(const StepContext& x) {
+  const GptConfig& m = x.deck.model;
+  const int t = x.shape.tp;
+  const double h = x.h, s = x.s, tokens = x.tokens;
+  LayerTimes l;
+  l.gemm = x.sm.gemm(tokens, 3 * h / t, h) + x.sm.gemm(tokens, h, h / t) +
+           x.sm.gemm(tokens, 4 * h / t, h) + x.sm.gemm(tokens, h, 4 * h / t);
+  const double heads = double(x.micro_batch) * m.heads / t;
+  l.scores = 2 * x.sm.gemm(s, s, h / m.heads, heads);
+  auto layer_bytes = [&](Recompute r, int bytes) {
+    return layer_activation_bytes(m, tokens, t, x.sequence_parallel, r, false, bytes,
+                                  x.stored_attention);
+  };
+  const double moved = layer_bytes(Recompute::none, x.act_bytes);
+  const double dropped = moved - layer_bytes(Recompute::selective, x.act_bytes);
+  l.memory_bound = x.sm.elementwise_time(kTrafficPerSavedByte * moved);
+  l.rebuilt = x.sm.elementwise_time(kTrafficPerSavedByte * dropped);
+  // Two all-reduces per layer each way (Megatron section 3); SP's all-gather +
+  // reduce-scatter pairs move the same bytes (Korthikanti section 4.2.2).
+  l.tp_comm = 2 * x.all_reduce(tokens * h * x.act_bytes, t, x.link_for(t, 1));
+  return l;
+}
+
+double layer_recompute(const StepContext& x, const LayerTimes& l) {
+  const Recompute mode = x.deck.train.recompute;
+  const double forward = l.gemm + l.scores + l.memory_bound;
+  double recompute = 0;
+  if (mode == Recompute::full) recompute = forward + l.tp_comm;
+  if (mode == Recompute::selective) recompute = (x.stored_attention ? l.scores : 0) + l.rebuilt;
+  // Flash attention's backward recomputes Q K^T from the saved log-sum-exp.
+  if (!x.stored_attention) recompute += l.scores / 2;
+  return recompute;
+}
+
+// The tied head's GEMM forward and twice backward, f32 softmax cross-entropy
+// over the rank's vocabulary shard.
+LogitsTimes logits_times(const StepContext& x) {
+  const GptConfig& m = x.deck.model;
+  const int t = x.shape.tp;
+  LogitsTimes l;
+  l.gemm = 3 * x.sm.gemm(x.tokens, double(m.vocab) / t, x.h);
+  l.memory_bound = x.sm.elementwise_time(3.0 * 4 * x.tokens * m.vocab / t);
+  return l;
+}
+
+// Activations cross each chunk boundary once each way (SP: 1/tp of them).
+double pp_p2p_time(const StepContext& x) {
+  const int t = x.shape.tp, pp = x.shape.pp, v = x.deck.parallel.virtual_stages;
+  const double p2p_bytes = x.tokens * x.h * x.act_bytes / (x.sequence_parallel ? t : 1);
+  const Link link = x.link_for(2 * t * x.shape.dp, t * x.shape.dp);
+  return pp > 1 ? 2 * v * (p2p_bytes / (link.gbps * 1e9 * x.c.comm_efficiency) +
+                           link.latency_us * 1e-6)
+                : 0;
+}
+
+// Backward moves the same again; SP's also gathers the two norms' outputs
+// once more (kept for this rank's tokens only): half an all-reduce each.
+MicroBatchTimes micro_batch_times(const StepContext& x, const LayerTimes& layer) {
+  const double layers_per_rank = double(x.deck.model.layers) / x.shape.pp;
+  MicroBatchTimes mb;
+  mb.gemm = layers_per_rank * 3 * (layer.gemm + layer.scores);
+  mb.memory_bound = layers_per_rank * 3 * layer.memory_bound;
+  mb.tp_comm = layers_per_rank * (x.sequence_parallel ? 2.5 : 2.0) * layer.tp_comm;
+  mb.recompute = layers_per_rank * layer_recompute(x, layer);
+  mb.pp_p2p = pp_p2p_time(x);
+  return mb;
+}
+
+// Past its cores a shared host is bound by core time: a bubble idles cores only
+// while fewer of a pipeline's ranks are busy than it has cores, as in a
+// pipeline with one stage per core.
+double pp_bubble_time(const StepContext& x, double stage_mb, double logits) {
+  const int pp = x.shape.pp, mbs = x.micro_batches;
+  const int bubble_stages =
+      x.cluster.shared_node
+          ? std::clamp(int(std::lround(double(x.cluster.gpus_per_node) * pp / x.shape.size())), 1, pp)
+          : pp;
+  const double bubble_frac =
+      bubble_stages > 1 ? theoretical_bubble(x.deck.parallel.schedule, bubble_stages, mbs,
+                                             x.deck.parallel.virtual_stages)
+                        : 0.0;
+  const double avg_mb = stage_mb + logits / pp;
+  return bubble_frac / (1 - bubble_frac) * mbs * avg_mb;
+}
+
+// Gradients reduced over dp ranks tp apart.
+DataParallelTimes dp_comm_time(const StepContext& x, double psi, double backward_last,
+                               double last_mb) {
+  const int t = x.shape.tp, dp = x.shape.dp, zs = x.deck.zero.stage, mbs = x.micro_batches;
+  const Link dp_link = x.link_for(t * dp, t);
+  DataParallelTimes d;
+  const double reduce_grads =
+      zs == 0 ? x.all_reduce(psi * x.g, dp, dp_link) : x.gather(psi * x.g, dp, dp_link);
+  const double publish = x.gather(psi * x.w, dp, dp_link);  // the updated parameters, stages 1-2
+  if (x.cluster.shared_node) {
+    // A shared host's collectives are copies by the same cores that compute,
+    // so nothing hides them. Stages 2-3 reduce-scatter each micro-batch's
+    // gradients (their slots hold a unit, not a step's sums); stage 3 also
+    // gathers each unit for forward and again for backward.
+    d.exposed = (zs >= 2 ? mbs : 1) * reduce_grads + (zs == 1 || zs == 2 ? publish : 0);
+    if (zs == 3) d.zero3_exposed = mbs * 2 * publish;
+  } else if (zs == 0) {
+    d.exposed = std::max(0.0, reduce_grads - backward_last);
+  } else {
+    // Reduce-scatter overlaps the last backward; the all-gather of the updated
+    // 16-bit parameters follows the optimizer (ZeRO section 5).
+    d.exposed = std::max(0.0, reduce_grads - backward_last);
+    if (zs <= 2) d.exposed += publish;
+    // Stage 3 gathers each unit before its forward and backward, hidden behind
+    // the micro-batch's compute where the link keeps up.
+    if (zs == 3) d.zero3_exposed = mbs * std::max(0.0, 2 * publish - last_mb);
+  }
+  return d;
+}
+
+// AdamW touches the f32 master, both moments (read + write), the gradient and
+// writes the weight (g, w: bytes of a gradient and a weight). `x.c` is the
+// cluster as this rank sees it (a shared host's bandwidth already split).
+//   none: AdamW at the device's memory bandwidth;
+//   cpu:  the host's part (offload.ratio) at the host's bandwidth per GPU,
+//         beside the device's part; the weights come back over PCIe while the
+//         host updates (alternating staging), the gradients leave during the
+//         last backward. On a shared host nothing overlaps: the same cores
+//         also copy the gradients out and the weights back;
+//   nvme: the state's kinds read and written back at the node's NVMe rate per
+//         GPU (and over PCIe on a GPU), the update overlapped with the stream.
+double optimizer_time(const StepContext& x, double shard, double backward_last) {
+  const Cluster& c = x.c;
+  const StepModel& sm = x.sm;
+  const int g = x.g, w = x.w;
+  const double adamw_bytes = 3 * 2 * 4 + g + w;
+  const OffloadTarget home = x.deck.offload.optimizer;
+  if (home == OffloadTarget::none) return sm.bytes_time(shard * adamw_bytes);
+  const double per_gpu = c.shared_node ? 1.0 : 1.0 / c.gpus_per_node;
+  if (home == OffloadTarget::nvme) {
+    const double kinds = w == 4 ? 2 : 3;  // moments, and masters of 16-bit weights
+    const double stream = 2 * shard * kinds * 4 / (c.nvme_gbps * per_gpu * 1e9);
+    const double pcie = c.shared_node ? 0 : shard * kinds * 4 / (c.pcie_gbps * 1e9);
+    return std::max({stream, pcie, sm.bytes_time(shard * adamw_bytes)});
+  }
+  const double host = shard * x.deck.offload.ratio, device = shard - host;
+  const double on_device = sm.bytes_time(device * adamw_bytes);
+  if (c.shared_node)  // plus the gradients' host copy and the weights' way back
+    return on_device + sm.bytes_time(host * (adamw_bytes + 2 * g + 2 * w));
+  const double on_host = host * adamw_bytes / (c.host_gbps * per_gpu * 1e9);
+  const double back = host * (w == 4 ? 2 * w : w) / (c.pcie_gbps * 1e9);  // f32: over and back
+  const double grads_out = host * g / (c.pcie_gbps * 1e9);
+  return std::max({on_device, on_host, back}) + std::max(0.0, grads_out - backward_last);
+}
+
+}  // namespace trident
