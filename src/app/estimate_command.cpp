@@ -93,6 +93,9 @@ int estimate_command(const EstimateOptions& o) {
                  "context, cuBLAS and NCCL need a few GiB more)\n",
                  format_bytes(at_deck.peak()), format_bytes(at_deck.device_copies),
                  format_bytes(at_deck.device_peak()));
+    if (at_deck.checkpoint_staging > 0)
+      fmt::print("async checkpoint staging per rank in host memory: up to {} (checkpoint.async, "
+                 "staging_mb; in the process RSS above)\n", format_bytes(at_deck.checkpoint_staging));
     if (at_deck.swap > 0)
       fmt::print("swap files per rank in offload.nvme_path: {} (offload = \"nvme\")\n",
                  format_bytes(at_deck.swap));

@@ -225,7 +225,7 @@ int train(const TrainOptions& o, Communicator& boot) {
   report_phase_timers(grid, trainer.times(), wall);
   double host_offload = 0;
   for (ModelChunk& c : trainer.chunks()) host_offload += double(c.engine->host_bytes());
-  report_memory(grid, ledger, *backend, host_offload);
+  report_memory(grid, ledger, *backend, host_offload, double(checkpoints.staging_peak()));
   report_communication(grid, std::max(1, steps - first));
   report_bubble(grid, trainer, after_first);
   if (!o.trace.empty()) {
