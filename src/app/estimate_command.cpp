@@ -79,9 +79,11 @@ int estimate_command(const EstimateOptions& o) {
     // On the CPU backend the arenas are the process's memory; the rest is
     // the runtime (measured: src/plan/estimate.hpp).
     const MemoryEstimate at_deck = estimate_memory(deck, shape, deck.zero.stage);
-    const std::string host =
+    std::string host =
         at_deck.host > 0 ? fmt::format(" + offloaded to host memory {}", format_bytes(at_deck.host))
                          : "";
+    if (at_deck.checkpoint_staging > 0)
+      host += fmt::format(" + async checkpoint staging {}", format_bytes(at_deck.checkpoint_staging));
     fmt::print("\nprocess RSS (CPU backend, stage {}): arenas {}{} + runtime {} = {} (runtime: "
                "binary, MPI, oneDNN, HDF5 {} measured; MPI reduce-scatter temporaries {})\n",
                deck.zero.stage, format_bytes(at_deck.peak()), host, format_bytes(at_deck.runtime),
@@ -94,8 +96,9 @@ int estimate_command(const EstimateOptions& o) {
                  format_bytes(at_deck.peak()), format_bytes(at_deck.device_copies),
                  format_bytes(at_deck.device_peak()));
     if (at_deck.checkpoint_staging > 0)
-      fmt::print("async checkpoint staging per rank in host memory: up to {} (checkpoint.async, "
-                 "staging_mb; in the process RSS above)\n", format_bytes(at_deck.checkpoint_staging));
+      fmt::print("async checkpoint staging per rank in host memory: up to {} while a save "
+                 "drains (checkpoint.staging_mb for device and offloaded state, and as much "
+                 "copied at an optimizer step)\n", format_bytes(at_deck.checkpoint_staging));
     if (at_deck.swap > 0)
       fmt::print("swap files per rank in offload.nvme_path: {} (offload = \"nvme\")\n",
                  format_bytes(at_deck.swap));

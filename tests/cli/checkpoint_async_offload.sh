@@ -74,5 +74,20 @@ grep -q "warning: checkpoint .*/.step_000004.h5.tmp: dataset /.*injected write f
   "$work/io_error.out" || { cat "$work/io_error.out"; fail "io_error: no warning"; }
 [ "$(ls -A "$work/io_error" | xargs)" = "latest step_000008.h5 step_000012.h5" ] || fail "io_error: left $(ls -A "$work/io_error" | xargs)"
 same_files sync_3_nvme io_error 8 12
+# trident estimate counts the staging (in the process RSS), and the bound
+# shows in it: 0.1 and 0.2 MiB of staging_mb give different terms.
+staging() {  # STAGING_MB -> the estimate's staging term
+  "$bin" estimate "$dir/tiny.toml" --world 2 --set zero.stage=3 --set offload.optimizer=nvme \
+    --set offload.nvme_path="\"$work/swap\"" --set checkpoint.async=true --set checkpoint.staging_mb="$1" \
+    > "$work/estimate.out" 2>&1 || { cat "$work/estimate.out"; fail "estimate: exit $?"; }
+  grep -q "^process RSS .* + async checkpoint staging " "$work/estimate.out" ||
+    { cat "$work/estimate.out"; fail "estimate: no async staging term in the process RSS"; }
+  sed -n 's/^async checkpoint staging per rank in host memory: up to \([0-9.]* [KMG]*i*B\).*/\1/p' "$work/estimate.out"
+}
+small=$(staging 0.1) large=$(staging 0.2)
+[ -n "$small" ] && [ -n "$large" ] && [ "$small" != "$large" ] ||
+  fail "estimate: staging term $small at 0.1 MiB, $large at 0.2 MiB"
+"$bin" estimate "$dir/tiny.toml" --world 2 --set zero.stage=3 | grep -q "async checkpoint staging" &&
+  fail "estimate: an async staging term without checkpoint.async"
 echo "ok: asynchronous saves of offloaded state (cpu, nvme; ZeRO 1-3) in waves equal the synchronous" \
   "ones bit for bit; resume continues bit for bit; a failure mid-wave warns and later saves are whole"
