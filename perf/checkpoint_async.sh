@@ -12,9 +12,10 @@
 # MODEL=1b: a GPT-2-shaped model of 1.01 B parameters (18 layers, d_model
 # 2048, 16 heads) under ZeRO-3 at dp 2 with the Adam moments offloaded to a
 # swap file (offload.optimizer = "nvme"), so it fits a 23 GiB machine: fp32
-# parameters and gradients sharded (2 GB each a rank) and the moments (8 GB)
-# on disk, about 9 GiB of arenas for both ranks, against some 28 GiB for
-# ZeRO-1 and 18 GiB (before activations and gather buffers) for ZeRO-3 alone.
+# parameters and gradients sharded (1.88 GiB each a rank) and the moments
+# (3.76 GiB a rank) on disk; `trident estimate` puts a rank's RSS at 6.46 GiB
+# with the async staging at the default staging_mb (13 GiB for both), against
+# some 28 GiB for ZeRO-1 and over 20 GiB for ZeRO-3 with the moments in memory.
 # It also measures what the issue adds: an asynchronous save reads the
 # offloaded moments through the swap's own path in waves of staging_mb. A
 # save is 12 GB (parameters and both moments); checkpoint.keep = 1.
