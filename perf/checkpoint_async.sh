@@ -15,7 +15,8 @@
 # parameters and gradients sharded (1.88 GiB each a rank) and the moments
 # (3.76 GiB a rank) on disk; `trident estimate` puts a rank's RSS at 6.46 GiB
 # with the async staging at the default staging_mb (13 GiB for both), against
-# some 28 GiB for ZeRO-1 and over 20 GiB for ZeRO-3 with the moments in memory.
+# 24.8 GiB for ZeRO-1 and 18.4 GiB for ZeRO-3 with the moments in memory (12.41
+# and 9.20 GiB a rank, before staging and page cache for the 12 GB saves).
 # It also measures what the issue adds: an asynchronous save reads the
 # offloaded moments through the swap's own path in waves of staging_mb. A
 # save is 12 GB (parameters and both moments); checkpoint.keep = 1.
