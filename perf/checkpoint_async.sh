@@ -9,10 +9,22 @@
 # waiting or copying before the optimizer step, completing it) and each mode's
 # extra wall time over the run without checkpoints, with the ratios the issue
 # sets (blocked <= 5% and extra <= 15% of the synchronous save's time).
+# MODEL=1b: a GPT-2-shaped model of 1.01 B parameters (18 layers, d_model
+# 2048, 16 heads) under ZeRO-3 at dp 2 with the Adam moments offloaded to a
+# swap file (offload.optimizer = "nvme"), so it fits a 23 GiB machine: fp32
+# parameters and gradients sharded (1.88 GiB each a rank) and the moments
+# (3.76 GiB a rank) on disk; `trident estimate` puts a rank's RSS at 6.46 GiB
+# with the async staging at the default staging_mb (13 GiB for both), against
+# 24.8 GiB for ZeRO-1 and 18.4 GiB for ZeRO-3 with the moments in memory (12.41
+# and 9.20 GiB a rank, before staging and page cache for the 12 GB saves).
+# It also measures what the issue adds: an asynchronous save reads the
+# offloaded moments through the swap's own path in waves of staging_mb. A
+# save is 12 GB (parameters and both moments); checkpoint.keep = 1.
+# MODEL=tiny: the 1b run's layout at 2 layers of 128, to check the script.
 # The save after the last step is synchronous in both modes: its time is taken
 # out of the extra wall time. A VM's speed drifts, so the modes run in turn,
 # REPEATS times (default 2), and the wall times are medians.
-#   usage: [REPEATS=N] perf/checkpoint_async.sh [STEPS] [EVERY] [DIR] [SEQ_LEN] [BATCH] [MODE...]
+#   usage: [REPEATS=N] [MODEL=124m|1b|tiny] perf/checkpoint_async.sh [STEPS] [EVERY] [DIR] [SEQ_LEN] [BATCH] [MODE...]
 #   MODE: none sync async (default all three; staging_mb=N adds an async run with it)
 set -euo pipefail
 steps=${1:-16} every=${2:-4} dir=${3:-/tmp/trident_ckpt_async} seq=${4:-128} batch=${5:-4}
@@ -34,10 +46,21 @@ placement=(--map-by "slot:PE=$(( cores >= 2 ? cores / 2 : 1 ))" --bind-to core)
 [ "$cores" -ge 2 ] || placement=(--oversubscribe --bind-to none)
 common=(--set "data.train=\"$data\"" --set "data.val=[]" --set train.steps="$steps"
         --set model.seq_len="$seq" --set train.batch="$batch" --set train.micro_batch=1
-        --set train.eval_every=0 --set train.warmup=1 --set zero.stage=1 --set output.log_every=1
+        --set train.eval_every=0 --set train.warmup=1 --set zero.stage="$([ "${MODEL:-124m}" = 124m ] && echo 1 || echo 3)" --set output.log_every=1
         --set system.threads=$(( cores >= 2 ? cores / 2 : 1 ))
         --set checkpoint.minutes=0 --set checkpoint.every=0 --set "checkpoint.dir=\"\"")
+case ${MODEL:-124m} in
+  124m) ;;
+  1b|tiny)
+    [ "${MODEL}" = 1b ] && shape=(--set model.layers=18 --set model.d_model=2048 --set model.heads=16)
+    [ "${MODEL}" = tiny ] && shape=(--set model.layers=2 --set model.d_model=128 --set model.heads=4)
+    mkdir -p "$dir/swap"
+    common+=("${shape[@]}" --set offload.optimizer=nvme
+             --set "offload.nvme_path=\"$dir/swap\"" --set checkpoint.keep=1) ;;
+  *) echo "error: MODEL=${MODEL}: choose 124m, 1b or tiny"; exit 2 ;;
+esac
 
+echo "model: ${MODEL:-124m}"
 echo "machine: $cores cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(free -g | awk '/Mem:/ {print $2}') GiB"
 echo "disk: $(df -hT "$dir" | awk 'NR==2 {print $1, $2, $3}') at $dir"
 echo "command: mpirun -np 2 ${placement[*]} $bin train input/gpt2-124m.toml ${common[*]} [--set checkpoint.dir=... --set checkpoint.every=$every [--set checkpoint.async=true]]"

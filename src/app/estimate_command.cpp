@@ -63,9 +63,11 @@ void print_stage_table(const Deck& deck, const GridShape& shape, double psi, dou
 // process's memory, the rest the runtime (measured: src/plan/estimate.hpp);
 // on CUDA the operand copies; offload's swap files and host memory.
 void print_beyond_arenas(const Deck& deck, const MemoryEstimate& at_deck) {
-  const std::string host =
+  std::string host =
       at_deck.host > 0 ? fmt::format(" + offloaded to host memory {}", format_bytes(at_deck.host))
                        : "";
+  if (at_deck.checkpoint_staging > 0)
+    host += fmt::format(" + async checkpoint staging {}", format_bytes(at_deck.checkpoint_staging));
   fmt::print("\nprocess RSS (CPU backend, stage {}): arenas {}{} + runtime {} = {} (runtime: "
              "binary, MPI, oneDNN, HDF5 {} measured; MPI reduce-scatter temporaries {})\n",
              deck.zero.stage, format_bytes(at_deck.peak()), host, format_bytes(at_deck.runtime),
@@ -77,6 +79,10 @@ void print_beyond_arenas(const Deck& deck, const MemoryEstimate& at_deck) {
                "context, cuBLAS and NCCL need a few GiB more)\n",
                format_bytes(at_deck.peak()), format_bytes(at_deck.device_copies),
                format_bytes(at_deck.device_peak()));
+  if (at_deck.checkpoint_staging > 0)
+    fmt::print("async checkpoint staging per rank in host memory: up to {} while a save "
+               "drains (checkpoint.staging_mb for device and offloaded state, and as much "
+               "copied at an optimizer step)\n", format_bytes(at_deck.checkpoint_staging));
   if (at_deck.swap > 0)
     fmt::print("swap files per rank in offload.nvme_path: {} (offload = \"nvme\")\n",
                format_bytes(at_deck.swap));

@@ -73,6 +73,7 @@ struct LoopTimes {
   double wall = 0;
   PhaseTimes after_first;     // the timers once the first step is done
   bool stopped = false;       // a stop signal: saved, the run exits cleanly
+  double checkpoint_staging = 0;  // checkpoint.async: the most host memory a save held
 };
 
 // Rank 0: the step's line every output.log_every steps (and the first and
@@ -134,6 +135,7 @@ LoopTimes run_steps(const Deck& deck, Grid& grid, ComputeBackend& backend, Train
     }
   }
   loop.wall = now_seconds() - wall0;
+  loop.checkpoint_staging = double(checkpoints.staging_peak());
   return loop;
 }
 
@@ -146,7 +148,7 @@ void report_run(const TrainOptions& o, const Deck& deck, Grid& grid, ComputeBack
   report_phase_timers(grid, trainer.times(), loop.wall);
   double host_offload = 0;
   for (ModelChunk& c : trainer.chunks()) host_offload += double(c.engine->host_bytes());
-  report_memory(grid, ledger, backend, host_offload);
+  report_memory(grid, ledger, backend, host_offload, loop.checkpoint_staging);
   report_communication(grid, std::max(1, steps - first));
   report_bubble(grid, trainer, loop.after_first);
   if (!o.trace.empty()) {

@@ -18,12 +18,21 @@ namespace trident {
 
 CheckpointDrain::CheckpointDrain(std::string path, DirectFile* direct,
                                  std::vector<DrainPiece> pieces, std::vector<std::string> names,
-                                 std::size_t datasets, long step)
+                                 std::size_t datasets, long step, char* staging,
+                                 std::size_t staging_bytes)
     : path_(std::move(path)), direct_(direct), pieces_(std::move(pieces)),
-      names_(std::move(names)), step_(step), sums_(datasets, 0) {
+      names_(std::move(names)), step_(step), sums_(datasets, 0), staging_(staging),
+      staging_bytes_(staging_bytes) {
   for (const DrainPiece& p : pieces_) {
     bytes_ += p.bytes;
     if (p.in_place) unread_in_place_ += p.bytes;
+    if (p.reader) {
+      unread_staged_ += p.bytes;
+      if (p.bytes > staging_bytes_)
+        error_ = std::make_exception_ptr(RuntimeFailure(fmt::format(
+            "checkpoint {}: a piece of {} bytes does not fit the staging of {} bytes", path_,
+            p.bytes, staging_bytes_)));
+    }
   }
   fd_ = ::open(path_.c_str(), O_WRONLY | O_CLOEXEC);
   if (fd_ < 0)
@@ -58,6 +67,7 @@ void CheckpointDrain::pause_if_injected(bool mid) {
 void CheckpointDrain::run() {
   try {
     if (error_) std::rethrow_exception(error_);
+    std::size_t wave_end = 0, wave_at = 0;  // pieces [.., wave_end) are in the staging
     for (std::size_t i = 0; i < pieces_.size(); ++i) {
       if (i == pieces_.size() / 2) {
         fault_point("ckpt", "mid_datasets", step_);  // kills the process
@@ -67,7 +77,13 @@ void CheckpointDrain::run() {
                                            names_.at(pieces_[i].dataset)));
       }
       pause_if_injected(i == pieces_.size() / 2);
-      if (!write_piece(i)) break;  // stopped: the file stays incomplete
+      if (i >= wave_end && pieces_[i].reader) {
+        wave_end = read_wave(i), wave_at = 0;
+        if (wave_end == i) break;  // stopped
+      }
+      const char* staged = i < wave_end ? staging_ + wave_at : nullptr;
+      if (staged) wave_at += pieces_[i].bytes;
+      if (!write_piece(i, staged)) break;  // stopped: the file stays incomplete
     }
     if (direct_) direct_->drain();
     // Durable before anyone is told: the completion's sync then has little left.
@@ -84,12 +100,44 @@ void CheckpointDrain::run() {
   changed_.notify_all();
 }
 
-bool CheckpointDrain::write_piece(std::size_t i) {
+std::size_t CheckpointDrain::read_wave(std::size_t i) {
+  std::size_t end = i, bytes = 0;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (stop_) return i;
+    // Pieces from next_ on may have been read by release_sources(): no reader.
+    while (end < pieces_.size() && pieces_[end].reader &&
+           bytes + pieces_[end].bytes <= staging_bytes_)
+      bytes += pieces_[end++].bytes;
+    next_ = end;
+    reading_ = true;
+  }
+  std::size_t at = 0;
+  try {
+    for (std::size_t j = i; j < end; at += pieces_[j++].bytes)
+      (*pieces_[j].reader)(pieces_[j].src, pieces_[j].bytes, staging_ + at);
+  } catch (...) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    reading_ = false;
+    throw;
+  }
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    reading_ = false;
+    unread_staged_ -= bytes;
+  }
+  ++waves_;
+  staged_bytes_ += bytes;
+  changed_.notify_all();
+  return end;
+}
+
+bool CheckpointDrain::write_piece(std::size_t i, const char* staged) {
   // A bounce buffer first: waiting for the disk must not hold up
   // release_sources(), which waits only for a read in progress.
   char* buf = pieces_[i].direct ? direct_->acquire_buffer() : nullptr;
-  const char* src = nullptr;
-  {
+  const char* src = staged;
+  if (!staged) {
     std::lock_guard<std::mutex> lock(mutex_);
     if (stop_) return false;
     src = pieces_[i].src;
@@ -103,7 +151,7 @@ bool CheckpointDrain::write_piece(std::size_t i) {
   const char* data = buf ? buf : copy.data();
   // One thread: idle OpenMP workers would spin beside the training's.
   sums_[p.dataset] += checksum_run(data, p.elem_bytes, p.first, p.bytes / p.elem_bytes, false);
-  {
+  if (!staged) {
     std::lock_guard<std::mutex> lock(mutex_);
     reading_ = false;
     if (p.in_place) unread_in_place_ -= p.bytes;
@@ -158,18 +206,26 @@ double CheckpointDrain::release_sources(std::size_t keep_bytes, double timeout_s
   std::unique_lock<std::mutex> lock(mutex_);
   if (released_) return 0;
   released_ = true;
-  wait_for_progress(
-      lock, [&] { return finished_ || (!reading_ && unread_in_place_ <= keep_bytes); }, timeout_s);
+  wait_for_progress(lock, [&] {
+    return finished_ || (!reading_ && unread_in_place_ + unread_staged_ <= keep_bytes);
+  }, timeout_s);
   // The thread takes no piece while the lock is held: copy what it has not.
   for (std::size_t i = next_; i < pieces_.size() && !finished_; ++i) {
     DrainPiece& p = pieces_[i];
-    if (!p.in_place) continue;
-    copies_.emplace_back(p.src, p.src + p.bytes);
+    if (p.in_place) {
+      copies_.emplace_back(p.src, p.src + p.bytes);
+    } else if (p.reader) {
+      copies_.emplace_back(p.bytes);
+      (*p.reader)(p.src, p.bytes, copies_.back().data());
+    } else {
+      continue;
+    }
     p.src = copies_.back().data();
     p.in_place = false;
+    p.reader = nullptr;
     copied_bytes_ += p.bytes;
   }
-  unread_in_place_ = 0;
+  unread_in_place_ = unread_staged_ = 0;
   return now_seconds() - t0;
 }
 

@@ -8,11 +8,15 @@
 // Pieces marked in_place are read from the training state itself, which stays
 // unchanged until the next optimizer step; before that step the caller calls
 // release_sources(), which copies whatever the thread has not read yet.
+// Pieces with a reader (device memory, offloaded state) cannot be read by
+// memcpy: the thread reads them in waves through a staging buffer of bounded
+// size, and release_sources() waits for or reads those it has not either.
 #pragma once
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <exception>
+#include <functional>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -21,6 +25,10 @@
 #include "checkpoint/direct_io.hpp"
 
 namespace trident {
+
+// Reads `bytes` at `src` (not host memory) into `out`; thread-safe with training
+// until the next optimizer step.
+using PieceReader = std::function<void(const char* src, std::size_t bytes, char* out)>;
 
 // One run of bytes of one dataset, contiguous in memory and in the file.
 struct DrainPiece {
@@ -32,6 +40,7 @@ struct DrainPiece {
   std::uint8_t elem_bytes = 4;
   bool direct = false;    // whole file blocks, at most DirectFile::kPieceBytes
   bool in_place = false;  // src is training state: valid until the next optimizer step
+  const PieceReader* reader = nullptr;  // set: src is read through it, in a wave
 };
 
 class CheckpointDrain {
@@ -39,8 +48,11 @@ class CheckpointDrain {
   // `direct`: the writer's queue, or null where the file system refuses
   // O_DIRECT (every piece then goes through the page cache from this thread).
   // `names`: the dataset paths, for messages; `step`: for fault injection.
+  // `staging`: staging_bytes of host memory for the pieces with a reader, at
+  // least the largest of them; the caller's, kept until the drain is gone.
   CheckpointDrain(std::string path, DirectFile* direct, std::vector<DrainPiece> pieces,
-                  std::vector<std::string> names, std::size_t datasets, long step);
+                  std::vector<std::string> names, std::size_t datasets, long step,
+                  char* staging = nullptr, std::size_t staging_bytes = 0);
   ~CheckpointDrain();  // stops at the next piece (the file stays incomplete)
   CheckpointDrain(const CheckpointDrain&) = delete;
   CheckpointDrain& operator=(const CheckpointDrain&) = delete;
@@ -51,7 +63,8 @@ class CheckpointDrain {
   // naming the dataset the drain is at when no piece is done for timeout_s.
   double wait(double timeout_s);
   // Before the training state changes: waits until at most keep_bytes of the
-  // in-place pieces are unread, then copies those. Returns the seconds spent.
+  // in-place and reader pieces are unread, then copies (reads) those.
+  // Returns the seconds spent.
   double release_sources(std::size_t keep_bytes, double timeout_s);
   // After finished(): the failure (null if none), per dataset the partial
   // checksum, and the bytes release_sources() copied.
@@ -59,10 +72,17 @@ class CheckpointDrain {
   const std::vector<std::uint64_t>& sums() const { return sums_; }
   std::size_t copied_bytes() const { return copied_bytes_; }
   std::size_t bytes() const { return bytes_; }
+  // After finished(): the waves read through the staging, and their bytes.
+  std::size_t waves() const { return waves_; }
+  std::size_t staged_bytes() const { return staged_bytes_; }
 
  private:
   void run();
-  bool write_piece(std::size_t i);  // false: stopped
+  // From staging when `staged`, else from the piece's src. false: stopped.
+  bool write_piece(std::size_t i, const char* staged);
+  // Reads the pieces with a reader from i on into the staging, as many as it
+  // holds; returns the end of the wave (i when stopped).
+  std::size_t read_wave(std::size_t i);
   void pause_if_injected(bool mid);
   // Waits (lock held) until done(); throws when progress_ stands for timeout_s.
   template <class Done>
@@ -76,13 +96,16 @@ class CheckpointDrain {
   long step_;
   std::vector<std::uint64_t> sums_;
   std::vector<std::vector<char>> copies_;  // release_sources()'s copies
-  std::size_t bytes_ = 0, copied_bytes_ = 0;
+  char* staging_;
+  std::size_t staging_bytes_;
+  std::size_t bytes_ = 0, copied_bytes_ = 0, waves_ = 0, staged_bytes_ = 0;
 
   std::mutex mutex_;
   std::condition_variable changed_;
   std::size_t next_ = 0;         // pieces [0, next_) have been taken up by the thread
-  bool reading_ = false;         // piece next_ - 1 is being copied from its source
+  bool reading_ = false;         // pieces up to next_ - 1 are being copied from their source
   std::size_t unread_in_place_ = 0;  // bytes of in-place pieces from next_ on
+  std::size_t unread_staged_ = 0;    // bytes of pieces with a reader from next_ on
   std::size_t progress_ = 0;     // pieces handed to the disk
   bool finished_ = false, stop_ = false, released_ = false;
   std::exception_ptr error_;

@@ -92,6 +92,16 @@ class ComputeBackend {
     copy_from_host(dev, host, bytes);
   }
   virtual void wait_copies() {}
+  // ---- Background checkpoint reads (checkpoint.async); two seams, both optional ----
+  // On the thread issuing the work: orders later background reads after the
+  // work issued so far (CUDA: an event the background stream waits for).
+  virtual void order_background_reads() {}
+  // From another thread (a checkpoint drain): device memory to host memory,
+  // after the work ordered by order_background_reads(); returns once copied.
+  // CUDA: on a stream of its own, so the compute stream is never waited on.
+  virtual void copy_to_host_in_background(void* host, const void* dev, std::size_t bytes) {
+    copy_to_host(host, dev, bytes);
+  }
   // rows x cols floats between matrices with leading dimensions dst_ld and
   // src_ld (a column block of the logits to or from a contiguous buffer).
   virtual void copy_2d(float* dst, std::size_t dst_ld, const float* src, std::size_t src_ld,

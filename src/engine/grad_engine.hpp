@@ -91,6 +91,14 @@ class GradEngine {
   // The state of `kind` lives outside its arenas (offload): an asynchronous
   // checkpoint copies it at the save instead of reading it in place.
   virtual bool state_offloaded(StateKind) const { return false; }
+  // For an asynchronous save of offloaded state: like open_state, but the
+  // slices point into untouched address space that read_state() reads from
+  // through the state's home, piece by piece. False where the engine cannot
+  // (the save then uses open_state). read_state: false when `at` is not its.
+  virtual bool open_state_reserved(StateKind) { return false; }
+  virtual bool read_state(const void* /*at*/, std::size_t /*bytes*/, void* /*out*/) {
+    return false;
+  }
   // Offloaded state this rank holds in host memory, outside the arenas (bytes).
   virtual std::size_t host_bytes() const { return 0; }
   // Something about where the state lives the user should know, else "".

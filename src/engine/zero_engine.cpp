@@ -107,6 +107,13 @@ void ZeroEngine::open_state(StateKind kind) {
   windows_[home_kind(kind)] = optimizer_->home().open(home_kind(kind));
 }
 
+bool ZeroEngine::open_state_reserved(StateKind kind) {
+  if (kind == StateKind::params) return false;  // a parameter home has no such path yet
+  if (kind == StateKind::masters && !optimizer_->has_masters()) return true;
+  windows_[home_kind(kind)] = optimizer_->home().reserved(home_kind(kind));
+  return true;
+}
+
 void ZeroEngine::close_state(StateKind kind, bool changed) {
   if (kind == StateKind::params) {
     storage_->close_params_window(changed);

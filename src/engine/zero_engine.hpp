@@ -36,6 +36,10 @@ class ZeroEngine final : public GradEngine {
   bool replicated_over_data(StateKind kind) const override;
   void open_state(StateKind kind) override;
   void close_state(StateKind kind, bool changed) override;
+  bool open_state_reserved(StateKind kind) override;
+  bool read_state(const void* at, std::size_t bytes, void* out) override {
+    return optimizer_->home().read_reserved(at, bytes, out);
+  }
   bool state_offloaded(StateKind kind) const override {
     return kind == StateKind::params ? storage_->params_offloaded()
                                      : offload_.optimizer != OffloadTarget::none;

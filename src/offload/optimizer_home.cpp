@@ -4,6 +4,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include <sys/mman.h>
+
 #include "checkpoint/direct_queues.hpp"
 #include "core/error.hpp"
 #include "offload/swap_file.hpp"
@@ -128,6 +130,7 @@ OptimizerHome::~OptimizerHome() {
         backend_.unpin_host((*staging_)[i], block_ * sizeof(float));
   }
   ledger_.release(MemCategory::buffers, staging_counted_);
+  if (reserved_) ::munmap(reserved_, std::size_t(kinds_) * std::max<std::size_t>(n_, 1) * sizeof(float));
 }
 
 std::string OptimizerHome::warning() const { return swap_ ? swap_->warning() : std::string(); }
@@ -212,6 +215,33 @@ void OptimizerHome::close(int kind, bool changed) {
     }
   }
   w = Arena();
+}
+
+}  // namespace trident
+
+namespace trident {
+
+float* OptimizerHome::reserved(int kind) {
+  const std::size_t stride = std::max<std::size_t>(n_, 1);
+  if (!reserved_) {
+    void* p = ::mmap(nullptr, std::size_t(kinds_) * stride * sizeof(float), PROT_NONE,
+                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED) throw RuntimeFailure("checkpoint: cannot reserve address space for "
+                                              "offloaded optimizer state");
+    reserved_ = static_cast<char*>(p);
+  }
+  return reinterpret_cast<float*>(reserved_) + std::size_t(kind) * stride;
+}
+
+bool OptimizerHome::read_reserved(const void* at, std::size_t bytes, void* out) {
+  const std::size_t stride = std::max<std::size_t>(n_, 1);
+  const char* p = static_cast<const char*>(at);
+  if (!reserved_ || p < reserved_ ||
+      p >= reserved_ + std::size_t(kinds_) * stride * sizeof(float))
+    return false;
+  const std::size_t element = std::size_t(p - reserved_) / sizeof(float);
+  read(int(element / stride), element % stride, bytes / sizeof(float), static_cast<float*>(out));
+  return true;
 }
 
 }  // namespace trident

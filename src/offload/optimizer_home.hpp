@@ -106,6 +106,15 @@ class OptimizerHome {
   // close(changed) stores what a load wrote.
   float* open(int kind);
   void close(int kind, bool changed);
+  // An asynchronous checkpoint's stand-in for open(): address space the size
+  // of a kind that is never touched (reserved, PROT_NONE), so the slices
+  // point into it and read_reserved() maps them back to elements, read through
+  // read() when the drain comes to them rather than copied whole at the save.
+  float* reserved(int kind);
+  // Bytes at `at` in a reservation to `out`; false when `at` is not in one.
+  // From the drain's thread: only the optimizer step also uses the swap, and
+  // the checkpoint's release_sources() ends the reads before it.
+  bool read_reserved(const void* at, std::size_t bytes, void* out);
 
  private:
   float* host(int kind, std::size_t element) {
@@ -147,6 +156,7 @@ class OptimizerHome {
   Arena device_block_;                                  // device backends: one block per kind
   MemoryLedger window_ledger_;                          // checkpoint windows: transient
   std::vector<Arena> windows_;
+  char* reserved_ = nullptr;  // kinds_ x n_ floats of address space only
 };
 
 }  // namespace trident

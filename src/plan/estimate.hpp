@@ -24,12 +24,21 @@ struct MemoryEstimate {
   // Device memory outside the arenas on the CUDA backend, on the rank holding
   // the head (cuda_operand_copy_bytes); the CPU backend makes none.
   double device_copies = 0;
+  // checkpoint.async: host memory a background save holds (async_staging_bytes).
+  double checkpoint_staging = 0;
   double model_state() const;                  // params + grads + optimizer
   double peak() const;                         // every arena is live for the whole step
   double device_peak() const { return peak() + device_copies; }  // what the device holds
   // CPU backend: the arenas are host memory too.
-  double process_rss() const { return peak() + runtime + host; }
+  double process_rss() const { return peak() + runtime + host + checkpoint_staging; }
 };
+
+// checkpoint.async, while a save drains: the staging through which device
+// memory and offloaded state are read (staging_mb, at least one 2 MiB piece)
+// and what an optimizer step may copy instead of waiting (up to staging_mb),
+// neither more than the rank's saved state (`e`: its parameters, optimizer
+// state, offloaded state). 0 without checkpoint.async.
+double async_staging_bytes(const Deck& deck, const MemoryEstimate& e);
 
 // Process RSS outside the arenas, measured rather than derived (CPU backend;
 // the measurements are in perf/RESULTS.md, "ZeRO memory"):

@@ -18,10 +18,14 @@ namespace trident {
 
 class AsyncSave {
  public:
-  // Collective. Sets that are not in place (offloaded state) and device
-  // memory are copied to host memory here; the rest is read in place.
+  // Collective. Host state is read in place; device memory and offloaded
+  // state the engines can read piece by piece (TensorSet::open_reserved) are
+  // read by the drain in waves through a staging buffer of staging_bytes (at
+  // least one piece); what neither (offloaded parameters, PipeDream's
+  // stashes) is copied to host memory here.
   AsyncSave(Grid& grid, const std::string& dir, const CheckpointMeta& meta,
-            const TensorTable& global, const std::vector<TensorSet>& sets, double timeout_s);
+            const TensorTable& global, const std::vector<TensorSet>& sets, double timeout_s,
+            std::size_t staging_bytes);
   ~AsyncSave();  // unfinished: the file stays under its temporary name
   AsyncSave(const AsyncSave&) = delete;
   AsyncSave& operator=(const AsyncSave&) = delete;
@@ -30,6 +34,11 @@ class AsyncSave {
   std::size_t bytes() const { return drain_->bytes(); }  // this rank's
   // Copied at the save (not in place): host memory held until completion.
   std::size_t copied_at_save() const { return copied_; }
+  // The drain's staging for device and offloaded state (0 without any).
+  std::size_t staging_bytes() const { return staging_bytes_; }
+  // Once drained(): what passed through the staging, in how many waves.
+  std::size_t staged_bytes() const { return drain_->staged_bytes(); }
+  std::size_t waves() const { return drain_->waves(); }
   // This rank's data are written and synced (or its drain failed).
   bool drained() { return drain_->finished(); }
   // Waits for drained(); seconds waited. Throws RuntimeFailure when the drain
@@ -54,6 +63,15 @@ class AsyncSave {
   std::size_t copied_ = 0;
   std::unique_ptr<CheckpointWriter> writer_;
   std::vector<std::vector<char>> copies_;  // state that is not read in place
+  std::vector<std::unique_ptr<PieceReader>> readers_;  // one per set read through one
+  // The waves' buffer; page-locked through `pinned_by` on a device backend.
+  struct FreeStaging {
+    ComputeBackend* pinned_by = nullptr;
+    std::size_t bytes = 0;
+    void operator()(char* p) const;
+  };
+  std::unique_ptr<char, FreeStaging> staging_;
+  std::size_t staging_bytes_ = 0;
   std::unique_ptr<CheckpointDrain> drain_;  // last: stopped before the rest goes
 };
 

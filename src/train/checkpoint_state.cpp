@@ -39,6 +39,10 @@ TensorSet dense_set(std::string group, const TensorTable& table, Arena* arena,
 
 namespace {
 
+void set_close_all(Trainer& trainer, StateKind kind) {
+  for (ModelChunk& ch : trainer.chunks()) ch.engine->close_state(kind, false);
+}
+
 // The engines' slices of one kind of state. The last stage's copy of the tied
 // embedding is read, never saved (it is not primary); where it is on the
 // same rank as the first stage's (zb-v), it is read as a further slice.
@@ -69,6 +73,17 @@ TensorSet chunked_set(std::string group, Trainer& trainer, const GridCoord& coor
   set.close = [&trainer, kind](bool changed) {
     for (ModelChunk& ch : trainer.chunks()) ch.engine->close_state(kind, changed);
   };
+  set.open_reserved = [&trainer, kind] {
+    bool all = true;
+    for (ModelChunk& ch : trainer.chunks()) all = ch.engine->open_state_reserved(kind) && all;
+    if (!all) set_close_all(trainer, kind);  // fall back to open_state for every chunk
+    return all;
+  };
+  set.read_reserved = [&trainer](const void* at, std::size_t bytes, void* out) {
+    for (ModelChunk& ch : trainer.chunks())
+      if (ch.engine->read_state(at, bytes, out)) return;
+    throw RuntimeFailure("checkpoint: a piece of offloaded state belongs to no engine");
+  };
   return set;
 }
 
@@ -87,7 +102,7 @@ std::vector<TensorSet> training_sets(Trainer& trainer, const GridCoord& coord) {
     for (ModelChunk& ch : trainer.chunks())
       if (ch.engine->state_offloaded(kinds[i])) sets[i].in_place = false;
     // PipeDream swaps stashed weights into the parameters between updates.
-    if (trainer.pipedream()) sets[i].in_place = false;
+    if (trainer.pipedream()) sets[i].in_place = false, sets[i].open_reserved = nullptr;
   }
   return sets;
 }

@@ -50,6 +50,12 @@ struct TensorSet {
   // step: an asynchronous save reads them there while training goes on.
   // False (offloaded state): it copies them at the save.
   bool in_place = true;
+  // An asynchronous save of a set that is not in place: open_reserved, when
+  // set and it returns true, stands in for open (the slices then point into
+  // address space that is never touched) and read_reserved reads a piece of
+  // them through the state's home when the drain comes to it.
+  std::function<bool()> open_reserved;
+  std::function<void(const void* at, std::size_t bytes, void* out)> read_reserved;
 };
 
 // Data rank `c.dp`'s part of a slice every one of the `dp` data ranks holds

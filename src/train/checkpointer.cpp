@@ -32,8 +32,8 @@ Checkpointer::Checkpointer(const Deck& deck, Grid& grid, Trainer& trainer)
   // reading it, or copy up to staging_mb of what it has not read.
   trainer_.set_before_update([this] {
     if (!pending_) return;
-    held_update_s_ +=
-        pending_->release_sources(std::size_t(deck_.checkpoint.staging_mb * (1 << 20)));
+    held_update_s_ += pending_->release_sources(staging_bytes());
+    note_staging();
   });
 }
 
@@ -129,7 +129,8 @@ void Checkpointer::start_async(int done) {
   pending_ = std::make_unique<AsyncSave>(grid_, deck_.checkpoint.dir, meta,
                                          build_gpt_param_table(deck_.model),
                                          training_sets(trainer_, grid_.coord()),
-                                         deck_.system.comm_timeout_s);
+                                         deck_.system.comm_timeout_s, staging_bytes());
+  note_staging();
   last_save_s_ = now_seconds();
   held_start_s_ = last_save_s_ - t0;
   held_update_s_ = held_wait_s_ = 0;
@@ -143,6 +144,13 @@ void Checkpointer::complete_pending(bool wait) {
       fmt::print("checkpoint: waited {:.2f} s for step {}'s save\n", waited, pending_->step());
   }
   const std::unique_ptr<AsyncSave> save = std::move(pending_);
+  // Read before complete() joins the drain (its counts go with it).
+  const std::string staged =
+      save->waves() == 0 ? std::string()
+                         : fmt::format("; {} staged through {} in {} wave{}",
+                                       format_bytes(double(save->staged_bytes())),
+                                       format_bytes(double(save->staging_bytes())), save->waves(),
+                                       save->waves() == 1 ? "" : "s");
   try {
     const double t0 = now_seconds();
     std::vector<std::string> prunable;
@@ -154,10 +162,10 @@ void Checkpointer::complete_pending(bool wait) {
     const double completing = now_seconds() - t0;
     if (grid_.is_root())
       fmt::print("checkpoint: step {} -> {} ({}; in the background, training held up {:.3f} s: "
-                 "{:.3f} starting, {:.3f} at optimizer steps, {:.3f} waiting, {:.3f} completing)\n",
+                 "{:.3f} starting, {:.3f} at optimizer steps, {:.3f} waiting, {:.3f} completing{})\n",
                  save->step(), io.path, rate(io.bytes, io.seconds),
                  held_start_s_ + held_update_s_ + held_wait_s_ + completing, held_start_s_,
-                 held_update_s_, held_wait_s_, completing);
+                 held_update_s_, held_wait_s_, completing, staged);
   } catch (const AgreedError& e) {
     if (++failed_in_row_ > 1)
       throw AgreedError(kExitRuntime, fmt::format("{}; the second background checkpoint in a row "

@@ -5,6 +5,8 @@
 // are agreed with one small all-reduce per step, so every rank saves,
 // completes a background save and stops at the same step boundary.
 #pragma once
+#include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -42,6 +44,10 @@ class Checkpointer {
   // Rank 0's closing message after a stop: why, and how to continue.
   std::string stop_message() const;
 
+  // Host memory the background saves held at most (checkpoint.async): the
+  // drain's staging, and what was copied at a save or an optimizer step.
+  std::size_t staging_peak() const { return staging_peak_; }
+
  private:
   void save(int steps_done);
   void start_async(int steps_done);
@@ -66,6 +72,16 @@ class Checkpointer {
   // came due.
   double held_start_s_ = 0, held_update_s_ = 0, held_wait_s_ = 0;
   int failed_in_row_ = 0;               // background saves
+  std::size_t staging_peak_ = 0;
+  std::size_t staging_bytes() const {
+    return std::size_t(deck_.checkpoint.staging_mb * double(1 << 20));
+  }
+  void note_staging() {
+    if (pending_)
+      staging_peak_ = std::max(staging_peak_, pending_->staging_bytes() +
+                                                  pending_->copied_at_save() +
+                                                  pending_->copied_at_release());
+  }
   // Rank 0: deletes what a completed background save pruned while training
   // goes on; joined before the next save touches the directory.
   std::thread pruning_;

@@ -81,13 +81,14 @@ void report_phase_timers(Grid& grid, const PhaseTimes& t, double wall_s) {
 }
 
 void report_memory(Grid& grid, const MemoryLedger& ledger, const ComputeBackend& backend,
-                   double host_offload) {
-  std::array<double, kMemCategories + 4> peak{};
+                   double host_offload, double checkpoint_staging) {
+  std::array<double, kMemCategories + 5> peak{};
   for (int i = 0; i < kMemCategories; ++i) peak[i] = double(ledger.peak(MemCategory(i)));
   peak[kMemCategories] = double(ledger.peak_total());
   peak[kMemCategories + 1] = double(peak_rss_bytes());
   peak[kMemCategories + 2] = double(backend.kernel_scratch_peak());
   peak[kMemCategories + 3] = host_offload;
+  peak[kMemCategories + 4] = checkpoint_staging;  // host memory of background saves
   grid.world().all_reduce(peak.data(), peak.size(), DType::f64, ReduceOp::max);
   if (!grid.is_root()) return;
   std::string line = "memory per rank (peak, max over ranks):";
@@ -96,9 +97,12 @@ void report_memory(Grid& grid, const MemoryLedger& ledger, const ComputeBackend&
   const std::string host = peak[kMemCategories + 3] > 0
       ? fmt::format(", offloaded to host memory {}", format_bytes(peak[kMemCategories + 3]))
       : "";
-  fmt::print("{} arenas {}, kernel scratch {}{}, process RSS {}\n", line,
+  const std::string staging = peak[kMemCategories + 4] > 0
+      ? fmt::format(", async checkpoint staging {}", format_bytes(peak[kMemCategories + 4]))
+      : "";
+  fmt::print("{} arenas {}, kernel scratch {}{}{}, process RSS {}\n", line,
              format_bytes(peak[kMemCategories]), format_bytes(peak[kMemCategories + 2]), host,
-             format_bytes(peak[kMemCategories + 1]));
+             staging, format_bytes(peak[kMemCategories + 1]));
 }
 
 void report_communication(Grid& grid, int steps) {

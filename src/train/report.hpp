@@ -35,7 +35,7 @@ std::string format_step_line(const StepStats& s, int steps, const Throughput& tp
 void report_phase_timers(Grid& grid, const PhaseTimes& t, double wall_s);
 // host_offload: this rank's offloaded state in host memory (GradEngine::host_bytes).
 void report_memory(Grid& grid, const MemoryLedger& ledger, const ComputeBackend& backend,
-                   double host_offload);
+                   double host_offload, double checkpoint_staging = 0);
 // Calls and payload bytes per step of each process group (max over ranks).
 void report_communication(Grid& grid, int steps);
 

@@ -40,6 +40,8 @@ CudaBackend::~CudaBackend() {
   cudaStreamSynchronize(stream_);
   if (copy_stream_) cudaStreamSynchronize(copy_stream_), cudaStreamDestroy(copy_stream_);
   if (issued_) cudaEventDestroy(issued_);
+  if (background_stream_) cudaStreamSynchronize(background_stream_), cudaStreamDestroy(background_stream_);
+  if (background_after_) cudaEventDestroy(background_after_);
   gemms_.reset();
   if (scratch_) cudaFree(scratch_);
   for (void* w : widen_)
@@ -176,6 +178,26 @@ void CudaBackend::copy_from_host_async(void* dev, const void* host, std::size_t 
   const cudaStream_t s = copy_stream_after_compute();
   cuda_check(cudaMemcpyAsync(dev, host, bytes, cudaMemcpyHostToDevice, s), site_,
              "copy_from_host_async");
+}
+
+void CudaBackend::order_background_reads() {
+  if (!background_stream_) {
+    background_stream_ = create_stream(site_.device, site_);
+    cuda_check(cudaEventCreateWithFlags(&background_after_, cudaEventDisableTiming), site_,
+               "cudaEventCreate (background reads)");
+  }
+  cuda_check(cudaEventRecord(background_after_, stream_), site_, "cudaEventRecord (background)");
+  cuda_check(cudaStreamWaitEvent(background_stream_, background_after_, 0), site_,
+             "cudaStreamWaitEvent (background)");
+}
+
+void CudaBackend::copy_to_host_in_background(void* host, const void* dev, std::size_t bytes) {
+  // The calling thread's current device is not inherited from the main thread.
+  cuda_check(cudaSetDevice(site_.device), site_, "cudaSetDevice (background)");
+  cuda_check(cudaMemcpyAsync(host, dev, bytes, cudaMemcpyDeviceToHost, background_stream_), site_,
+             "copy_to_host_in_background");
+  cuda_check(cudaStreamSynchronize(background_stream_), site_,
+             "copy_to_host_in_background (synchronize)");
 }
 
 void CudaBackend::wait_copies() {

@@ -60,6 +60,8 @@ class CudaBackend final : public ComputeBackend {
   void copy_to_host_async(void* host, const void* dev, std::size_t bytes) override;
   void copy_from_host_async(void* dev, const void* host, std::size_t bytes) override;
   void wait_copies() override;
+  void order_background_reads() override;
+  void copy_to_host_in_background(void* host, const void* dev, std::size_t bytes) override;
   void copy_2d(float* dst, std::size_t dst_ld, const float* src, std::size_t src_ld,
                std::size_t rows, std::size_t cols) override;
   void synchronize() override;
@@ -158,6 +160,9 @@ class CudaBackend final : public ComputeBackend {
   cudaStream_t stream_ = nullptr;
   cudaStream_t copy_stream_ = nullptr;  // the async copies (made on first use)
   cudaEvent_t issued_ = nullptr;        // the compute stream's work before one of them
+  // A checkpoint drain's copies, from its own thread (made on first use).
+  cudaStream_t background_stream_ = nullptr;
+  cudaEvent_t background_after_ = nullptr;
   std::unique_ptr<Gemms> gemms_;
   KernelTimer timer_;
   void* scratch_ = nullptr;
