@@ -25,36 +25,15 @@ GptModel::GptModel(const GptConfig& c, int micro_batch, ComputeBackend& backend,
   first_token_ = tp_.first_local_token(BT_);
   policy_ = o.activations;
   saved_ = saved_activation_table(c, B_, tp_, stage_, policy_);
-  saved_.align_end(TensorTable::kAlign);  // slots start vector-aligned
+  saved_.align_end(TensorTable::kAlign);  // pools of them: each starts vector-aligned
   saved16_ = saved_16bit_table(c, B_, tp_, stage_, policy_);
   saved16_.align_end(2 * TensorTable::kAlign);
   work_ = work_table(c, B_, tp_, policy_);
   scratch_ = scratch_table(c, B_, tp_, policy_);
-  acts_ = Arena(backend, ledger, MemCategory::activations, saved_.size() * o.activation_slots);
-  if (saved16_.size() > 0)
-    acts16_ = Arena(backend, ledger, MemCategory::activations,
-                    saved16_.size() * o.activation_slots, policy_.store);
-  if (GptModel* other = o.shares_buffers_with) {
-    work_mem_ = other->work_mem_;
-    scratch_mem_ = other->scratch_mem_;
-    send_mem_ = other->send_mem_;
-  } else {
-    if (work_.size() > 0)
-      work_arena_ = Arena(backend, ledger, MemCategory::activations, work_.size());
-    scratch_arena_ = Arena(backend, ledger, MemCategory::activations, scratch_.size());
-    if (o.send_buffers > 0)
-      send_arena_ = Arena(backend, ledger, MemCategory::activations,
-                          boundary_elements() * std::size_t(o.send_buffers));
-  }
-  if (o.weight_buffers > 0) {
-    splits_backward_ = true;
-    weight_layout_ = weight_input_layout(c, B_, tp_, stage_, policy_);
-    if (weight_layout_.buffer.size() > 0)
-      weight_inputs_ = Arena(backend, ledger, MemCategory::activations,
-                             weight_layout_.buffer.size() * o.weight_buffers);
-  }
-  io_ = Arena(backend, ledger, MemCategory::activations, 2 * std::size_t(BT_) * o.activation_slots,
-              DType::i32);
+  if (!o.workspace) own_workspace_ = std::make_unique<ModelWorkspace>();
+  workspace_ = o.workspace ? o.workspace : own_workspace_.get();
+  allocate_workspace(ledger);
+  weight_layout_ = weight_input_layout(c, B_, tp_, stage_, policy_);
   host_losses_.resize(BT_);
   resolve_handles();
   if (packs_bits())  // the linears' weights reach the GEMMs as bits only (weight())
@@ -63,12 +42,20 @@ GptModel::GptModel(const GptConfig& c, int micro_batch, ComputeBackend& backend,
         storage_->read_as_bits(*w);
 }
 
-float* GptModel::send_buffer_f32(int k) {
-  const std::size_t n = boundary_elements();
-  if (k < 0 || (std::size_t(k) + 1) * n > send_mem_->numel())
-    throw std::logic_error(fmt::format("send buffer {} is not in this rank's pool of {}", k,
-                                       send_mem_->numel() / n));
-  return send_mem_->f32() + std::size_t(k) * n;
+void GptModel::allocate_workspace(MemoryLedger& ledger) {
+  auto fit = [&](Arena& arena, const TensorTable& table, const char* what) {
+    if (arena.numel() == 0 && table.size() > 0)
+      arena = Arena(backend_, ledger, MemCategory::activations, table.size());
+    else if (arena.numel() < table.size())
+      throw std::logic_error(fmt::format("a shared workspace's {} holds {} floats, this model needs {}",
+                                         what, arena.numel(), table.size()));
+  };
+  fit(workspace_->work, work_, "working buffer");
+  fit(workspace_->scratch, scratch_, "scratch");
+}
+
+MicroBatchSizes GptModel::micro_batch_sizes() const {
+  return {saved_.size(), saved16_.size(), 2 * std::size_t(BT_), weight_layout_.buffer.size()};
 }
 
 FullStorage& GptModel::full() {

@@ -31,13 +31,14 @@ PipedreamRunner::PipedreamRunner(Trainer& tr, MemoryLedger& ledger)
   stash_ = std::make_unique<WeightStash>(tr.backend_, ledger, m.params().numel(),
                                          pipedream_in_flight(p, s) - 1, m.params().dtype());
   if (tr.grid_.embedding()) {  // the last stage runs at most p micro-batches ahead of stage 0
-    const std::size_t n = m.param_table().at("wte").numel;
+    wte_ = &m.param_table().at("wte");
+    const std::size_t n = wte_->numel;
     for (int k = 0; k < (s == 0 ? 0 : p); ++k)
       head_grads_out_.emplace_back(tr.backend_, ledger, MemCategory::buffers, n);
     head_sends_.resize(head_grads_out_.size());
     if (s == 0) head_grad_in_ = Arena(tr.backend_, ledger, MemCategory::buffers, n);
     // The last stage's copy follows stage 0's (refresh_head): its optimizer leaves it alone.
-    else c_.engine->freeze(m.param_table().at("wte"));
+    else c_.engine->freeze(*wte_);
   }
 }
 
@@ -56,7 +57,7 @@ void PipedreamRunner::audit(int g, bool forward) {
 void PipedreamRunner::pass_head_grad(int g) {
   if (!tr_.grid_.embedding()) return;
   GptModel& m = *c_.model;
-  const TensorInfo& wte = m.param_table().at("wte");
+  const TensorInfo& wte = *wte_;
   ScopedTimer timer(tr_.times_.comm);
   if (tr_.pcomm_.first_virtual(0)) {  // after the data group's sum, as the synchronous tie does
     tr_.pcomm_.recv_head_grad(head_grad_in_.f32(), wte.numel, g);
@@ -72,7 +73,7 @@ void PipedreamRunner::pass_head_grad(int g) {
 void PipedreamRunner::refresh_head() {
   Communicator* ends = tr_.grid_.embedding();
   if (!ends) return;
-  const TensorInfo& wte = c_.model->param_table().at("wte");
+  const TensorInfo& wte = *wte_;
   Arena& p = c_.model->params();  // in the weights' type (16-bit: stage 0's rounded masters)
   ends->broadcast(static_cast<char*>(p.data()) + wte.offset * dtype_size(p.dtype()), wte.numel,
                   p.dtype(), 0);  // stage 0 is rank 0
@@ -83,16 +84,16 @@ double PipedreamRunner::forward(int g, float dloss, bool warm_up) {
   PipelineComm& pc = tr_.pcomm_;
   const std::size_t n = m.boundary_elements();
   // The p - s micro-batches in flight are consecutive: g mod p - s is free.
-  const int slot = g % int(c_.busy.size());
-  for (Request& r : c_.sends[std::size_t(slot)]) pc.wait(r);  // a send may still read it
-  c_.sends[std::size_t(slot)].clear();
+  const int slot = g % c_.slots.size();
+  c_.slots.wait_sends(slot, pc);  // a send may still read it
+  const MicroBatchActs acts = c_.slots.acts(slot);
   const int step = g / tr_.micro_batches_, i = g % tr_.micro_batches_;
   tr_.load(tr_.train_data_,
            tr_.window_of(std::uint64_t(step), tr_.deck_.train.batch, i * tr_.deck_.train.micro_batch));
   if (!pc.first_virtual(0)) {
     ScopedTimer timer(tr_.times_.comm);
     TraceScope ts(tr_.trace_, fmt::format("recv F{}", g), "recv");
-    pc.recv_forward(m.input_buffer(slot), n, g, 0);
+    pc.recv_forward(m.input_buffer(acts), n, g, 0);
   }
   // A warm-up forward's weights change before its backward while its slot is
   // not yet refilled by restore(): copy them now.
@@ -102,10 +103,9 @@ double PipedreamRunner::forward(int g, float dloss, bool warm_up) {
   {
     ScopedTimer timer(tr_.times_.forward);
     TraceScope ts(tr_.trace_, fmt::format("F{}", g), "forward");
-    loss = m.forward(slot, tr_.tokens_.data(), tr_.targets_.data(), dloss);
+    loss = m.forward(acts, tr_.tokens_.data(), tr_.targets_.data(), dloss);
   }
-  if (!pc.last_virtual(0))
-    c_.sends[std::size_t(slot)].push_back(pc.send_forward(m.output(slot), n, g, 0));
+  if (!pc.last_virtual(0)) c_.slots.add_send(slot, pc.send_forward(m.output(acts), n, g, 0));
   return loss;
 }
 
@@ -113,7 +113,9 @@ double PipedreamRunner::backward(int g, float lr) {
   GptModel& m = *c_.model;
   PipelineComm& pc = tr_.pcomm_;
   const std::size_t n = m.boundary_elements();
-  const int slot = g % int(c_.busy.size());
+  const int slot = g % c_.slots.size();
+  // One send buffer per slot (the pool's size).
+  float* input_grad = pc.first_virtual(0) ? nullptr : tr_.input_grad_buffer(slot);
   if (!pc.last_virtual(0)) {
     ScopedTimer timer(tr_.times_.comm);
     TraceScope ts(tr_.trace_, fmt::format("recv B{}", g), "recv");
@@ -125,10 +127,9 @@ double PipedreamRunner::backward(int g, float lr) {
   {
     ScopedTimer timer(tr_.times_.backward);
     TraceScope ts(tr_.trace_, fmt::format("B{}", g), "backward");
-    m.backward(slot, c_.engine->grads_ready_hook(), true, slot);  // one send buffer per slot
+    m.backward(c_.slots.acts(slot), c_.engine->grads_ready_hook(), true, input_grad);
   }
-  if (!pc.first_virtual(0))
-    c_.sends[std::size_t(slot)].push_back(pc.send_backward(m.input_grad(slot), n, g, 0));
+  if (!pc.first_virtual(0)) c_.slots.add_send(slot, pc.send_backward(input_grad, n, g, 0));
   stash_->restore(g, m.params());
   // The update is not pipeline work: its time is kept out of the bubble.
   const double t0 = now_seconds();
@@ -195,13 +196,10 @@ StepStats PipedreamRunner::step(int step) {
   // backward's: evaluation uses that one. Its sends were received this step
   // (the reduction above is passed once every stage is done with it), and at
   // the run's last step so were all others: waiting for them cannot block.
-  const int in_flight = int(c.busy.size());
+  const int in_flight = c.slots.size();
   eval_slot_ = int(((long long)(step + 1) * tr_.micro_batches_ - 1) % in_flight);
-  for (int k = 0; k < in_flight; ++k) {
-    if (k != eval_slot_ && step + 1 < t.steps) continue;
-    for (Request& r : c.sends[std::size_t(k)]) tr_.pcomm_.wait(r);
-    c.sends[std::size_t(k)].clear();
-  }
+  for (int k = 0; k < in_flight; ++k)
+    if (k == eval_slot_ || step + 1 >= t.steps) c.slots.wait_sends(k, tr_.pcomm_);
   if (step + 1 >= t.steps)
     for (Request& r : head_sends_) tr_.pcomm_.wait(r);
   tr_.backend_.synchronize();
@@ -218,11 +216,9 @@ void PipedreamRunner::stop_stream(int done) {
   const int p = tr_.grid_.shape().pp, s = tr_.grid_.coord().pp;
   const long long g = (long long)done * tr_.micro_batches_ + (p - s - 1);
   if (s > 0 && g < (long long)tr_.deck_.train.steps * tr_.micro_batches_)
-    tr_.pcomm_.recv_forward(m.input_buffer(eval_slot_), m.boundary_elements(), int(g), 0);
-  for (auto& slot_sends : c.sends) {
-    for (Request& r : slot_sends) tr_.pcomm_.wait(r);
-    slot_sends.clear();
-  }
+    tr_.pcomm_.recv_forward(m.input_buffer(c.slots.acts(eval_slot_)), m.boundary_elements(),
+                            int(g), 0);
+  c.slots.wait_all_sends(tr_.pcomm_);
   for (Request& r : head_sends_) tr_.pcomm_.wait(r);
   stream_started_ = false;  // a later step warms up again
 }

@@ -49,6 +49,7 @@ class PipedreamRunner {
   std::vector<Arena> head_grads_out_;
   std::vector<Request> head_sends_;
   Arena head_grad_in_;
+  const TensorInfo* wte_ = nullptr;  // the tied embedding, where the ends share it
   bool stream_started_ = false;  // warmed up (the stream is never flushed)
   double update_seconds_ = 0;    // this step's updates, inside the stream
   int eval_slot_ = 0;

@@ -15,47 +15,6 @@
 
 namespace trident {
 
-int Trainer::acquire_slot(ModelChunk& c, int mb, int assigned) {
-  // The slot the list assigned, else a free slot whose send is done, else the
-  // first free one: its forward's send may still read it, so wait for it (the
-  // neighbour's receive is scheduled; once this rank has run the slot's B,
-  // it has been received).
-  int pick = assigned;
-  if (pick >= 0 && c.busy[std::size_t(pick)])
-    throw std::logic_error("pipeline: the list assigns a slot still in use");
-  for (std::size_t s = 0; pick < 0 && s < c.busy.size(); ++s) {
-    if (c.busy[s]) continue;
-    bool sent = true;
-    for (Request& r : c.sends[s]) sent = pcomm_.test(r) && sent;
-    if (sent) pick = int(s);
-  }
-  for (std::size_t s = 0; pick < 0 && s < c.busy.size(); ++s)
-    if (!c.busy[s]) pick = int(s);
-  if (pick < 0) throw std::logic_error("pipeline: more micro-batches in flight than activation slots");
-  for (Request& r : c.sends[pick]) pcomm_.wait(r);
-  c.sends[pick].clear();
-  c.busy[pick] = true;
-  c.slot_of[mb] = pick;
-  return pick;
-}
-
-void Trainer::release_slot(ModelChunk& c, int mb) {
-  c.busy[c.slot_of[mb]] = false;
-  c.slot_of[mb] = -1;
-  if (c.buffer_of[mb] >= 0) c.buffer_busy[c.buffer_of[mb]] = false;
-  c.buffer_of[mb] = -1;
-}
-
-int Trainer::acquire_weight_buffer(ModelChunk& c, int mb) {
-  for (std::size_t b = 0; b < c.buffer_busy.size(); ++b) {
-    if (c.buffer_busy[b]) continue;
-    c.buffer_busy[b] = true;
-    c.buffer_of[mb] = int(b);
-    return int(b);
-  }
-  throw std::logic_error("pipeline: more pending weight passes than W buffers");
-}
-
 double Trainer::run_schedule(int step, float dloss) {
   const double t0 = now_seconds();
   const int mb_size = deck_.train.micro_batch;
@@ -70,23 +29,24 @@ double Trainer::run_schedule(int step, float dloss) {
     const std::size_t n = m.boundary_elements();
     const int mb = a.micro_batch;
     if (a.forward) {
-      const int slot = acquire_slot(c, mb, a.slot);
+      const int slot = c.slots.acquire(mb, a.slot, pcomm_);
+      const MicroBatchActs acts = c.slots.acts(slot);
       load(train_data_, window_of(std::uint64_t(step), deck_.train.batch, mb * mb_size));
       if (!pcomm_.first_virtual(a.chunk)) {
         ScopedTimer timer(times_.comm);
         TraceScope ts(trace_, fmt::format("recv F{}", mb), "recv");
-        pcomm_.recv_forward(m.input_buffer(slot), n, mb, a.chunk);
+        pcomm_.recv_forward(m.input_buffer(acts), n, mb, a.chunk);
       }
       {
         ScopedTimer timer(times_.forward);
         TraceScope ts(trace_, fmt::format("F{}", mb), "forward");
-        loss_sum += m.forward(slot, tokens_.data(), targets_.data(), dloss);
+        loss_sum += m.forward(acts, tokens_.data(), targets_.data(), dloss);
       }
       if (!pcomm_.last_virtual(a.chunk))
-        c.sends[slot].push_back(pcomm_.send_forward(m.output(slot), n, mb, a.chunk));
+        c.slots.add_send(slot, pcomm_.send_forward(m.output(acts), n, mb, a.chunk));
       continue;
     }
-    const int slot = c.slot_of[mb];
+    const int slot = c.slots.slot_of(mb);
     // The chunk's last weight pass of the step lets the engine reduce
     // gradients as they become final.
     const bool last = a.frees_slot() && --c.weight_passes_left == 0;
@@ -94,8 +54,8 @@ double Trainer::run_schedule(int step, float dloss) {
     if (a.part == BackwardPart::weights) {  // W: nobody waits for it
       ScopedTimer timer(times_.backward);
       TraceScope ts(trace_, fmt::format("W{}", mb), "weights");
-      m.backward_weights(slot, c.buffer_of[mb], ready, last);
-      release_slot(c, mb);
+      m.backward_weights(c.slots.acts_of(mb), ready, last);
+      c.slots.release(mb);
       continue;
     }
     if (!pcomm_.last_virtual(a.chunk)) {
@@ -108,6 +68,7 @@ double Trainer::run_schedule(int step, float dloss) {
     // receive of what was last sent from it (the lists name the buffer so
     // that this wait is the one they were replayed with).
     const int send_buffer = pcomm_.first_virtual(a.chunk) ? -1 : send_pool_.of(a, slot);
+    float* input_grad = send_buffer >= 0 ? input_grad_buffer(send_buffer) : nullptr;
     if (send_buffer >= 0) {
       ScopedTimer timer(times_.comm);
       pcomm_.wait(input_grad_sends_[std::size_t(send_buffer)]);
@@ -118,23 +79,19 @@ double Trainer::run_schedule(int step, float dloss) {
       if (a.part == BackwardPart::input) {
         // B keeps W's inputs over the slot's dead activations, the stage's
         // output among them: its send must be done.
-        for (Request& r : c.sends[slot]) pcomm_.wait(r);
-        c.sends[slot].clear();
-        m.backward_input(slot, acquire_weight_buffer(c, mb), send_buffer);
+        c.slots.wait_sends(slot, pcomm_);
+        c.slots.acquire_weight_buffer(mb);
+        m.backward_input(c.slots.acts_of(mb), input_grad);
       } else {
-        m.backward(slot, ready, last, send_buffer);
+        m.backward(c.slots.acts_of(mb), ready, last, input_grad);
       }
     }
     if (send_buffer >= 0)
       input_grad_sends_[std::size_t(send_buffer)] =
-          pcomm_.send_backward(m.input_grad(send_buffer), n, mb, a.chunk);
-    if (a.frees_slot()) release_slot(c, mb);
+          pcomm_.send_backward(input_grad, n, mb, a.chunk);
+    if (a.frees_slot()) c.slots.release(mb);
   }
-  for (ModelChunk& c : chunks_)
-    for (auto& slot_sends : c.sends) {
-      for (Request& r : slot_sends) pcomm_.wait(r);
-      slot_sends.clear();
-    }
+  for (ModelChunk& c : chunks_) c.slots.wait_all_sends(pcomm_);
   for (Request& r : input_grad_sends_) pcomm_.wait(r);
   times_.pipeline += now_seconds() - t0;
   return loss_sum;

@@ -1,6 +1,9 @@
 #include "train/trainer.hpp"
 
+#include <fmt/format.h>
+
 #include <cmath>
+#include <stdexcept>
 
 #include "core/fault_inject.hpp"
 #include "core/timer.hpp"
@@ -97,23 +100,27 @@ void Trainer::build_chunk(ModelChunk& ch, MemoryLedger& ledger, int slots, int w
   o.tp = tp;
   o.tensor_comm = &grid_.tensor();
   o.stage = ch.spec;
-  o.activation_slots = slots;
-  o.weight_buffers = weight_buffers;
-  o.send_buffers = send_buffers;
   o.activations = make_activation_policy(t.recompute, t.partition_activations, tp.size, tp.sp(),
                                          deck_.precision.dtype);
   o.weights = weights_;
   o.grads = grads_;
   o.storage = ch.engine->storage();
-  if (&ch != &chunks_.front()) o.shares_buffers_with = chunks_.front().model.get();
+  o.workspace = &workspace_;  // a rank runs one pass at a time
   ch.model = std::make_unique<GptModel>(deck_.model, t.micro_batch, backend_, ledger, o);
+  ch.slots = ActivationSlots(*ch.model, backend_, ledger, slots, weight_buffers, micro_batches_);
+  if (send_buffers > 0)
+    input_grads_ = Arena(backend_, ledger, MemCategory::activations,
+                         ch.model->boundary_elements() * std::size_t(send_buffers));
   ch.model->init_parameters(t.seed);  // 16-bit weights: their rounding
   ch.engine->attach(*ch.model, t.seed);
-  ch.sends.resize(slots);
-  ch.busy.assign(slots, false);
-  ch.slot_of.assign(std::max(micro_batches_, 1), -1);
-  ch.buffer_busy.assign(weight_buffers, false);
-  ch.buffer_of.assign(std::max(micro_batches_, 1), -1);
+}
+
+float* Trainer::input_grad_buffer(int k) {
+  const std::size_t n = chunks_.front().model->boundary_elements();
+  if (k < 0 || (std::size_t(k) + 1) * n > input_grads_.numel())
+    throw std::logic_error(fmt::format("send buffer {} is not in this rank's pool of {}", k,
+                                       input_grads_.numel() / n));
+  return input_grads_.f32() + std::size_t(k) * n;
 }
 
 void Trainer::refresh_weights_from_masters() {
@@ -202,10 +209,11 @@ double Trainer::evaluate() {
       GptModel& m = *chunks_[c].model;
       const std::size_t n = m.boundary_elements();
       const int slot = pipedream_ ? pipedream_->eval_slot() : 0, mb = -1 - k;  // see PipelineComm::tag
-      if (!pcomm_.first_virtual(int(c))) pcomm_.recv_forward(m.input_buffer(slot), n, mb, int(c));
-      sum += m.forward(slot, tokens_.data(), targets_.data(), 0.0f);
+      const MicroBatchActs acts = chunks_[c].slots.acts(slot);
+      if (!pcomm_.first_virtual(int(c))) pcomm_.recv_forward(m.input_buffer(acts), n, mb, int(c));
+      sum += m.forward(acts, tokens_.data(), targets_.data(), 0.0f);
       if (!pcomm_.last_virtual(int(c)))
-        sends.push_back(pcomm_.send_forward(m.output(slot), n, mb, int(c)));
+        sends.push_back(pcomm_.send_forward(m.output(acts), n, mb, int(c)));
     }
     for (Request& r : sends) pcomm_.wait(r);
     sends.clear();

@@ -19,6 +19,7 @@
 #include "parallel/pipeline/partition.hpp"
 #include "parallel/pipeline/pipeline_comm.hpp"
 #include "parallel/pipeline/schedule.hpp"
+#include "train/activation_slots.hpp"
 #include "train/trace.hpp"
 
 namespace trident {
@@ -45,12 +46,8 @@ struct ModelChunk {
   StageSpec spec;
   std::unique_ptr<GradEngine> engine;  // before the model, which may run on its storage
   std::unique_ptr<GptModel> model;
-  std::vector<int> slot_of;                 // micro-batch -> activation slot
-  std::vector<std::vector<Request>> sends;  // per slot: sends still reading it (forward)
-  std::vector<bool> busy;                   // per slot
-  std::vector<int> buffer_of;               // micro-batch -> W buffer (zero bubble)
-  std::vector<bool> buffer_busy;            // per W buffer
-  int weight_passes_left = 0;               // in this step's schedule (B+W or W)
+  ActivationSlots slots;       // its micro-batches' activations and W buffers
+  int weight_passes_left = 0;  // in this step's schedule (B+W or W)
 };
 
 class PipedreamRunner;
@@ -104,15 +101,14 @@ class Trainer {
 
  private:
   friend class PipedreamRunner;
-  // send_buffers: the rank's pool, held by its first chunk.
+  // send_buffers: the rank's pool of input-gradient send buffers, allocated
+  // with its first chunk.
   void build_chunk(ModelChunk& c, MemoryLedger& ledger, int slots, int weight_buffers,
                    int send_buffers);
   void choose_partition(MemoryLedger& ledger);
   void load(const TokenDataset& data, std::uint64_t first_window);
   double run_schedule(int step, float dloss);  // returns this rank's loss sum
-  int acquire_slot(ModelChunk& c, int mb, int assigned);
-  void release_slot(ModelChunk& c, int mb);
-  int acquire_weight_buffer(ModelChunk& c, int mb);
+  float* input_grad_buffer(int k);  // send buffer k of the pool
   void sum_tied_embedding();
   void update(float lr, StepStats& s);
 
@@ -130,7 +126,9 @@ class Trainer {
   std::vector<PipelineAction> actions_;
   SendBufferPool send_pool_;               // the input gradients' send buffers
   std::vector<Request> input_grad_sends_;  // per send buffer: the send still reading it
+  Arena input_grads_;                      // the send buffers, boundary_elements() floats each
   PipelineComm pcomm_;
+  ModelWorkspace workspace_;  // the chunks' shared working buffer and scratch
   std::vector<ModelChunk> chunks_;
   std::vector<std::int32_t> tokens_, targets_;
   PhaseTimes times_;
