@@ -17,6 +17,7 @@
 #include "memory/ledger.hpp"
 #include "memory/tensor_table.hpp"
 #include "model/activation_policy.hpp"
+#include "model/attention_op.hpp"
 #include "model/gpt_config.hpp"
 #include "model/gpt_handles.hpp"
 #include "model/micro_batch.hpp"
@@ -24,7 +25,8 @@
 #include "model/model_workspace.hpp"
 #include "model/param_table.hpp"
 #include "model/stage_spec.hpp"
-#include "parallel/tensor/tensor_comm.hpp"
+#include "model/tensor_group.hpp"
+#include "parallel/tensor/tensor_layout.hpp"
 
 namespace trident {
 
@@ -34,7 +36,10 @@ using GradsReadyFn = std::function<void(std::size_t first_ready_offset)>;
 
 struct GptModelOptions {
   TensorParallelLayout tp;
-  Communicator* tensor_comm = nullptr;
+  // Not owned. The TP/SP boundary operations (null: one tensor rank) and
+  // attention (null: the backend's, on this rank).
+  TensorGroupOps* tensor_group = nullptr;
+  AttentionOp* attention = nullptr;
   UnitLayout units;                 // see build_gpt_param_table
   ModelStorage* storage = nullptr;  // not owned; null: full arenas
   DType weights = DType::f32;       // the full arenas' parameter type (bf16/f16: 16-bit weights)
@@ -287,7 +292,10 @@ class GptModel {
   int B_;
   ComputeBackend& backend_;
   TensorParallelLayout tp_;
-  TensorComm tcomm_;
+  SoloTensorGroup solo_group_;
+  TensorGroupOps* group_;  // the given one, or solo_group_
+  std::unique_ptr<AttentionOp> own_attention_;
+  AttentionOp* attention_;
   StageSpec stage_;
   TensorTable table_;
   std::vector<TableUnit> table_units_;

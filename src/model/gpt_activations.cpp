@@ -164,7 +164,7 @@ const float* GptModel::block_input(const MicroBatchActs& acts, int l) {
   if (const TensorInfo* part = previous.res3_part) {
     // Backward never writes res3 (a recompute stops before it): gather there.
     float* whole = home(acts, previous.res3);
-    tcomm_.gather_tokens(acts.saved + part->offset, whole, part->numel);
+    group_->gather_tokens(acts.saved + part->offset, whole, part->numel);
     return whole;
   }
   return home(acts, previous.res3);

@@ -132,7 +132,7 @@ void GptModel::embedding_grads(const MicroBatchActs& acts, const float* d_emb, b
   st.need_grads(wpe->unit);
   be.position_backward(grad(wpe), d_emb, BTl_, cfg_.seq_len, first_token_, cfg_.d_model);
   if ((finalize || st.grads_leave_each_backward()) && tp_.sp())
-    tcomm_.all_reduce(grad(wpe), wpe->numel);
+    group_->all_reduce(grad(wpe), wpe->numel);
   table_grads_from_tokens(acts, gather(d_emb, scratch(scratch_handles_.full_c)), finalize);
   st.done_grads(wpe->unit, finalize);
 }

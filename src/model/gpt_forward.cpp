@@ -49,10 +49,10 @@ double GptModel::forward(const MicroBatchActs& acts, const std::int32_t* tokens,
     float* enc = act(acts, e.encoded);
     if (tp_.sp()) {
       lookup_tokens(full, tok);
-      tcomm_.reduce_scatter_tokens(full, enc, std::size_t(BTl) * C);
+      group_->reduce_scatter_tokens(full, enc, std::size_t(BTl) * C);
     } else {
       lookup_tokens(enc, tok);
-      tcomm_.all_reduce(enc, std::size_t(BT) * C);
+      group_->all_reduce(enc, std::size_t(BT) * C);
     }
     st.need_params(e.wpe->unit, Pass::forward);
     be.position_forward(enc, param(e.wpe), BTl, T, first_token_, C);
@@ -86,9 +86,9 @@ double GptModel::forward(const MicroBatchActs& acts, const std::int32_t* tokens,
     be.xent_stats(mx, packed, logits, tgt, BT, Vl, valid);
   } else {
     be.xent_max(mx, logits, BT, Vl, valid);
-    tcomm_.max_over_vocab(mx, BT);
+    group_->max_over_vocab(mx, BT);
     be.xent_sums(packed, logits, mx, tgt, vlo, BT, Vl, valid);
-    tcomm_.sum_over_vocab(packed, 2 * std::size_t(BT));
+    group_->sum_over_vocab(packed, 2 * std::size_t(BT));
   }
   // bf16 runs take the logits' gradient in bf16, as autocast does: the
   // classifier's backward GEMMs then run on bf16 kernels.

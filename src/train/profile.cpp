@@ -5,6 +5,7 @@
 
 #include "core/timer.hpp"
 #include "model/gpt.hpp"
+#include "parallel/tensor/tensor_comm.hpp"
 
 namespace trident {
 namespace {
@@ -14,7 +15,8 @@ double time_stage(const Deck& deck, Grid& grid, ComputeBackend& be, const StageS
   MemoryLedger scratch_ledger;
   GptModelOptions o;
   o.tp = {grid.shape().tp, grid.coord().tp, deck.parallel.sequence_parallel};
-  o.tensor_comm = &grid.tensor();
+  TensorComm group(&grid.tensor(), o.tp);
+  o.tensor_group = &group;
   o.stage = spec;
   const int B = deck.train.micro_batch, T = deck.model.seq_len;
   GptModel m(deck.model, B, be, scratch_ledger, o);

@@ -2,8 +2,10 @@
 
 #include <fmt/format.h>
 
+#include <chrono>
 #include <cmath>
 #include <stdexcept>
+#include <thread>
 
 #include "core/fault_inject.hpp"
 #include "core/timer.hpp"
@@ -13,6 +15,7 @@
 #include "parallel/pipeline/schedule_costs.hpp"
 #include "parallel/pipeline/schedule_sim.hpp"
 #include "train/pipedream_runner.hpp"
+#include "train/scheduled_runner.hpp"
 #include "train/profile.hpp"
 
 namespace trident {
@@ -50,7 +53,6 @@ Trainer::Trainer(const Deck& deck, Grid& grid, ComputeBackend& backend, MemoryLe
   std::vector<bool> sends;
   for (int c = 0; c < v; ++c) sends.push_back(!pcomm_.first_virtual(c));
   send_pool_ = send_buffer_pool(actions_, sends);
-  input_grad_sends_.resize(std::size_t(send_pool_.size));
   chunks_.resize(v);
   for (int c = 0; c < v; ++c) {
     ModelChunk& ch = chunks_[c];
@@ -60,7 +62,7 @@ Trainer::Trainer(const Deck& deck, Grid& grid, ComputeBackend& backend, MemoryLe
     build_chunk(ch, ledger, activation_slots(actions_, c), max_pending_weights(actions_, c),
                 c == 0 ? send_pool_.size : 0);
   }
-  if (schedule_ == ScheduleKind::pipedream) pipedream_ = std::make_unique<PipedreamRunner>(*this, ledger);
+  make_runner(ledger);
   const std::size_t bt = std::size_t(deck.train.micro_batch) * deck.model.seq_len;
   tokens_.resize(bt);
   targets_.resize(bt);
@@ -98,7 +100,8 @@ void Trainer::build_chunk(ModelChunk& ch, MemoryLedger& ledger, int slots, int w
   ch.engine = make_grad_engine(EngineSetup{deck_, grid_, backend_, ledger, ch.spec, weights_, grads_},
                                o.units);
   o.tp = tp;
-  o.tensor_comm = &grid_.tensor();
+  if (!tensor_group_) tensor_group_ = std::make_unique<TensorComm>(&grid_.tensor(), tp);
+  o.tensor_group = tensor_group_.get();
   o.stage = ch.spec;
   o.activations = make_activation_policy(t.recompute, t.partition_activations, tp.size, tp.sp(),
                                          deck_.precision.dtype);
@@ -142,46 +145,40 @@ void Trainer::load(const TokenDataset& data, std::uint64_t first_window) {
                      targets_.data() + std::size_t(i) * T);
 }
 
-void Trainer::sum_tied_embedding() {
-  // The first and last stages hold copies of the token embedding: their
-  // gradients (each stage's own contribution) are summed so both stay equal.
-  // In a V both are chunks of rank 0: summed there, no message.
-  if (v_placement(schedule_)) {
-    if (grid_.coord().pp == 0)
-      sum_tied_grads_locally(*chunks_.front().engine, *chunks_.back().engine, backend_);
-    return;
-  }
-  Communicator* ends = grid_.embedding();
-  if (!ends) return;
-  (grid_.coord().pp == 0 ? chunks_.front() : chunks_.back()).engine->sum_tied_grads(*ends);
+StepContext Trainer::step_context() {
+  auto load_train = [this](std::uint64_t batch, int i) {
+    load(train_data_, window_of(batch, deck_.train.batch, i * deck_.train.micro_batch));
+  };
+  return StepContext{deck_, grid_, backend_, pcomm_, chunks_, micro_batches_, load_train,
+                     tokens_, targets_, [this](int k) { return input_grad_buffer(k); },
+                     times_, trace_, loss_scaler(), before_update_};
 }
 
-void Trainer::update(float lr, StepStats& s) {
-  ScopedTimer timer(times_.optimizer);
-  TraceScope ts(trace_, "optimizer", "optimizer");
-  // TRIDENT_FAULT_INJECT=grad:inf@STEP on a rank: one of its gradients becomes inf.
-  if (fault_armed("grad", "inf", s.step)) chunks_.front().engine->poison_gradient();
-  double ss = 0;
-  bool nonfinite = false;
-  for (ModelChunk& ch : chunks_) {
-    ss += ch.engine->grad_sum_squares();
-    nonfinite = nonfinite || (scaler_ && ch.engine->grads_nonfinite());
+void Trainer::make_runner(MemoryLedger& ledger) {
+  if (schedule_ == ScheduleKind::pipedream) {
+    auto pipedream = std::make_unique<PipedreamRunner>(step_context(), ledger);
+    pipedream_ = pipedream.get();
+    runner_ = std::move(pipedream);
+    return;
   }
-  // Each element is counted on one rank of the job: one sum over the world.
-  // fp16: the gradients carry the loss scale; a step that overflowed anywhere
-  // is skipped everywhere.
-  const double loss_scale = scaler_ ? scaler_->scale() : 1.0;
-  const GradNorm norm = reduce_grad_norm(ss, nonfinite, {&grid_.world()}, loss_scale);
-  s.loss_scale = loss_scale;
-  s.grad_norm = norm.norm;
-  s.skipped = scaler_ && !norm.finite;
-  const float coef = clip_coefficient(norm.norm, deck_.train.grad_clip, loss_scale);
-  if (!s.skipped) {
-    if (before_update_) before_update_();
-    for (ModelChunk& ch : chunks_) ch.engine->step(lr, coef);
-  }
-  if (scaler_) scaler_->update(s.skipped);
+  runner_ = std::make_unique<ScheduledRunner>(step_context(), actions_, send_pool_,
+                                              v_placement(schedule_));
 }
+
+StepStats Trainer::step(int step) {
+  // TRIDENT_FAULT_INJECT=step:stall@N on a rank: it stops answering, as a stuck node would.
+  if (fault_armed("step", "stall", step)) std::this_thread::sleep_for(std::chrono::hours(1));
+  const double t0 = now_seconds();
+  const auto& t = deck_.train;
+  StepStats s;
+  s.step = step;
+  s.lr = lr_at(step, t.steps, t.warmup, t.lr, t.min_lr);
+  runner_->step(s);
+  s.seconds = now_seconds() - t0;
+  return s;
+}
+
+void Trainer::stop_stream(int done) { runner_->stop_stream(done); }
 
 std::int64_t Trainer::optimizer_steps() const {
   for (const ModelChunk& ch : chunks_)
@@ -208,7 +205,7 @@ double Trainer::evaluate() {
     for (std::size_t c = 0; c < chunks_.size(); ++c) {
       GptModel& m = *chunks_[c].model;
       const std::size_t n = m.boundary_elements();
-      const int slot = pipedream_ ? pipedream_->eval_slot() : 0, mb = -1 - k;  // see PipelineComm::tag
+      const int slot = runner_->eval_slot(), mb = -1 - k;  // see PipelineComm::tag
       const MicroBatchActs acts = chunks_[c].slots.acts(slot);
       if (!pcomm_.first_virtual(int(c))) pcomm_.recv_forward(m.input_buffer(acts), n, mb, int(c));
       sum += m.forward(acts, tokens_.data(), targets_.data(), 0.0f);

@@ -13,6 +13,7 @@
 
 #include "io/deck.hpp"
 #include "io/token_shard.hpp"
+#include "parallel/tensor/tensor_comm.hpp"
 #include "support/test_support.hpp"
 #include "train/trainer.hpp"
 
@@ -128,7 +129,8 @@ Counts count_collectives(int layers, bool sp) {
   GptConfig c{layers, 32, 4, 16, 257};
   GptModelOptions o;
   o.tp = TensorParallelLayout{2, grid.coord().tp, sp};
-  o.tensor_comm = &grid.tensor();
+  TensorComm group(&grid.tensor(), o.tp);
+  o.tensor_group = &group;
   GptModel m(c, 2, *be, ledger, o);
   MicroBatchStorage storage(m, *be, ledger);
   m.init_parameters(1);
