@@ -14,10 +14,14 @@ GptModel::GptModel(const GptConfig& c, int micro_batch, ComputeBackend& backend,
       B_(micro_batch),
       backend_(backend),
       tp_(o.tp),
-      tcomm_(o.tensor_comm, o.tp),
+      group_(o.tensor_group ? o.tensor_group : &solo_group_),
       stage_(o.stage),
       table_(build_gpt_param_table(c, o.tp, o.units, o.stage)),
       table_units_(table_units(table_, c.d_model)) {
+  if (tp_.size > 1 && !o.tensor_group)
+    throw std::logic_error("a model on one of several tensor ranks needs its tensor group");
+  if (!o.attention) own_attention_ = std::make_unique<LocalAttention>(backend);
+  attention_ = o.attention ? o.attention : own_attention_.get();
   if (!o.storage) own_storage_ = std::make_unique<FullStorage>(table_, backend, ledger, o.weights, o.grads);
   storage_ = o.storage ? o.storage : own_storage_.get();
   BT_ = B_ * c.seq_len;
@@ -25,36 +29,15 @@ GptModel::GptModel(const GptConfig& c, int micro_batch, ComputeBackend& backend,
   first_token_ = tp_.first_local_token(BT_);
   policy_ = o.activations;
   saved_ = saved_activation_table(c, B_, tp_, stage_, policy_);
-  saved_.align_end(TensorTable::kAlign);  // slots start vector-aligned
+  saved_.align_end(TensorTable::kAlign);  // pools of them: each starts vector-aligned
   saved16_ = saved_16bit_table(c, B_, tp_, stage_, policy_);
   saved16_.align_end(2 * TensorTable::kAlign);
   work_ = work_table(c, B_, tp_, policy_);
   scratch_ = scratch_table(c, B_, tp_, policy_);
-  acts_ = Arena(backend, ledger, MemCategory::activations, saved_.size() * o.activation_slots);
-  if (saved16_.size() > 0)
-    acts16_ = Arena(backend, ledger, MemCategory::activations,
-                    saved16_.size() * o.activation_slots, policy_.store);
-  if (GptModel* other = o.shares_buffers_with) {
-    work_mem_ = other->work_mem_;
-    scratch_mem_ = other->scratch_mem_;
-    send_mem_ = other->send_mem_;
-  } else {
-    if (work_.size() > 0)
-      work_arena_ = Arena(backend, ledger, MemCategory::activations, work_.size());
-    scratch_arena_ = Arena(backend, ledger, MemCategory::activations, scratch_.size());
-    if (o.send_buffers > 0)
-      send_arena_ = Arena(backend, ledger, MemCategory::activations,
-                          boundary_elements() * std::size_t(o.send_buffers));
-  }
-  if (o.weight_buffers > 0) {
-    splits_backward_ = true;
-    weight_layout_ = weight_input_layout(c, B_, tp_, stage_, policy_);
-    if (weight_layout_.buffer.size() > 0)
-      weight_inputs_ = Arena(backend, ledger, MemCategory::activations,
-                             weight_layout_.buffer.size() * o.weight_buffers);
-  }
-  io_ = Arena(backend, ledger, MemCategory::activations, 2 * std::size_t(BT_) * o.activation_slots,
-              DType::i32);
+  if (!o.workspace) own_workspace_ = std::make_unique<ModelWorkspace>();
+  workspace_ = o.workspace ? o.workspace : own_workspace_.get();
+  allocate_workspace(ledger);
+  weight_layout_ = weight_input_layout(c, B_, tp_, stage_, policy_);
   host_losses_.resize(BT_);
   resolve_handles();
   if (packs_bits())  // the linears' weights reach the GEMMs as bits only (weight())
@@ -63,12 +46,20 @@ GptModel::GptModel(const GptConfig& c, int micro_batch, ComputeBackend& backend,
         storage_->read_as_bits(*w);
 }
 
-float* GptModel::send_buffer_f32(int k) {
-  const std::size_t n = boundary_elements();
-  if (k < 0 || (std::size_t(k) + 1) * n > send_mem_->numel())
-    throw std::logic_error(fmt::format("send buffer {} is not in this rank's pool of {}", k,
-                                       send_mem_->numel() / n));
-  return send_mem_->f32() + std::size_t(k) * n;
+void GptModel::allocate_workspace(MemoryLedger& ledger) {
+  auto fit = [&](Arena& arena, const TensorTable& table, const char* what) {
+    if (arena.numel() == 0 && table.size() > 0)
+      arena = Arena(backend_, ledger, MemCategory::activations, table.size());
+    else if (arena.numel() < table.size())
+      throw std::logic_error(fmt::format("a shared workspace's {} holds {} floats, this model needs {}",
+                                         what, arena.numel(), table.size()));
+  };
+  fit(workspace_->work, work_, "working buffer");
+  fit(workspace_->scratch, scratch_, "scratch");
+}
+
+MicroBatchSizes GptModel::micro_batch_sizes() const {
+  return {saved_.size(), saved16_.size(), 2 * std::size_t(BT_), weight_layout_.buffer.size()};
 }
 
 FullStorage& GptModel::full() {
@@ -94,17 +85,17 @@ void GptModel::init_parameters(std::uint64_t seed) {
 
 const float* GptModel::reduce_row_parallel(float* full) {
   if (!tp_.sp()) {
-    tcomm_.all_reduce(full, std::size_t(BT_) * cfg_.d_model);
+    group_->all_reduce(full, std::size_t(BT_) * cfg_.d_model);
     return full;
   }
   float* local = scratch(scratch_handles_.local_c);
-  tcomm_.reduce_scatter_tokens(full, local, std::size_t(BTl_) * cfg_.d_model);
+  group_->reduce_scatter_tokens(full, local, std::size_t(BTl_) * cfg_.d_model);
   return local;
 }
 
 const float* GptModel::gather(const float* local, float* full) {
   if (!tp_.sp()) return local;
-  tcomm_.gather_tokens(local, full, std::size_t(BTl_) * cfg_.d_model);
+  group_->gather_tokens(local, full, std::size_t(BTl_) * cfg_.d_model);
   return full;
 }
 
@@ -180,12 +171,12 @@ MatrixIn GptModel::attention_operand(const Block& a, MatrixIn qkv) {
   const std::size_t n = std::size_t(BT_) * Cl;
   // The output's bits may not go to gemm_bits while qkv's are read there.
   if (!packs_bits() || !(a.atty_16 || a.qkv_16)) {
-    backend_.attention_forward(a.atty, a.lse, qkv, B_, cfg_.seq_len, Cl, NHl,
-                               policy_.store == DType::bf16);
+    attention_->forward(a.atty, a.lse, qkv, {B_, cfg_.seq_len, Cl, NHl},
+                        policy_.store == DType::bf16);
     return gemm_operand(a.atty, n, a.atty_16);
   }
   std::uint16_t* bits = a.atty_16 ? a.atty_16 : gemm_bits();
-  backend_.attention_forward_rounded(a.atty, bits, a.lse, qkv, B_, cfg_.seq_len, Cl, NHl);
+  attention_->forward_rounded(a.atty, bits, a.lse, qkv, {B_, cfg_.seq_len, Cl, NHl});
   return {a.atty, bits};
 }
 
@@ -195,15 +186,15 @@ MatrixIn GptModel::attention_grad_operand(const Block& a, MatrixIn d_att, float*
   const MatrixIn qkv = saved_input(a.qkv, a.qkv_16);
   if (!packs_bits()) {
     backend_.zero(d_3c, n * sizeof(float));
-    backend_.attention_backward(d_3c, d_att, qkv, a.atty, a.lse, B_, cfg_.seq_len, Cl, NHl,
-                                policy_.store == DType::bf16);
+    attention_->backward(d_3c, d_att, qkv, a.atty, a.lse, {B_, cfg_.seq_len, Cl, NHl},
+                         policy_.store == DType::bf16);
     return gemm_operand(d_3c, n);
   }
   // gemm_bits holds d_att's bits first, then this gradient's (scratch_table
   // sizes it for both).
   std::uint16_t* bits = gemm_bits() + std::size_t(BT_) * Cl;
-  backend_.attention_backward_rounded(d_3c, bits, d_att, qkv, a.atty, a.lse, B_, cfg_.seq_len,
-                                      Cl, NHl);
+  attention_->backward_rounded(d_3c, bits, d_att, qkv, a.atty, a.lse,
+                               {B_, cfg_.seq_len, Cl, NHl});
   return {d_3c, bits};
 }
 
@@ -245,7 +236,7 @@ void GptModel::sum_partial_grads(const std::vector<const TensorInfo*>& tensors) 
     backend_.copy(pack + n, storage_->grad(*t), t->numel * sizeof(float));
     n += t->numel;
   }
-  tcomm_.all_reduce(pack, n);
+  group_->all_reduce(pack, n);
   n = 0;
   for (const TensorInfo* t : tensors) {
     backend_.copy(storage_->grad(*t), pack + n, t->numel * sizeof(float));

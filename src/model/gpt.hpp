@@ -1,8 +1,9 @@
 // The GPT decoder, or the part of it one pipeline stage runs, on one tensor
 // rank: parameters and gradients through a storage (flat arenas described by
-// one tensor table of this rank's shards), saved activations in one slot per
-// micro-batch in flight, scratch shared. With one tensor rank and one stage it
-// is the serial model.
+// one tensor table of this rank's shards); each pass over a micro-batch into
+// activation storage its caller hands it (micro_batch.hpp), with a working
+// buffer and scratch of its own or shared (model_workspace.hpp). With one
+// tensor rank and one stage it is the serial model.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -16,11 +17,16 @@
 #include "memory/ledger.hpp"
 #include "memory/tensor_table.hpp"
 #include "model/activation_policy.hpp"
+#include "model/attention_op.hpp"
 #include "model/gpt_config.hpp"
 #include "model/gpt_handles.hpp"
+#include "model/micro_batch.hpp"
 #include "model/model_storage.hpp"
-#include "parallel/tensor/tensor_comm.hpp"
+#include "model/model_workspace.hpp"
 #include "model/param_table.hpp"
+#include "model/stage_spec.hpp"
+#include "model/tensor_group.hpp"
+#include "parallel/tensor/tensor_layout.hpp"
 
 namespace trident {
 
@@ -28,40 +34,31 @@ namespace trident {
 // is final for this step (data parallelism starts its buckets there).
 using GradsReadyFn = std::function<void(std::size_t first_ready_offset)>;
 
-class GptModel;
-
 struct GptModelOptions {
   TensorParallelLayout tp;
-  Communicator* tensor_comm = nullptr;
+  // Not owned. The TP/SP boundary operations (null: one tensor rank) and
+  // attention (null: the backend's, on this rank).
+  TensorGroupOps* tensor_group = nullptr;
+  AttentionOp* attention = nullptr;
   UnitLayout units;                 // see build_gpt_param_table
   ModelStorage* storage = nullptr;  // not owned; null: full arenas
   DType weights = DType::f32;       // the full arenas' parameter type (bf16/f16: 16-bit weights)
   DType grads = DType::f32;         // and gradient type (precision.reduce_dtype)
   StageSpec stage;                  // default: the whole model
-  int activation_slots = 1;         // micro-batches whose activations are kept at once
   ActivationPolicy activations;     // what is saved for backward, and in which type
-  // Zero-bubble schedules: micro-batches between backward_input and
-  // backward_weights at once, each keeping the output gradients of the weight
-  // ops in a W buffer (a pool apart from the slots: a B fused with its W
-  // needs none).
-  int weight_buffers = 0;
-  // Input gradients sent to the previous stage at once: each is read by its
-  // send until the receiver takes it, apart from the slots (one pool per
-  // rank; a chunk that shares buffers uses the other's).
-  int send_buffers = 0;
-  // Another chunk of this rank (same config and micro-batch) whose working
-  // buffer, scratch and send buffers this one uses: a rank runs one pass at a
-  // time, and nothing in the first two outlives a pass.
-  GptModel* shares_buffers_with = nullptr;
+  // Not owned; null: the model's own. Models of one rank with the same config
+  // and micro-batch may share one (the first built allocates it).
+  ModelWorkspace* workspace = nullptr;
 };
 
-// Where B keeps each input of W for one micro-batch: in the micro-batch's
-// activation slot, over what B has read for the last time, or in a W buffer.
+// Where B keeps each input of W for one micro-batch: in its saved
+// activations, over what B has read for the last time, or in its
+// weight_inputs (MicroBatchActs).
 struct WeightInputLayout {
   using Place = WeightInputPlace;
   std::unordered_map<std::string, Place> places;
-  TensorTable buffer;       // one W buffer: what finds no dead room in the slot
-  std::size_t in_slot = 0;  // elements kept in the slot
+  TensorTable buffer;        // weight_inputs: what finds no dead room in the saved activations
+  std::size_t in_saved = 0;  // elements kept in the saved activations
 };
 
 class GptModel {
@@ -104,47 +101,48 @@ class GptModel {
   // What B keeps for W per micro-batch: the output gradient of every linear
   // of the stage and the embeddings' (B adds the norms' weight gradients
   // itself), B to W; and
-  // where (gpt_weight_inputs.cpp): the W buffer holds only what the slot's
-  // dead activations cannot.
+  // where (gpt_weight_inputs.cpp): weight_inputs holds only what the saved
+  // activations' dead room cannot.
   static TensorTable weight_input_table(const GptConfig& c, int micro_batch,
                                         const TensorParallelLayout& tp, const StageSpec& st);
   static WeightInputLayout weight_input_layout(const GptConfig& c, int micro_batch,
                                                const TensorParallelLayout& tp,
                                                const StageSpec& st, const ActivationPolicy& policy);
   const ActivationPolicy& activation_policy() const { return policy_; }
+  // What MicroBatchActs points to, for this model.
+  MicroBatchSizes micro_batch_sizes() const;
 
   // Forward over one micro-batch of B x T tokens (host arrays, all tokens on
-  // every tensor rank) into activation slot `slot`. A stage without the
-  // embeddings reads its input from input_buffer(slot). Returns the sum of
-  // the per-token losses on the stage with the head (0 elsewhere); with
-  // dloss != 0 the head also leaves dloss * dLoss/dlogits for backward().
-  double forward(int slot, const std::int32_t* tokens, const std::int32_t* targets, float dloss);
-  // Adds the slot's micro-batch gradients into the storage. A stage without
-  // the head reads dLoss/d(output) from output_grad_buffer(); one without the
-  // embeddings leaves dLoss/d(input) in input_grad(send_buffer). `finalize`
-  // marks this stage's last micro-batch of the step: gradients partial over
-  // the tensor group are summed then, and `ready` (may be empty) is told as
-  // ranges of gradients become final.
-  void backward(int slot, const GradsReadyFn& ready, bool finalize = true, int send_buffer = -1);
-  // The same, split in two (Qi et al. 2024, section 2): B leaves
-  // input_grad(send_buffer) and no weight gradient, keeping what W needs in W buffer
-  // `wbuf` and in the slot over activations only B reads (after B the slot
-  // holds no longer what forward saved); W, any time later and before the
-  // slot or the buffer is reused,
-  // adds the weight gradients; `ready` and `finalize` as for backward().
-  void backward_input(int slot, int wbuf, int send_buffer = -1);
-  void backward_weights(int slot, int wbuf, const GradsReadyFn& ready, bool finalize);
+  // every tensor rank) into `acts`. A stage without the embeddings reads its
+  // input from input_buffer(acts). Returns the sum of the per-token losses on
+  // the stage with the head (0 elsewhere); with dloss != 0 the head also
+  // leaves dloss * dLoss/dlogits for backward().
+  double forward(const MicroBatchActs& acts, const std::int32_t* tokens,
+                 const std::int32_t* targets, float dloss);
+  // Adds the micro-batch's gradients into the storage. A stage without the
+  // head reads dLoss/d(output) from output_grad_buffer(); one without the
+  // embeddings writes dLoss/d(input) to input_grad (boundary_elements()
+  // floats). `finalize` marks this stage's last micro-batch of the step:
+  // gradients partial over the tensor group are summed then, and `ready` (may
+  // be empty) is told as ranges of gradients become final.
+  void backward(const MicroBatchActs& acts, const GradsReadyFn& ready, bool finalize = true,
+                float* input_grad = nullptr);
+  // The same, split in two (Qi et al. 2024, section 2): B writes input_grad
+  // and no weight gradient, keeping what W needs in acts.weight_inputs and
+  // over saved activations only B reads (after B, `acts` no longer holds what
+  // forward saved); W, any time later and before `acts` is reused, adds the
+  // weight gradients; `ready` and `finalize` as for backward().
+  void backward_input(const MicroBatchActs& acts, float* input_grad = nullptr);
+  void backward_weights(const MicroBatchActs& acts, const GradsReadyFn& ready, bool finalize);
 
   // Pipeline boundaries: this rank's tokens x d_model floats each.
   std::size_t boundary_elements() const { return std::size_t(BTl_) * cfg_.d_model; }
-  float* input_buffer(int slot) { return act(slot, ends_.encoded); }
-  const float* output(int slot);                          // after forward
+  float* input_buffer(const MicroBatchActs& acts) { return act(acts, ends_.encoded); }
+  const float* output(const MicroBatchActs& acts);  // after forward
   float* output_grad_buffer() { return scratch(scratch_handles_.d_res); }
-  // After backward: the input gradient in send buffer `send_buffer`.
-  const float* input_grad(int send_buffer) { return send_buffer_f32(send_buffer); }
 
  private:
-  struct Block {  // activation pointers of one layer in one slot
+  struct Block {  // activation pointers of one layer of one micro-batch
     float *ln1, *ln1_mean, *ln1_rstd, *ln1_full, *qkv, *atty, *lse, *res2, *ln2, *ln2_mean,
         *ln2_rstd, *ln2_full, *fch, *fch_gelu, *res3;
     // Saved 16-bit copies of GEMM and attention inputs that forward's
@@ -155,16 +153,14 @@ class GptModel {
     std::uint16_t *ln1_16, *qkv_16, *atty_16, *ln2_16, *fch_gelu_16;
     std::uint16_t* fch_16;  // written by forward's GELU; unpacked for backward's
   };
-  // A block's activations: in the slot where saved, else in the working buffer.
-  Block block(int slot, int l);
-  float* home(int slot, const ActHome& at);
-  std::uint16_t* bits_home(int slot, std::size_t offset);  // null for BlockHandles::none
-  float* slot_f32(int slot) { return acts_.f32() + std::size_t(slot) * saved_.size(); }
-  std::uint16_t* slot_16(int slot) {
-    return static_cast<std::uint16_t*>(acts16_.data()) + std::size_t(slot) * saved16_.size();
+  // A block's activations: in `acts` where saved, else in the working buffer.
+  Block block(const MicroBatchActs& acts, int l);
+  float* home(const MicroBatchActs& acts, const ActHome& at);
+  // Null for BlockHandles::none.
+  std::uint16_t* bits_home(const MicroBatchActs& acts, std::size_t offset);
+  float* act(const MicroBatchActs& acts, const TensorInfo* saved) {
+    return acts.saved + saved->offset;
   }
-  float* act(int slot, const TensorInfo* saved) { return slot_f32(slot) + saved->offset; }
-  float* send_buffer_f32(int k);
   // 16-bit activations: values as storing them in policy_.store leaves them
   // (forward and backward then see exactly what a 16-bit tensor would hold).
   void round(float* x, std::size_t n) {
@@ -172,13 +168,14 @@ class GptModel {
   }
   // The block's forward from input x; a recompute stops at what backward reads.
   void block_forward(const Block& a, const float* x, int l, bool recompute);
-  const float* block_input(int slot, int l);  // gathered when partitioned
-  void save_block(int slot, int l);           // after forward: 16-bit copies, partitions
-  void restore_block(int slot, int l, const Block& a, const float* x);  // unpack, recompute
-  void unpack_block(int slot, int l);  // 16-bit copies into the working buffer
+  const float* block_input(const MicroBatchActs& acts, int l);  // gathered when partitioned
+  // After forward: 16-bit copies, partitions.
+  void save_block(const MicroBatchActs& acts, int l);
+  // Unpack, recompute.
+  void restore_block(const MicroBatchActs& acts, int l, const Block& a, const float* x);
+  void unpack_block(const MicroBatchActs& acts, int l);  // 16-bit copies into the working buffer
   void regather_norms(const Block& a);  // SP: the norms' outputs over the tensor group again
-  float* scratch(const TensorInfo* t) { return scratch_mem_->f32(*t); }
-  std::int32_t* tokens_of(int slot) { return static_cast<std::int32_t*>(io_.data()) + 2 * std::size_t(slot) * BT_; }
+  float* scratch(const TensorInfo* t) { return workspace_->scratch.f32(*t); }
   float* param(const TensorInfo* t) { return storage_->param(*t); }
   float* grad(const TensorInfo* t) { return storage_->grad(*t); }
   // Handles resolved once at construction (gpt_handles.cpp).
@@ -187,6 +184,7 @@ class GptModel {
   const BlockHandles& layer(int l) const { return blocks_[std::size_t(l - stage_.first_block)]; }
   int last_block() const { return stage_.first_block + stage_.blocks(cfg_.layers); }
   FullStorage& full();
+  void allocate_workspace(MemoryLedger& ledger);  // or check the shared one is big enough
   // Row-parallel output (partial sums over the group, all tokens) -> this
   // rank's tokens, summed: all-reduce, or reduce-scatter with SP.
   const float* reduce_row_parallel(float* full);
@@ -257,21 +255,22 @@ class GptModel {
   // (the step's last backward, or every one where the storage reduces each
   // micro-batch's gradients: summing accumulated sums twice would be wrong).
   void sum_partial_grads(const std::vector<const TensorInfo*>& tensors);
-  // One backward over the stage; wbuf < 0: each weight op runs with its
-  // input gradient, else its output gradient is kept in W buffer wbuf.
-  void backward_pass(int slot, int wbuf, int send_buffer, const GradsReadyFn& ready, bool finalize);
-  void head_backward(int slot, float* d_res, int wbuf, bool finalize);
-  void block_backward(int slot, int l, int wbuf, bool finalize);
-  void embedding_grads(int slot, const float* d_emb, bool finalize);
+  // One backward over the stage; not split: each weight op runs with its
+  // input gradient, else its output gradient is kept for W.
+  void backward_pass(const MicroBatchActs& acts, bool split, float* input_grad,
+                     const GradsReadyFn& ready, bool finalize);
+  void head_backward(const MicroBatchActs& acts, float* d_res, bool split, bool finalize);
+  void block_backward(const MicroBatchActs& acts, int l, bool split, bool finalize);
+  void embedding_grads(const MicroBatchActs& acts, const float* d_emb, bool finalize);
   // After a unit's weight gradients of one micro-batch: SP sums, storage told.
   void finish_head_grads(bool finalize);
   void finish_block_grads(int l, bool finalize);
   void norm_grads_done(int unit, const std::vector<const TensorInfo*>& norms);  // after B
-  void keep_for_weights(int slot, int wbuf, const WeightInputPlace& at, const float* src,
-                        std::size_t n);
+  void keep_for_weights(const MicroBatchActs& acts, bool split, const WeightInputPlace& at,
+                        const float* src, std::size_t n);
   // The token embedding, reached unit by unit where ZeRO-3 cuts it into row
   // pieces (TensorInfo::units; gpt_table.cpp): each unit is gathered, used
-  // and released in turn, so no slot ever holds the whole table.
+  // and released in turn, so the whole table is never held at once.
   struct TableUnit {
     int unit;
     std::vector<std::pair<int, int>> rows;  // (first row, rows) of each piece, local vocabulary
@@ -282,20 +281,21 @@ class GptModel {
   // The tied head: logits = lnf wte^T; a whole table stays held for backward.
   void logits_forward(float* logits, const float* lnf);
   // d_lnf += dlogits wte (if d_lnf), and with weight_grads dwte += dlogits^T lnf.
-  void logits_backward(int slot, float* d_lnf, const float* lnf_all, bool weight_grads,
-                       bool finalize);
-  void table_grads_from_tokens(int slot, const float* d_emb, bool finalize);
-  float* weight_input(int slot, int wbuf, const WeightInputPlace& at) {
-    return at.in_slot ? slot_f32(slot) + at.offset
-                      : weight_inputs_.f32() + std::size_t(wbuf) * weight_layout_.buffer.size() +
-                            at.offset;
+  void logits_backward(const MicroBatchActs& acts, float* d_lnf, const float* lnf_all,
+                       bool weight_grads, bool finalize);
+  void table_grads_from_tokens(const MicroBatchActs& acts, const float* d_emb, bool finalize);
+  float* weight_input(const MicroBatchActs& acts, const WeightInputPlace& at) {
+    return (at.in_saved ? acts.saved : acts.weight_inputs) + at.offset;
   }
 
   GptConfig cfg_;
   int B_;
   ComputeBackend& backend_;
   TensorParallelLayout tp_;
-  TensorComm tcomm_;
+  SoloTensorGroup solo_group_;
+  TensorGroupOps* group_;  // the given one, or solo_group_
+  std::unique_ptr<AttentionOp> own_attention_;
+  AttentionOp* attention_;
   StageSpec stage_;
   TensorTable table_;
   std::vector<TableUnit> table_units_;
@@ -304,14 +304,11 @@ class GptModel {
   ActivationPolicy policy_;
   TensorTable saved_, saved16_, work_, scratch_;
   WeightInputLayout weight_layout_;
-  bool splits_backward_ = false;  // built with W buffers: backward_input allowed
   std::vector<BlockHandles> blocks_;  // the stage's blocks, first to last
   EndHandles ends_;
   ScratchHandles scratch_handles_;
-  Arena acts_, acts16_, work_arena_, scratch_arena_, weight_inputs_, send_arena_;
-  // Or another chunk's.
-  Arena *work_mem_ = &work_arena_, *scratch_mem_ = &scratch_arena_, *send_mem_ = &send_arena_;
-  Arena io_;  // tokens and targets (int32) of every slot, on the device
+  std::unique_ptr<ModelWorkspace> own_workspace_;
+  ModelWorkspace* workspace_;  // the own one, or shared
   std::vector<float> host_losses_;
   int BT_, BTl_, first_token_;  // all tokens, this rank's tokens, its first
 };

@@ -1,5 +1,5 @@
-// Where a block's activations live (see activation_policy.hpp): the saved
-// slot of the micro-batch, or the one-block working buffer; and the steps that
+// Where a block's activations live (see activation_policy.hpp): the
+// micro-batch's saved activations, or the one-block working buffer; and the steps that
 // move between them: saving after forward, restoring or recomputing before
 // backward.
 #include <fmt/format.h>
@@ -131,18 +131,18 @@ TensorTable GptModel::scratch_table(const GptConfig& c, int micro_batch,
   return t;
 }
 
-float* GptModel::home(int slot, const ActHome& at) {
-  return at.in_slot ? slot_f32(slot) + at.offset : work_mem_->f32() + at.offset;
+float* GptModel::home(const MicroBatchActs& acts, const ActHome& at) {
+  return at.in_saved ? acts.saved + at.offset : workspace_->work.f32() + at.offset;
 }
 
-std::uint16_t* GptModel::bits_home(int slot, std::size_t offset) {
-  return offset == BlockHandles::none ? nullptr : slot_16(slot) + offset;
+std::uint16_t* GptModel::bits_home(const MicroBatchActs& acts, std::size_t offset) {
+  return offset == BlockHandles::none ? nullptr : acts.saved16 + offset;
 }
 
-GptModel::Block GptModel::block(int slot, int l) {
+GptModel::Block GptModel::block(const MicroBatchActs& acts, int l) {
   const BlockHandles& h = layer(l);
-  auto a = [&](const ActHome& at) { return home(slot, at); };
-  auto bits = [&](std::size_t offset) { return bits_home(slot, offset); };
+  auto a = [&](const ActHome& at) { return home(acts, at); };
+  auto bits = [&](std::size_t offset) { return bits_home(acts, offset); };
   const bool sp = tp_.sp();
   Block b{a(h.ln1), a(h.ln1_mean), a(h.ln1_rstd), nullptr, a(h.qkv), a(h.atty), a(h.lse),
           a(h.res2), a(h.ln2), a(h.ln2_mean), a(h.ln2_rstd), nullptr, a(h.fch), a(h.fch_gelu),
@@ -153,44 +153,44 @@ GptModel::Block GptModel::block(int slot, int l) {
   return b;
 }
 
-const float* GptModel::output(int slot) {
-  return last_block() > stage_.first_block ? block(slot, last_block() - 1).res3
-                                           : act(slot, ends_.encoded);
+const float* GptModel::output(const MicroBatchActs& acts) {
+  return last_block() > stage_.first_block ? block(acts, last_block() - 1).res3
+                                           : act(acts, ends_.encoded);
 }
 
-const float* GptModel::block_input(int slot, int l) {
-  if (l == stage_.first_block) return act(slot, ends_.encoded);
+const float* GptModel::block_input(const MicroBatchActs& acts, int l) {
+  if (l == stage_.first_block) return act(acts, ends_.encoded);
   const BlockHandles& previous = layer(l - 1);
   if (const TensorInfo* part = previous.res3_part) {
     // Backward never writes res3 (a recompute stops before it): gather there.
-    float* whole = home(slot, previous.res3);
-    tcomm_.gather_tokens(slot_f32(slot) + part->offset, whole, part->numel);
+    float* whole = home(acts, previous.res3);
+    group_->gather_tokens(acts.saved + part->offset, whole, part->numel);
     return whole;
   }
-  return home(slot, previous.res3);
+  return home(acts, previous.res3);
 }
 
-void GptModel::save_block(int slot, int l) {
+void GptModel::save_block(const MicroBatchActs& acts, int l) {
   const BlockHandles& h = layer(l);
   if (const TensorInfo* part = h.res3_part)
-    backend_.copy(slot_f32(slot) + part->offset,
-                  home(slot, h.res3) + std::size_t(tp_.rank) * part->numel,
+    backend_.copy(acts.saved + part->offset,
+                  home(acts, h.res3) + std::size_t(tp_.rank) * part->numel,
                   part->numel * sizeof(float));
   // The 16-bit copies forward's rounding did not write.
-  float* work = work_mem_->f32();
+  float* work = workspace_->work.f32();
   for (const PackedCopy& c : h.saved_copies)
-    backend_.convert(slot_16(slot) + c.bits, policy_.store, work + c.work, DType::f32, c.numel);
+    backend_.convert(acts.saved16 + c.bits, policy_.store, work + c.work, DType::f32, c.numel);
 }
 
-void GptModel::unpack_block(int slot, int l) {
+void GptModel::unpack_block(const MicroBatchActs& acts, int l) {
   // All but what backward reads as bits alone (GELU's backward reads fch's).
-  float* work = work_mem_->f32();
+  float* work = workspace_->work.f32();
   for (const PackedCopy& c : layer(l).unpacked_copies)
-    backend_.convert(work + c.work, DType::f32, slot_16(slot) + c.bits, policy_.store, c.numel);
+    backend_.convert(work + c.work, DType::f32, acts.saved16 + c.bits, policy_.store, c.numel);
 }
 
-void GptModel::restore_block(int slot, int l, const Block& a, const float* x) {
-  unpack_block(slot, l);
+void GptModel::restore_block(const MicroBatchActs& acts, int l, const Block& a, const float* x) {
+  unpack_block(acts, l);
   if (policy_.recompute == Recompute::full) block_forward(a, x, l, /*recompute=*/true);
   else regather_norms(a);
 }

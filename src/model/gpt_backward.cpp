@@ -3,37 +3,41 @@
 // with SP, all-gather of the gradient leaving it, reduce-scatter of the one
 // entering it). Split for the zero-bubble schedules (Qi et al. 2024, section
 // 2): B computes the activation gradients the previous stage waits for and
-// keeps the output gradient of each weight op in a W buffer; W computes the
+// keeps the output gradient of each weight op for W (the micro-batch's
+// weight_inputs, or dead room of its saved activations); W computes the
 // weight gradients from those and the saved inputs. backward() runs both in
 // one pass, each weight op where its output gradient is made.
 #include "model/gpt.hpp"
 
+#include <stdexcept>
+
 namespace trident {
 
-void GptModel::keep_for_weights(int slot, int wbuf, const WeightInputPlace& at, const float* src,
-                                std::size_t n) {
-  if (wbuf >= 0) backend_.copy(weight_input(slot, wbuf, at), src, n * sizeof(float));
+void GptModel::keep_for_weights(const MicroBatchActs& acts, bool split,
+                                const WeightInputPlace& at, const float* src, std::size_t n) {
+  if (split) backend_.copy(weight_input(acts, at), src, n * sizeof(float));
 }
 
-void GptModel::head_backward(int slot, float* d_res, int wbuf, bool finalize) {
-  const bool weights_now = wbuf < 0;
+void GptModel::head_backward(const MicroBatchActs& acts, float* d_res, bool split,
+                             bool finalize) {
+  const bool weights_now = !split;
   const int C = cfg_.d_model, BT = BT_, BTl = BTl_;
   ComputeBackend& be = backend_;
   ModelStorage& st = *storage_;
   const EndHandles& e = ends_;
   float* d_c = scratch(scratch_handles_.d_c);
-  const float* lnf_all = tp_.sp() ? act(slot, e.lnf_full) : act(slot, e.lnf);
+  const float* lnf_all = tp_.sp() ? act(acts, e.lnf_full) : act(acts, e.lnf);
   be.zero(d_c, std::size_t(BT) * C * sizeof(float));
   // A whole table's gradients, on the first stage, collect here and at the very end.
   // The table's slot is taken before the norm's: the norm must not take the one slot
   // that fits the table.
-  logits_backward(slot, d_c, lnf_all, weights_now, finalize);
+  logits_backward(acts, d_c, lnf_all, weights_now, finalize);
   st.need_grads(e.lnf_w->unit);  // the norm's weight gradients come with B (see norm_grads_done)
   round(d_c, std::size_t(BT) * C);
   be.zero(d_res, std::size_t(BTl) * C * sizeof(float));
   const float* d_lnf = reduce_row_parallel(d_c);
-  be.layernorm_backward(d_res, grad(e.lnf_w), grad(e.lnf_b), d_lnf, output(slot),
-                        param(e.lnf_w), act(slot, e.lnf_mean), act(slot, e.lnf_rstd), BTl, C);
+  be.layernorm_backward(d_res, grad(e.lnf_w), grad(e.lnf_b), d_lnf, output(acts),
+                        param(e.lnf_w), act(acts, e.lnf_mean), act(acts, e.lnf_rstd), BTl, C);
   st.done_params(e.lnf_w->unit);
   if (!table_cut()) st.done_params(e.wte->unit);  // the embedding's backward needs only gradients
   if (weights_now) finish_head_grads(finalize);
@@ -58,8 +62,9 @@ void GptModel::finish_head_grads(bool finalize) {
   if (!stage_.embedding && !table_cut()) st.done_grads(ends_.wte->unit, finalize);
 }
 
-void GptModel::block_backward(int slot, int l, int wbuf, bool finalize) {
-  const bool weights_now = wbuf < 0;
+void GptModel::block_backward(const MicroBatchActs& acts, int l, bool split,
+                              bool finalize) {
+  const bool weights_now = !split;
   const int C = cfg_.d_model, BT = BT_, BTl = BTl_;
   const int Cl = tp_.local_width(cfg_), Fl = tp_.local_ff(cfg_);
   ComputeBackend& be = backend_;
@@ -71,13 +76,13 @@ void GptModel::block_backward(int slot, int l, int wbuf, bool finalize) {
   const BlockHandles& h = layer(l);
   auto gw = [&](const TensorInfo* t) { return weights_now ? grad(t) : nullptr; };
   auto keep = [&](const WeightInputPlace& at, const float* src, std::size_t count) {
-    keep_for_weights(slot, wbuf, at, src, count);
+    keep_for_weights(acts, split, at, src, count);
   };
-  const Block a = block(slot, l);
+  const Block a = block(acts, l);
   const int u = h.unit;
   st.need_params(u, Pass::backward);
-  const float* x_in = block_input(slot, l);
-  restore_block(slot, l, a, x_in);  // unpack 16-bit copies, recompute what was not saved
+  const float* x_in = block_input(acts, l);
+  restore_block(acts, l, a, x_in);  // unpack 16-bit copies, recompute what was not saved
   st.need_grads(u);  // the norms' weight gradients come with B
   // d_res holds dLoss/d(res3) for this rank's tokens.
   MatrixIn d_out = projection_grad(d_res, full);
@@ -120,55 +125,60 @@ void GptModel::finish_block_grads(int l, bool finalize) {
   st.done_grads(h.unit, finalize);
 }
 
-void GptModel::embedding_grads(int slot, const float* d_emb, bool finalize) {
+void GptModel::embedding_grads(const MicroBatchActs& acts, const float* d_emb, bool finalize) {
   ComputeBackend& be = backend_;
   ModelStorage& st = *storage_;
   const TensorInfo* wpe = ends_.wpe;
   st.need_grads(wpe->unit);
   be.position_backward(grad(wpe), d_emb, BTl_, cfg_.seq_len, first_token_, cfg_.d_model);
   if ((finalize || st.grads_leave_each_backward()) && tp_.sp())
-    tcomm_.all_reduce(grad(wpe), wpe->numel);
-  table_grads_from_tokens(slot, gather(d_emb, scratch(scratch_handles_.full_c)), finalize);
+    group_->all_reduce(grad(wpe), wpe->numel);
+  table_grads_from_tokens(acts, gather(d_emb, scratch(scratch_handles_.full_c)), finalize);
   st.done_grads(wpe->unit, finalize);
 }
 
-void GptModel::backward_pass(int slot, int wbuf, int send_buffer, const GradsReadyFn& ready,
-                             bool finalize) {
-  const bool weights_now = wbuf < 0;
+void GptModel::backward_pass(const MicroBatchActs& acts, bool split, float* input_grad,
+                             const GradsReadyFn& ready, bool finalize) {
+  const bool weights_now = !split;
   auto notify = [&](const TensorInfo* first) {
     if (weights_now && ready && finalize) ready(first->offset);
   };
   // d_res: dLoss/d(output) of this stage, from the head or from the next stage.
   float* d_res = scratch(scratch_handles_.d_res);
   if (stage_.head) {
-    head_backward(slot, d_res, wbuf, finalize);
+    head_backward(acts, d_res, split, finalize);
     notify(ends_.lnf_w);
   }
   for (int l = last_block() - 1; l >= stage_.first_block; --l) {
-    block_backward(slot, l, wbuf, finalize);
+    block_backward(acts, l, split, finalize);
     notify(layer(l).ln1_w);
   }
   const std::size_t n = std::size_t(BTl_) * cfg_.d_model;
   if (!stage_.embedding) {  // d_res = dLoss/d(input): kept for the previous stage
-    backend_.copy(send_buffer_f32(send_buffer), d_res, n * sizeof(float));
+    if (!input_grad)
+      throw std::logic_error("backward of a model without the embeddings needs an input_grad");
+    backend_.copy(input_grad, d_res, n * sizeof(float));
     return;
   }
-  keep_for_weights(slot, wbuf, ends_.d_embed, d_res, n);
+  keep_for_weights(acts, split, ends_.d_embed, d_res, n);
   if (!weights_now) return;
-  embedding_grads(slot, d_res, finalize);
+  embedding_grads(acts, d_res, finalize);
   notify(ends_.wte);
 }
 
-void GptModel::backward(int slot, const GradsReadyFn& ready, bool finalize, int send_buffer) {
-  backward_pass(slot, /*wbuf=*/-1, send_buffer, ready, finalize);
+void GptModel::backward(const MicroBatchActs& acts, const GradsReadyFn& ready, bool finalize,
+                        float* input_grad) {
+  backward_pass(acts, /*split=*/false, input_grad, ready, finalize);
 }
 
-void GptModel::backward_input(int slot, int wbuf, int send_buffer) {
-  if (!splits_backward_) throw std::logic_error("backward_input needs weight_buffers");
-  backward_pass(slot, wbuf, send_buffer, nullptr, false);
+void GptModel::backward_input(const MicroBatchActs& acts, float* input_grad) {
+  if (!acts.weight_inputs && weight_layout_.buffer.size() > 0)
+    throw std::logic_error("backward_input needs the micro-batch's weight_inputs");
+  backward_pass(acts, /*split=*/true, input_grad, nullptr, false);
 }
 
-void GptModel::backward_weights(int slot, int wbuf, const GradsReadyFn& ready, bool finalize) {
+void GptModel::backward_weights(const MicroBatchActs& acts, const GradsReadyFn& ready,
+                                bool finalize) {
   const int C = cfg_.d_model, BT = BT_;
   const int Cl = tp_.local_width(cfg_), Fl = tp_.local_ff(cfg_);
   ComputeBackend& be = backend_;
@@ -177,8 +187,8 @@ void GptModel::backward_weights(int slot, int wbuf, const GradsReadyFn& ready, b
     if (ready && finalize) ready(first->offset);
   };
   if (stage_.head) {
-    const float* lnf_all = tp_.sp() ? act(slot, ends_.lnf_full) : act(slot, ends_.lnf);
-    logits_backward(slot, nullptr, lnf_all, true, finalize);  // the table's slot first
+    const float* lnf_all = tp_.sp() ? act(acts, ends_.lnf_full) : act(acts, ends_.lnf);
+    logits_backward(acts, nullptr, lnf_all, true, finalize);  // the table's slot first
     st.need_grads(ends_.lnf_w->unit);  // the norm's gradients came with B
     finish_head_grads(finalize);
     notify(ends_.lnf_w);
@@ -186,17 +196,17 @@ void GptModel::backward_weights(int slot, int wbuf, const GradsReadyFn& ready, b
   for (int l = last_block() - 1; l >= stage_.first_block; --l) {
     const BlockHandles& h = layer(l);
     // B kept the output gradients as the GEMMs read them: bf16 values in a bf16 run.
-    auto d = [&](const WeightInputPlace& at) { return bf16_valued(weight_input(slot, wbuf, at)); };
-    const Block a = block(slot, l);
+    auto d = [&](const WeightInputPlace& at) { return bf16_valued(weight_input(acts, at)); };
+    const Block a = block(acts, l);
     const int u = h.unit;
     // The weight ops read the block's saved inputs: what lives in the
     // working buffer is unpacked (16-bit) or recomputed again.
     if (policy_.recompute == Recompute::full) {
       st.need_params(u, Pass::backward);
-      restore_block(slot, l, a, block_input(slot, l));
+      restore_block(acts, l, a, block_input(acts, l));
       st.done_params(u);
     } else {
-      unpack_block(slot, l);
+      unpack_block(acts, l);
       regather_norms(a);
     }
     st.need_grads(u);
@@ -214,7 +224,7 @@ void GptModel::backward_weights(int slot, int wbuf, const GradsReadyFn& ready, b
     notify(h.ln1_w);
   }
   if (!stage_.embedding) return;
-  embedding_grads(slot, weight_input(slot, wbuf, ends_.d_embed), finalize);
+  embedding_grads(acts, weight_input(acts, ends_.d_embed), finalize);
   notify(ends_.wte);
 }
 

@@ -31,10 +31,10 @@ void GptModel::block_forward(const Block& a, const float* x, int l, bool recompu
   be.add(a.res3, a.res2, reduce_row_parallel(full), std::size_t(BTl) * C);
 }
 
-double GptModel::forward(int slot, const std::int32_t* tokens, const std::int32_t* targets,
+double GptModel::forward(const MicroBatchActs& acts, const std::int32_t* tokens, const std::int32_t* targets,
                          float dloss) {
   const int T = cfg_.seq_len, C = cfg_.d_model, BT = BT_, BTl = BTl_;
-  std::int32_t* tok = tokens_of(slot);
+  std::int32_t* tok = acts.tokens;
   std::int32_t* tgt = tok + BT;
   backend_.copy_from_host(tok, tokens, BT * sizeof(std::int32_t));
   backend_.copy_from_host(tgt, targets, BT * sizeof(std::int32_t));
@@ -43,16 +43,16 @@ double GptModel::forward(int slot, const std::int32_t* tokens, const std::int32_
   float* full = scratch(scratch_handles_.full_c);
   const EndHandles& e = ends_;
 
-  const float* x = act(slot, e.encoded);
+  const float* x = act(acts, e.encoded);
   if (stage_.embedding) {
     // Vocab-parallel embedding: each rank looks up its shard, the group sums.
-    float* enc = act(slot, e.encoded);
+    float* enc = act(acts, e.encoded);
     if (tp_.sp()) {
       lookup_tokens(full, tok);
-      tcomm_.reduce_scatter_tokens(full, enc, std::size_t(BTl) * C);
+      group_->reduce_scatter_tokens(full, enc, std::size_t(BTl) * C);
     } else {
       lookup_tokens(enc, tok);
-      tcomm_.all_reduce(enc, std::size_t(BT) * C);
+      group_->all_reduce(enc, std::size_t(BT) * C);
     }
     st.need_params(e.wpe->unit, Pass::forward);
     be.position_forward(enc, param(e.wpe), BTl, T, first_token_, C);
@@ -60,11 +60,11 @@ double GptModel::forward(int slot, const std::int32_t* tokens, const std::int32_
   }
 
   for (int l = stage_.first_block; l < last_block(); ++l) {
-    const Block a = block(slot, l);
+    const Block a = block(acts, l);
     st.need_params(layer(l).unit, Pass::forward);
     block_forward(a, x, l, false);
     st.done_params(layer(l).unit);
-    save_block(slot, l);
+    save_block(acts, l);
     x = a.res3;
   }
   if (!stage_.head) return 0.0;
@@ -74,35 +74,35 @@ double GptModel::forward(int slot, const std::int32_t* tokens, const std::int32_
   // table is gathered again, unit by unit, in backward.
   const int Vl = tp_.local_vocab(cfg_), vlo = tp_.vocab_begin(cfg_), valid = tp_.valid_vocab(cfg_);
   st.need_params(e.lnf_w->unit, Pass::forward);
-  be.layernorm_forward(act(slot, e.lnf), act(slot, e.lnf_mean), act(slot, e.lnf_rstd), x,
+  be.layernorm_forward(act(acts, e.lnf), act(acts, e.lnf_mean), act(acts, e.lnf_rstd), x,
                        param(e.lnf_w), param(e.lnf_b), BTl, C);
-  round(act(slot, e.lnf), std::size_t(BTl) * C);
-  const float* lnf = gather(act(slot, e.lnf), tp_.sp() ? act(slot, e.lnf_full) : nullptr);
-  float* logits = act(slot, e.logits);
+  round(act(acts, e.lnf), std::size_t(BTl) * C);
+  const float* lnf = gather(act(acts, e.lnf), tp_.sp() ? act(acts, e.lnf_full) : nullptr);
+  float* logits = act(acts, e.logits);
   logits_forward(logits, lnf);  // tied head, vocab shard
   // Vocab-parallel cross-entropy: no rank ever holds all the logits of a token.
-  float *mx = act(slot, e.xent_max), *packed = act(slot, e.xent_packed);
+  float *mx = act(acts, e.xent_max), *packed = act(acts, e.xent_packed);
   if (tp_.size == 1) {
     be.xent_stats(mx, packed, logits, tgt, BT, Vl, valid);
   } else {
     be.xent_max(mx, logits, BT, Vl, valid);
-    tcomm_.max_over_vocab(mx, BT);
+    group_->max_over_vocab(mx, BT);
     be.xent_sums(packed, logits, mx, tgt, vlo, BT, Vl, valid);
-    tcomm_.sum_over_vocab(packed, 2 * std::size_t(BT));
+    group_->sum_over_vocab(packed, 2 * std::size_t(BT));
   }
   // bf16 runs take the logits' gradient in bf16, as autocast does: the
   // classifier's backward GEMMs then run on bf16 kernels.
   if (dloss != 0.0f && policy_.store == DType::bf16)
-    be.xent_finish_rounded(act(slot, e.losses), logits, logits, mx, packed, tgt, vlo, BT, Vl,
+    be.xent_finish_rounded(act(acts, e.losses), logits, logits, mx, packed, tgt, vlo, BT, Vl,
                            valid, dloss);
   else
-    be.xent_finish(act(slot, e.losses), dloss != 0.0f ? logits : nullptr, logits, mx, packed,
+    be.xent_finish(act(acts, e.losses), dloss != 0.0f ? logits : nullptr, logits, mx, packed,
                    tgt, vlo, BT, Vl, valid, dloss);
   if (dloss == 0.0f) {
     st.done_params(e.lnf_w->unit);
     if (!table_cut()) st.done_params(e.wte->unit);
   }
-  be.copy_to_host(host_losses_.data(), act(slot, e.losses), BT * sizeof(float));
+  be.copy_to_host(host_losses_.data(), act(acts, e.losses), BT * sizeof(float));
   double sum = 0;
   for (float v : host_losses_) sum += v;
   return sum;

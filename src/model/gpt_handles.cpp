@@ -21,7 +21,7 @@ BlockHandles GptModel::resolve_block(int l) const {
   h.unit = h.ln1_w->unit;
   h.norms = {h.ln1_w, h.ln1_b, h.ln2_w, h.ln2_b};
 
-  // Saved in the slot where the saved table has it, else in the working buffer.
+  // Saved where the saved table has it, else in the working buffer.
   auto home = [&](const char* n) -> ActHome {
     if (const TensorInfo* t = saved_.find(p + n)) return {true, t->offset};
     return {false, work_.at(n).offset};
@@ -56,11 +56,9 @@ BlockHandles GptModel::resolve_block(int l) const {
     if (!read_as_bits) h.unpacked_copies.push_back(copy);
   }
 
-  if (splits_backward_) {
-    auto place = [&](const char* n) { return weight_layout_.places.at(p + n); };
-    h.d_proj = place("d_proj"), h.d_fc = place("d_fc");
-    h.d_attn = place("d_attn"), h.d_qkv = place("d_qkv");
-  }
+  auto place = [&](const char* n) { return weight_layout_.places.at(p + n); };
+  h.d_proj = place("d_proj"), h.d_fc = place("d_fc");
+  h.d_attn = place("d_attn"), h.d_qkv = place("d_qkv");
   return h;
 }
 
@@ -75,7 +73,7 @@ void GptModel::resolve_handles() {
   ends_.lnf_mean = saved_.find("lnf_mean"), ends_.lnf_rstd = saved_.find("lnf_rstd");
   ends_.logits = saved_.find("logits"), ends_.losses = saved_.find("losses");
   ends_.xent_max = saved_.find("xent_max"), ends_.xent_packed = saved_.find("xent_packed");
-  if (splits_backward_ && stage_.embedding) ends_.d_embed = weight_layout_.places.at("d_embed");
+  if (stage_.embedding) ends_.d_embed = weight_layout_.places.at("d_embed");
 
   ScratchHandles& s = scratch_handles_;
   s.full_c = scratch_.find("full_c"), s.d_res = scratch_.find("d_res");

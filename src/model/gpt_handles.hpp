@@ -12,19 +12,19 @@ namespace trident {
 
 // Where B keeps one input of W for a micro-batch (GptModel::weight_input_layout).
 struct WeightInputPlace {
-  bool in_slot = false;
-  std::size_t offset = 0;  // elements into the f32 slot, or into the W buffer
+  bool in_saved = false;
+  std::size_t offset = 0;  // elements into the saved f32 activations, or into weight_inputs
 };
 
-// Where one activation of a micro-batch lives: its slot, or the working buffer.
+// Where one activation of a micro-batch lives: its saved activations, or the working buffer.
 struct ActHome {
-  bool in_slot = false;
-  std::size_t offset = 0;  // elements into the f32 slot, or into the working buffer
+  bool in_saved = false;
+  std::size_t offset = 0;  // elements into the saved f32 activations, or the working buffer
 };
 
 // A saved 16-bit copy and the working-buffer tensor it is converted from or to.
 struct PackedCopy {
-  std::size_t bits = 0;  // elements into the 16-bit slot
+  std::size_t bits = 0;  // elements into the saved 16-bit copies
   std::size_t work = 0;  // elements into the working buffer
   std::size_t numel = 0;
 };
@@ -41,7 +41,7 @@ struct BlockHandles {
   // Activations (GptModel::Block); the gathered norm outputs only with SP.
   ActHome ln1, ln1_mean, ln1_rstd, ln1_full, qkv, atty, lse, res2, ln2, ln2_mean, ln2_rstd,
       ln2_full, fch, fch_gelu, res3;
-  // 16-bit copies read and written as bits (offsets into the 16-bit slot), or none.
+  // 16-bit copies read and written as bits (offsets into the saved 16-bit copies), or none.
   std::size_t ln1_16 = none, qkv_16 = none, atty_16 = none, ln2_16 = none, fch_gelu_16 = none,
               fch_16 = none;
   const TensorInfo* res3_part = nullptr;  // the output's partition, in the saved table

@@ -88,11 +88,11 @@ void GptModel::logits_forward(float* logits, const float* lnf) {
   }
 }
 
-void GptModel::logits_backward(int slot, float* d_lnf, const float* lnf_all, bool weight_grads,
+void GptModel::logits_backward(const MicroBatchActs& acts, float* d_lnf, const float* lnf_all, bool weight_grads,
                                bool finalize) {
   const int C = cfg_.d_model, Vl = tp_.local_vocab(cfg_);
   ModelStorage& st = *storage_;
-  float* dlogits = act(slot, ends_.logits);
+  float* dlogits = act(acts, ends_.logits);
   // bf16 runs hold the logits' gradient as bf16 values (forward rounded it).
   const bool cut = table_cut();
   if (!cut) {  // the whole table is still held from forward
@@ -129,7 +129,7 @@ void GptModel::logits_backward(int slot, float* d_lnf, const float* lnf_all, boo
   }
 }
 
-void GptModel::table_grads_from_tokens(int slot, const float* d_emb, bool finalize) {
+void GptModel::table_grads_from_tokens(const MicroBatchActs& acts, const float* d_emb, bool finalize) {
   const int C = cfg_.d_model, vlo = tp_.vocab_begin(cfg_);
   const TensorInfo& w = *ends_.wte;
   const int most = storage_->table_grads_in_windows() ? C : tp_.local_vocab(cfg_);
@@ -137,7 +137,7 @@ void GptModel::table_grads_from_tokens(int slot, const float* d_emb, bool finali
     storage_->need_grads(u.unit);
     for_each_row_block(u.rows, most, [&](int row, int rows) {
       const std::size_t at = std::size_t(row) * C, n = std::size_t(rows) * C;
-      backend_.embedding_backward(storage_->grad_rows(w, at, n), d_emb, tokens_of(slot), vlo + row,
+      backend_.embedding_backward(storage_->grad_rows(w, at, n), d_emb, acts.tokens, vlo + row,
                                   rows, BT_, C);
       storage_->done_grad_rows(w, at, n);
     });

@@ -3,8 +3,8 @@
 // Once B has passed a block, what only B reads (the QKV projections, the
 // attention probabilities, the GELU inputs, the residual stream the norms
 // read: B adds the norms' weight gradients itself) is dead, so the output
-// gradients B keeps go into its place in the micro-batch's slot; what is
-// written before enough of it is dead goes to a W buffer of its own.
+// gradients B keeps go into its place in the micro-batch's saved activations; what is
+// written before enough of it is dead goes to weight_inputs (MicroBatchActs).
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -48,7 +48,7 @@ WeightInputLayout GptModel::weight_input_layout(const GptConfig& c, int micro_ba
   const TensorTable saved = saved_activation_table(c, micro_batch, tp, st, policy);
   const TensorTable all = weight_input_table(c, micro_batch, tp, st);
   WeightInputLayout out;
-  // Dead regions of the slot (offset, elements), in the order B is done with them.
+  // Dead regions of the saved activations (offset, elements), in the order B is done with them.
   std::vector<std::pair<std::size_t, std::size_t>> dead;
   auto dies = [&](const std::string& name) {
     if (const TensorInfo* t = saved.find(name)) dead.push_back({t->offset, t->numel});
@@ -66,7 +66,7 @@ WeightInputLayout GptModel::weight_input_layout(const GptConfig& c, int micro_ba
       return;
     }
     out.places[name] = {true, best->first};
-    out.in_slot += n;
+    out.in_saved += n;
     const std::size_t used = std::min(aligned(n), best->second);
     best->first += used, best->second -= used;
   };
@@ -84,7 +84,8 @@ WeightInputLayout GptModel::weight_input_layout(const GptConfig& c, int micro_ba
     keep(p + "d_fc");
     dies(p + "res2");  // the second norm's backward read it
     keep(p + "d_attn");
-    dies(p + "qkv"), dies(p + "att");  // attention_backward read them
+    // attention_backward read them; its output atty stays: W reads it.
+    dies(p + "qkv"), dies(p + "lse");
     keep(p + "d_qkv");
     // The block's input, read by the first norm's backward.
     if (inputs_die) dies(l == st.first_block ? "encoded" : fmt::format("h.{}.res3", l - 1));

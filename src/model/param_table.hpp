@@ -5,7 +5,7 @@
 
 #include "memory/tensor_table.hpp"
 #include "model/gpt_config.hpp"
-#include "parallel/pipeline/stage_spec.hpp"
+#include "model/stage_spec.hpp"
 #include "parallel/tensor/tensor_layout.hpp"
 
 namespace trident {
@@ -15,7 +15,8 @@ struct UnitLayout {
   UnitLayout(std::size_t align = 1) : align(align) {}
   std::size_t align = 1;  // each unit padded to a multiple of this (ZeRO: dp x kAlign)
   // ZeRO-3: the token embedding's rows cut into table_units units of dp pieces
-  // each, so no gathered unit (and no slot) holds the whole table; 1: one unit.
+  // each, so no gathered unit (nor any micro-batch's saved activations) holds
+  // the whole table; 1: one unit.
   int table_units = 1, dp = 1;
 };
 

@@ -24,26 +24,27 @@
 
 namespace trident {
 
-PipedreamRunner::PipedreamRunner(Trainer& tr, MemoryLedger& ledger)
-    : tr_(tr), c_(tr.chunks_.front()) {  // one chunk, full storage (the deck checks)
-  const int p = tr.grid_.shape().pp, s = tr.grid_.coord().pp;
+PipedreamRunner::PipedreamRunner(StepContext ctx, MemoryLedger& ledger)
+    : ctx_(std::move(ctx)), c_(ctx_.chunks.front()) {  // one chunk, full storage (the deck checks)
+  const int p = ctx_.grid.shape().pp, s = ctx_.grid.coord().pp;
   GptModel& m = *c_.model;
-  stash_ = std::make_unique<WeightStash>(tr.backend_, ledger, m.params().numel(),
+  stash_ = std::make_unique<WeightStash>(ctx_.backend, ledger, m.params().numel(),
                                          pipedream_in_flight(p, s) - 1, m.params().dtype());
-  if (tr.grid_.embedding()) {  // the last stage runs at most p micro-batches ahead of stage 0
-    const std::size_t n = m.param_table().at("wte").numel;
+  if (ctx_.grid.embedding()) {  // the last stage runs at most p micro-batches ahead of stage 0
+    wte_ = &m.param_table().at("wte");
+    const std::size_t n = wte_->numel;
     for (int k = 0; k < (s == 0 ? 0 : p); ++k)
-      head_grads_out_.emplace_back(tr.backend_, ledger, MemCategory::buffers, n);
+      head_grads_out_.emplace_back(ctx_.backend, ledger, MemCategory::buffers, n);
     head_sends_.resize(head_grads_out_.size());
-    if (s == 0) head_grad_in_ = Arena(tr.backend_, ledger, MemCategory::buffers, n);
+    if (s == 0) head_grad_in_ = Arena(ctx_.backend, ledger, MemCategory::buffers, n);
     // The last stage's copy follows stage 0's (refresh_head): its optimizer leaves it alone.
-    else c_.engine->freeze(m.param_table().at("wte"));
+    else c_.engine->freeze(*wte_);
   }
 }
 
 void PipedreamRunner::audit(int g, bool forward) {
   if (!audit_on_) return;
-  const std::uint64_t sum = arena_checksum(tr_.backend_, c_.model->params());
+  const std::uint64_t sum = arena_checksum(ctx_.backend, c_.model->params());
   if (forward) {
     audit_.at_forward[g] = sum;
     return;
@@ -54,25 +55,25 @@ void PipedreamRunner::audit(int g, bool forward) {
 }
 
 void PipedreamRunner::pass_head_grad(int g) {
-  if (!tr_.grid_.embedding()) return;
+  if (!ctx_.grid.embedding()) return;
   GptModel& m = *c_.model;
-  const TensorInfo& wte = m.param_table().at("wte");
-  ScopedTimer timer(tr_.times_.comm);
-  if (tr_.pcomm_.first_virtual(0)) {  // after the data group's sum, as the synchronous tie does
-    tr_.pcomm_.recv_head_grad(head_grad_in_.f32(), wte.numel, g);
-    tr_.backend_.add(m.grads().f32(wte), m.grads().f32(wte), head_grad_in_.f32(), wte.numel);
+  const TensorInfo& wte = *wte_;
+  ScopedTimer timer(ctx_.times.comm);
+  if (ctx_.pcomm.first_virtual(0)) {  // after the data group's sum, as the synchronous tie does
+    ctx_.pcomm.recv_head_grad(head_grad_in_.f32(), wte.numel, g);
+    ctx_.backend.add(m.grads().f32(wte), m.grads().f32(wte), head_grad_in_.f32(), wte.numel);
     return;
   }
   const std::size_t k = std::size_t(g) % head_grads_out_.size();
-  tr_.pcomm_.wait(head_sends_[k]);  // taken by stage 0 p micro-batches ago
-  tr_.backend_.copy(head_grads_out_[k].data(), m.grads().f32(wte), wte.numel * sizeof(float));
-  head_sends_[k] = tr_.pcomm_.send_head_grad(head_grads_out_[k].f32(), wte.numel, g);
+  ctx_.pcomm.wait(head_sends_[k]);  // taken by stage 0 p micro-batches ago
+  ctx_.backend.copy(head_grads_out_[k].data(), m.grads().f32(wte), wte.numel * sizeof(float));
+  head_sends_[k] = ctx_.pcomm.send_head_grad(head_grads_out_[k].f32(), wte.numel, g);
 }
 
 void PipedreamRunner::refresh_head() {
-  Communicator* ends = tr_.grid_.embedding();
+  Communicator* ends = ctx_.grid.embedding();
   if (!ends) return;
-  const TensorInfo& wte = c_.model->param_table().at("wte");
+  const TensorInfo& wte = *wte_;
   Arena& p = c_.model->params();  // in the weights' type (16-bit: stage 0's rounded masters)
   ends->broadcast(static_cast<char*>(p.data()) + wte.offset * dtype_size(p.dtype()), wte.numel,
                   p.dtype(), 0);  // stage 0 is rank 0
@@ -80,19 +81,18 @@ void PipedreamRunner::refresh_head() {
 
 double PipedreamRunner::forward(int g, float dloss, bool warm_up) {
   GptModel& m = *c_.model;
-  PipelineComm& pc = tr_.pcomm_;
+  PipelineComm& pc = ctx_.pcomm;
   const std::size_t n = m.boundary_elements();
   // The p - s micro-batches in flight are consecutive: g mod p - s is free.
-  const int slot = g % int(c_.busy.size());
-  for (Request& r : c_.sends[std::size_t(slot)]) pc.wait(r);  // a send may still read it
-  c_.sends[std::size_t(slot)].clear();
-  const int step = g / tr_.micro_batches_, i = g % tr_.micro_batches_;
-  tr_.load(tr_.train_data_,
-           tr_.window_of(std::uint64_t(step), tr_.deck_.train.batch, i * tr_.deck_.train.micro_batch));
+  const int slot = g % c_.slots.size();
+  c_.slots.wait_sends(slot, pc);  // a send may still read it
+  const MicroBatchActs acts = c_.slots.acts(slot);
+  const int step = g / ctx_.micro_batches, i = g % ctx_.micro_batches;
+  ctx_.load(std::uint64_t(step), i);
   if (!pc.first_virtual(0)) {
-    ScopedTimer timer(tr_.times_.comm);
-    TraceScope ts(tr_.trace_, fmt::format("recv F{}", g), "recv");
-    pc.recv_forward(m.input_buffer(slot), n, g, 0);
+    ScopedTimer timer(ctx_.times.comm);
+    TraceScope ts(ctx_.trace, fmt::format("recv F{}", g), "recv");
+    pc.recv_forward(m.input_buffer(acts), n, g, 0);
   }
   // A warm-up forward's weights change before its backward while its slot is
   // not yet refilled by restore(): copy them now.
@@ -100,35 +100,35 @@ double PipedreamRunner::forward(int g, float dloss, bool warm_up) {
   audit(g, true);
   double loss = 0;
   {
-    ScopedTimer timer(tr_.times_.forward);
-    TraceScope ts(tr_.trace_, fmt::format("F{}", g), "forward");
-    loss = m.forward(slot, tr_.tokens_.data(), tr_.targets_.data(), dloss);
+    ScopedTimer timer(ctx_.times.forward);
+    TraceScope ts(ctx_.trace, fmt::format("F{}", g), "forward");
+    loss = m.forward(acts, ctx_.tokens.data(), ctx_.targets.data(), dloss);
   }
-  if (!pc.last_virtual(0))
-    c_.sends[std::size_t(slot)].push_back(pc.send_forward(m.output(slot), n, g, 0));
+  if (!pc.last_virtual(0)) c_.slots.add_send(slot, pc.send_forward(m.output(acts), n, g, 0));
   return loss;
 }
 
 double PipedreamRunner::backward(int g, float lr) {
   GptModel& m = *c_.model;
-  PipelineComm& pc = tr_.pcomm_;
+  PipelineComm& pc = ctx_.pcomm;
   const std::size_t n = m.boundary_elements();
-  const int slot = g % int(c_.busy.size());
+  const int slot = g % c_.slots.size();
+  // One send buffer per slot (the pool's size).
+  float* input_grad = pc.first_virtual(0) ? nullptr : ctx_.input_grad_buffer(slot);
   if (!pc.last_virtual(0)) {
-    ScopedTimer timer(tr_.times_.comm);
-    TraceScope ts(tr_.trace_, fmt::format("recv B{}", g), "recv");
+    ScopedTimer timer(ctx_.times.comm);
+    TraceScope ts(ctx_.trace, fmt::format("recv B{}", g), "recv");
     pc.recv_backward(m.output_grad_buffer(), n, g, 0);
   }
   stash_->swap_in(g, m.params());
   audit(g, false);
   c_.engine->begin_step();
   {
-    ScopedTimer timer(tr_.times_.backward);
-    TraceScope ts(tr_.trace_, fmt::format("B{}", g), "backward");
-    m.backward(slot, c_.engine->grads_ready_hook(), true, slot);  // one send buffer per slot
+    ScopedTimer timer(ctx_.times.backward);
+    TraceScope ts(ctx_.trace, fmt::format("B{}", g), "backward");
+    m.backward(c_.slots.acts(slot), c_.engine->grads_ready_hook(), true, input_grad);
   }
-  if (!pc.first_virtual(0))
-    c_.sends[std::size_t(slot)].push_back(pc.send_backward(m.input_grad(slot), n, g, 0));
+  if (!pc.first_virtual(0)) c_.slots.add_send(slot, pc.send_backward(input_grad, n, g, 0));
   stash_->restore(g, m.params());
   // The update is not pipeline work: its time is kept out of the bubble.
   const double t0 = now_seconds();
@@ -138,37 +138,36 @@ double PipedreamRunner::backward(int g, float lr) {
     ~Excluded() { total += now_seconds() - t0; }
   } excluded{update_seconds_, t0};
   {
-    ScopedTimer timer(tr_.times_.comm);
-    TraceScope ts(tr_.trace_, "all-reduce", "allreduce");
+    ScopedTimer timer(ctx_.times.comm);
+    TraceScope ts(ctx_.trace, "all-reduce", "allreduce");
     c_.engine->finish_backward();
   }
   pass_head_grad(g);
-  ScopedTimer timer(tr_.times_.optimizer);
-  TraceScope ts(tr_.trace_, "optimizer", "optimizer");
+  ScopedTimer timer(ctx_.times.optimizer);
+  TraceScope ts(ctx_.trace, "optimizer", "optimizer");
   // This stage's norm, over the stage's tensor and data ranks: the last
   // stage's copy of the embedding is stage 0's and counts there.
   const double ss = c_.engine->grad_sum_squares();
-  Grid& grid = tr_.grid_;
+  Grid& grid = ctx_.grid;
   const GradNorm norm = reduce_grad_norm(ss, false, {&grid.tensor(), &grid.data()});
-  if (tr_.before_update_) tr_.before_update_();
-  c_.engine->step(lr, clip_coefficient(norm.norm, tr_.deck_.train.grad_clip));
+  if (ctx_.before_update) ctx_.before_update();
+  c_.engine->step(lr, clip_coefficient(norm.norm, ctx_.deck.train.grad_clip));
   return norm.norm * norm.norm;
 }
 
-StepStats PipedreamRunner::step(int step) {
+void PipedreamRunner::step(StepStats& s) {
   const double t0 = now_seconds();
-  const auto& t = tr_.deck_.train;
+  const auto& t = ctx_.deck.train;
+  const int step = s.step;
   ModelChunk& c = c_;
-  StepStats s;
-  s.step = step;
-  s.lr = lr_at(step, t.steps, t.warmup, t.lr, t.min_lr);
   // Each micro-batch is one update: its tokens' losses are averaged over the
   // dp * micro_batch sequences the data group sums.
   const float dloss =
-      1.0f / float(std::int64_t(tr_.grid_.shape().dp) * t.micro_batch * tr_.deck_.model.seq_len);
-  const auto actions = pipedream_actions(tr_.grid_.shape().pp, tr_.grid_.coord().pp, tr_.micro_batches_, step,
-                                         !stream_started_, (long long)t.steps * tr_.micro_batches_);
-  const int ahead = pipedream_in_flight(tr_.grid_.shape().pp, tr_.grid_.coord().pp) - 1;
+      1.0f / float(std::int64_t(ctx_.grid.shape().dp) * t.micro_batch * ctx_.deck.model.seq_len);
+  const auto actions =
+      pipedream_actions(ctx_.grid.shape().pp, ctx_.grid.coord().pp, ctx_.micro_batches, step,
+                        !stream_started_, (long long)t.steps * ctx_.micro_batches);
+  const int ahead = pipedream_in_flight(ctx_.grid.shape().pp, ctx_.grid.coord().pp) - 1;
   const bool warming = !stream_started_;
   stream_started_ = true;
   double sums[2] = {0, 0};  // loss, the step's last gradient sum of squares
@@ -179,34 +178,29 @@ StepStats PipedreamRunner::step(int step) {
     else
       sums[1] = backward(a.micro_batch, float(s.lr));
   }
-  tr_.times_.pipeline += now_seconds() - t0 - update_seconds_;
+  ctx_.times.pipeline += now_seconds() - t0 - update_seconds_;
   update_seconds_ = 0;
   {
-    ScopedTimer timer(tr_.times_.comm);
+    ScopedTimer timer(ctx_.times.comm);
     // Only the last stage computed the loss; the norm is over every stage.
-    if (tr_.grid_.pipeline().size() > 1)
-      tr_.grid_.pipeline().all_reduce(sums, 2, DType::f64, ReduceOp::sum);
-    tr_.grid_.data().all_reduce(&sums[0], 1, DType::f64, ReduceOp::sum);
+    if (ctx_.grid.pipeline().size() > 1)
+      ctx_.grid.pipeline().all_reduce(sums, 2, DType::f64, ReduceOp::sum);
+    ctx_.grid.data().all_reduce(&sums[0], 1, DType::f64, ReduceOp::sum);
   }
   refresh_head();
-  s.loss = sums[0] / (double(t.batch) * tr_.deck_.model.seq_len);
+  s.loss = sums[0] / (double(t.batch) * ctx_.deck.model.seq_len);
   s.grad_norm = std::sqrt(sums[1]);
   // Between steps the forwards run ahead occupy all slots but the last
   // backward's: evaluation uses that one. Its sends were received this step
   // (the reduction above is passed once every stage is done with it), and at
   // the run's last step so were all others: waiting for them cannot block.
-  const int in_flight = int(c.busy.size());
-  eval_slot_ = int(((long long)(step + 1) * tr_.micro_batches_ - 1) % in_flight);
-  for (int k = 0; k < in_flight; ++k) {
-    if (k != eval_slot_ && step + 1 < t.steps) continue;
-    for (Request& r : c.sends[std::size_t(k)]) tr_.pcomm_.wait(r);
-    c.sends[std::size_t(k)].clear();
-  }
+  const int in_flight = c.slots.size();
+  eval_slot_ = int(((long long)(step + 1) * ctx_.micro_batches - 1) % in_flight);
+  for (int k = 0; k < in_flight; ++k)
+    if (k == eval_slot_ || step + 1 >= t.steps) c.slots.wait_sends(k, ctx_.pcomm);
   if (step + 1 >= t.steps)
-    for (Request& r : head_sends_) tr_.pcomm_.wait(r);
-  tr_.backend_.synchronize();
-  s.seconds = now_seconds() - t0;
-  return s;
+    for (Request& r : head_sends_) ctx_.pcomm.wait(r);
+  ctx_.backend.synchronize();
 }
 
 void PipedreamRunner::stop_stream(int done) {
@@ -215,15 +209,13 @@ void PipedreamRunner::stop_stream(int done) {
   GptModel& m = *c.model;
   // Stage s - 1 ran one forward further ahead than stage s has taken: g =
   // done*m + p - s - 1, bound for the slot the step left free.
-  const int p = tr_.grid_.shape().pp, s = tr_.grid_.coord().pp;
-  const long long g = (long long)done * tr_.micro_batches_ + (p - s - 1);
-  if (s > 0 && g < (long long)tr_.deck_.train.steps * tr_.micro_batches_)
-    tr_.pcomm_.recv_forward(m.input_buffer(eval_slot_), m.boundary_elements(), int(g), 0);
-  for (auto& slot_sends : c.sends) {
-    for (Request& r : slot_sends) tr_.pcomm_.wait(r);
-    slot_sends.clear();
-  }
-  for (Request& r : head_sends_) tr_.pcomm_.wait(r);
+  const int p = ctx_.grid.shape().pp, s = ctx_.grid.coord().pp;
+  const long long g = (long long)done * ctx_.micro_batches + (p - s - 1);
+  if (s > 0 && g < (long long)ctx_.deck.train.steps * ctx_.micro_batches)
+    ctx_.pcomm.recv_forward(m.input_buffer(c.slots.acts(eval_slot_)), m.boundary_elements(),
+                            int(g), 0);
+  c.slots.wait_all_sends(ctx_.pcomm);
+  for (Request& r : head_sends_) ctx_.pcomm.wait(r);
   stream_started_ = false;  // a later step warms up again
 }
 

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "parallel/pipeline/weight_stash.hpp"
+#include "train/step_runner.hpp"
 #include "train/trainer.hpp"
 
 namespace trident {
@@ -18,16 +19,16 @@ struct WeightAudit {
   std::map<int, std::uint64_t> at_forward;  // micro-batch -> checksum, until its backward
 };
 
-class PipedreamRunner {
+class PipedreamRunner final : public StepRunner {
  public:
-  PipedreamRunner(Trainer& trainer, MemoryLedger& ledger);
-  StepStats step(int step);
+  PipedreamRunner(StepContext ctx, MemoryLedger& ledger);
+  void step(StepStats& s) override;
   // A run stopping before train.steps (a signal), after `done` steps: take
   // the forwards sent ahead so every send completes.
-  void stop_stream(int done);
+  void stop_stream(int done) override;
   // The activation slot evaluation may use between steps: the one no
   // micro-batch in flight occupies.
-  int eval_slot() const { return eval_slot_; }
+  int eval_slot() const override { return eval_slot_; }
   WeightStash& stash() { return *stash_; }
   // Tests: checksum the weights at every forward and backward.
   void audit_weights(bool on) { audit_on_ = on; }
@@ -40,7 +41,7 @@ class PipedreamRunner {
   void pass_head_grad(int g);
   void refresh_head();
 
-  Trainer& tr_;
+  StepContext ctx_;
   ModelChunk& c_;
   std::unique_ptr<WeightStash> stash_;
   // With a tied embedding: the last stage's head gradients on their way to
@@ -49,6 +50,7 @@ class PipedreamRunner {
   std::vector<Arena> head_grads_out_;
   std::vector<Request> head_sends_;
   Arena head_grad_in_;
+  const TensorInfo* wte_ = nullptr;  // the tied embedding, where the ends share it
   bool stream_started_ = false;  // warmed up (the stream is never flushed)
   double update_seconds_ = 0;    // this step's updates, inside the stream
   int eval_slot_ = 0;

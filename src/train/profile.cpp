@@ -5,6 +5,7 @@
 
 #include "core/timer.hpp"
 #include "model/gpt.hpp"
+#include "parallel/tensor/tensor_comm.hpp"
 
 namespace trident {
 namespace {
@@ -14,11 +15,16 @@ double time_stage(const Deck& deck, Grid& grid, ComputeBackend& be, const StageS
   MemoryLedger scratch_ledger;
   GptModelOptions o;
   o.tp = {grid.shape().tp, grid.coord().tp, deck.parallel.sequence_parallel};
-  o.tensor_comm = &grid.tensor();
+  TensorComm group(&grid.tensor(), o.tp);
+  o.tensor_group = &group;
   o.stage = spec;
-  o.send_buffers = spec.embedding ? 0 : 1;
   const int B = deck.train.micro_batch, T = deck.model.seq_len;
   GptModel m(deck.model, B, be, scratch_ledger, o);
+  MicroBatchStorage storage(m, be, scratch_ledger);
+  const MicroBatchActs acts = storage.acts();
+  Arena input_grad;  // where a stage without the embeddings leaves its input's gradient
+  if (!spec.embedding)
+    input_grad = Arena(be, scratch_ledger, MemCategory::activations, m.boundary_elements());
   m.init_parameters(deck.train.seed);
   std::vector<std::int32_t> tok(std::size_t(B) * T), tgt(tok.size());
   std::iota(tok.begin(), tok.end(), 0);
@@ -27,9 +33,9 @@ double time_stage(const Deck& deck, Grid& grid, ComputeBackend& be, const StageS
   double best = 1e30;
   for (int rep = 0; rep < 3; ++rep) {
     const double t0 = now_seconds();
-    m.forward(0, tok.data(), tgt.data(), spec.head ? 1.0f : 0.0f);
+    m.forward(acts, tok.data(), tgt.data(), spec.head ? 1.0f : 0.0f);
     if (!spec.head) be.zero(m.output_grad_buffer(), m.boundary_elements() * sizeof(float));
-    m.backward(0, nullptr, true, spec.embedding ? -1 : 0);
+    m.backward(acts, nullptr, true, input_grad.f32());
     be.synchronize();
     best = std::min(best, now_seconds() - t0);
   }

@@ -1,6 +1,11 @@
 #include "train/trainer.hpp"
 
+#include <fmt/format.h>
+
+#include <chrono>
 #include <cmath>
+#include <stdexcept>
+#include <thread>
 
 #include "core/fault_inject.hpp"
 #include "core/timer.hpp"
@@ -8,6 +13,7 @@
 #include "optim/clip.hpp"
 #include "optim/lr_schedule.hpp"
 #include "train/pipedream_runner.hpp"
+#include "train/scheduled_runner.hpp"
 #include "train/profile.hpp"
 
 namespace trident {
@@ -34,7 +40,6 @@ Trainer::Trainer(const Deck& deck, Grid& grid, ComputeBackend& backend, MemoryLe
   // The stage plan (partition -> stage costs -> schedule -> slots -> send
   // pool): make_stage_plan, the one `trident estimate` and `plan` count with.
   plan_ = make_stage_plan(deck, grid.shape(), grid.coord().pp, partition_costs());
-  input_grad_sends_.resize(std::size_t(plan_.send_pool.size));
   chunks_.resize(plan_.chunks.size());
   for (std::size_t c = 0; c < chunks_.size(); ++c) {
     const ChunkPlan& planned = plan_.chunks[c];
@@ -43,7 +48,7 @@ Trainer::Trainer(const Deck& deck, Grid& grid, ComputeBackend& backend, MemoryLe
     build_chunk(chunks_[c], ledger, planned.activation_slots, planned.weight_buffers,
                 c == 0 ? plan_.send_pool.size : 0);
   }
-  if (schedule_ == ScheduleKind::pipedream) pipedream_ = std::make_unique<PipedreamRunner>(*this, ledger);
+  make_runner(ledger);
   const std::size_t bt = std::size_t(deck.train.micro_batch) * deck.model.seq_len;
   tokens_.resize(bt);
   targets_.resize(bt);
@@ -66,25 +71,30 @@ void Trainer::build_chunk(ModelChunk& ch, MemoryLedger& ledger, int slots, int w
   ch.engine = make_grad_engine(EngineSetup{deck_, grid_, backend_, ledger, ch.spec, weights_, grads_},
                                o.units);
   o.tp = tp;
-  o.tensor_comm = &grid_.tensor();
+  if (!tensor_group_) tensor_group_ = std::make_unique<TensorComm>(&grid_.tensor(), tp);
+  o.tensor_group = tensor_group_.get();
   o.stage = ch.spec;
-  o.activation_slots = slots;
-  o.weight_buffers = weight_buffers;
-  o.send_buffers = send_buffers;
   o.activations = make_activation_policy(t.recompute, t.partition_activations, tp.size, tp.sp(),
                                          deck_.precision.dtype);
   o.weights = weights_;
   o.grads = grads_;
   o.storage = ch.engine->storage();
-  if (&ch != &chunks_.front()) o.shares_buffers_with = chunks_.front().model.get();
+  o.workspace = &workspace_;  // a rank runs one pass at a time
   ch.model = std::make_unique<GptModel>(deck_.model, t.micro_batch, backend_, ledger, o);
+  ch.slots = ActivationSlots(*ch.model, backend_, ledger, slots, weight_buffers, micro_batches_);
+  if (send_buffers > 0)
+    input_grads_ = Arena(backend_, ledger, MemCategory::activations,
+                         ch.model->boundary_elements() * std::size_t(send_buffers));
   ch.model->init_parameters(t.seed);  // 16-bit weights: their rounding
   ch.engine->attach(*ch.model, t.seed);
-  ch.sends.resize(slots);
-  ch.busy.assign(slots, false);
-  ch.slot_of.assign(std::max(micro_batches_, 1), -1);
-  ch.buffer_busy.assign(weight_buffers, false);
-  ch.buffer_of.assign(std::max(micro_batches_, 1), -1);
+}
+
+float* Trainer::input_grad_buffer(int k) {
+  const std::size_t n = chunks_.front().model->boundary_elements();
+  if (k < 0 || (std::size_t(k) + 1) * n > input_grads_.numel())
+    throw std::logic_error(fmt::format("send buffer {} is not in this rank's pool of {}", k,
+                                       input_grads_.numel() / n));
+  return input_grads_.f32() + std::size_t(k) * n;
 }
 
 void Trainer::refresh_weights_from_masters() {
@@ -106,46 +116,40 @@ void Trainer::load(const TokenDataset& data, std::uint64_t first_window) {
                      targets_.data() + std::size_t(i) * T);
 }
 
-void Trainer::sum_tied_embedding() {
-  // The first and last stages hold copies of the token embedding: their
-  // gradients (each stage's own contribution) are summed so both stay equal.
-  // In a V both are chunks of rank 0: summed there, no message.
-  if (places_chunks_in_v(schedule_)) {
-    if (grid_.coord().pp == 0)
-      sum_tied_grads_locally(*chunks_.front().engine, *chunks_.back().engine, backend_);
-    return;
-  }
-  Communicator* ends = grid_.embedding();
-  if (!ends) return;
-  (grid_.coord().pp == 0 ? chunks_.front() : chunks_.back()).engine->sum_tied_grads(*ends);
+StepContext Trainer::step_context() {
+  auto load_train = [this](std::uint64_t batch, int i) {
+    load(train_data_, window_of(batch, deck_.train.batch, i * deck_.train.micro_batch));
+  };
+  return StepContext{deck_, grid_, backend_, pcomm_, chunks_, micro_batches_, load_train,
+                     tokens_, targets_, [this](int k) { return input_grad_buffer(k); },
+                     times_, trace_, loss_scaler(), before_update_};
 }
 
-void Trainer::update(float lr, StepStats& s) {
-  ScopedTimer timer(times_.optimizer);
-  TraceScope ts(trace_, "optimizer", "optimizer");
-  // TRIDENT_FAULT_INJECT=grad:inf@STEP on a rank: one of its gradients becomes inf.
-  if (fault_armed("grad", "inf", s.step)) chunks_.front().engine->poison_gradient();
-  double ss = 0;
-  bool nonfinite = false;
-  for (ModelChunk& ch : chunks_) {
-    ss += ch.engine->grad_sum_squares();
-    nonfinite = nonfinite || (scaler_ && ch.engine->grads_nonfinite());
+void Trainer::make_runner(MemoryLedger& ledger) {
+  if (schedule_ == ScheduleKind::pipedream) {
+    auto pipedream = std::make_unique<PipedreamRunner>(step_context(), ledger);
+    pipedream_ = pipedream.get();
+    runner_ = std::move(pipedream);
+    return;
   }
-  // Each element is counted on one rank of the job: one sum over the world.
-  // fp16: the gradients carry the loss scale; a step that overflowed anywhere
-  // is skipped everywhere.
-  const double loss_scale = scaler_ ? scaler_->scale() : 1.0;
-  const GradNorm norm = reduce_grad_norm(ss, nonfinite, {&grid_.world()}, loss_scale);
-  s.loss_scale = loss_scale;
-  s.grad_norm = norm.norm;
-  s.skipped = scaler_ && !norm.finite;
-  const float coef = clip_coefficient(norm.norm, deck_.train.grad_clip, loss_scale);
-  if (!s.skipped) {
-    if (before_update_) before_update_();
-    for (ModelChunk& ch : chunks_) ch.engine->step(lr, coef);
-  }
-  if (scaler_) scaler_->update(s.skipped);
+  runner_ = std::make_unique<ScheduledRunner>(step_context(), plan_.actions, plan_.send_pool,
+                                              places_chunks_in_v(schedule_));
 }
+
+StepStats Trainer::step(int step) {
+  // TRIDENT_FAULT_INJECT=step:stall@N on a rank: it stops answering, as a stuck node would.
+  if (fault_armed("step", "stall", step)) std::this_thread::sleep_for(std::chrono::hours(1));
+  const double t0 = now_seconds();
+  const auto& t = deck_.train;
+  StepStats s;
+  s.step = step;
+  s.lr = lr_at(step, t.steps, t.warmup, t.lr, t.min_lr);
+  runner_->step(s);
+  s.seconds = now_seconds() - t0;
+  return s;
+}
+
+void Trainer::stop_stream(int done) { runner_->stop_stream(done); }
 
 std::int64_t Trainer::optimizer_steps() const {
   for (const ModelChunk& ch : chunks_)
@@ -172,11 +176,12 @@ double Trainer::evaluate() {
     for (std::size_t c = 0; c < chunks_.size(); ++c) {
       GptModel& m = *chunks_[c].model;
       const std::size_t n = m.boundary_elements();
-      const int slot = pipedream_ ? pipedream_->eval_slot() : 0, mb = -1 - k;  // see PipelineComm::tag
-      if (!pcomm_.first_virtual(int(c))) pcomm_.recv_forward(m.input_buffer(slot), n, mb, int(c));
-      sum += m.forward(slot, tokens_.data(), targets_.data(), 0.0f);
+      const int slot = runner_->eval_slot(), mb = -1 - k;  // see PipelineComm::tag
+      const MicroBatchActs acts = chunks_[c].slots.acts(slot);
+      if (!pcomm_.first_virtual(int(c))) pcomm_.recv_forward(m.input_buffer(acts), n, mb, int(c));
+      sum += m.forward(acts, tokens_.data(), targets_.data(), 0.0f);
       if (!pcomm_.last_virtual(int(c)))
-        sends.push_back(pcomm_.send_forward(m.output(slot), n, mb, int(c)));
+        sends.push_back(pcomm_.send_forward(m.output(acts), n, mb, int(c)));
     }
     for (Request& r : sends) pcomm_.wait(r);
     sends.clear();

@@ -20,25 +20,12 @@
 #include "parallel/pipeline/pipeline_comm.hpp"
 #include "parallel/pipeline/schedule.hpp"
 #include "parallel/pipeline/stage_plan.hpp"
+#include "parallel/tensor/tensor_comm.hpp"
+#include "train/activation_slots.hpp"
+#include "train/step_runner.hpp"
 #include "train/trace.hpp"
 
 namespace trident {
-
-// Seconds spent per phase on this rank (cumulative).
-struct PhaseTimes {  // backward: B and W, together or split
-  double data = 0, forward = 0, backward = 0, comm = 0, optimizer = 0, eval = 0;
-  double pipeline = 0;  // wall time of the schedules (compute + waiting)
-};
-
-struct StepStats {
-  int step = 0;
-  double loss = 0;       // mean over the global batch
-  double lr = 0;
-  double grad_norm = 0;  // before clipping
-  double seconds = 0;
-  double loss_scale = 1;  // fp16: the scale this step's loss was multiplied by
-  bool skipped = false;   // fp16: the gradients overflowed; nothing was updated
-};
 
 // One model chunk: a virtual pipeline stage's blocks on this rank.
 struct ModelChunk {
@@ -46,12 +33,8 @@ struct ModelChunk {
   StageSpec spec;
   std::unique_ptr<GradEngine> engine;  // before the model, which may run on its storage
   std::unique_ptr<GptModel> model;
-  std::vector<int> slot_of;                 // micro-batch -> activation slot
-  std::vector<std::vector<Request>> sends;  // per slot: sends still reading it (forward)
-  std::vector<bool> busy;                   // per slot
-  std::vector<int> buffer_of;               // micro-batch -> W buffer (zero bubble)
-  std::vector<bool> buffer_busy;            // per W buffer
-  int weight_passes_left = 0;               // in this step's schedule (B+W or W)
+  ActivationSlots slots;       // its micro-batches' activations and W buffers
+  int weight_passes_left = 0;  // in this step's schedule (B+W or W)
 };
 
 class PipedreamRunner;
@@ -89,7 +72,7 @@ class Trainer {
   std::int64_t optimizer_steps() const;
   void set_optimizer_steps(std::int64_t t);
   const PhaseTimes& times() const { return times_; }
-  PipedreamRunner* pipedream() { return pipedream_.get(); }  // schedule "pipedream" only
+  PipedreamRunner* pipedream() { return pipedream_; }  // schedule "pipedream" only
   DType weight_dtype() const { return weights_; }
   LossScaler* loss_scaler() { return scaler_ ? &*scaler_ : nullptr; }  // fp16 only
   // With 16-bit weights: the weights become the rounding of the f32 masters
@@ -106,18 +89,15 @@ class Trainer {
   std::uint64_t window_of(std::uint64_t batch_index, int sequences, int k) const;
 
  private:
-  friend class PipedreamRunner;
-  // send_buffers: the rank's pool, held by its first chunk.
+  // send_buffers: the rank's pool of input-gradient send buffers, allocated
+  // with its first chunk.
   void build_chunk(ModelChunk& c, MemoryLedger& ledger, int slots, int weight_buffers,
                    int send_buffers);
   StageCosts partition_costs();  // what the deck's partitioner balances
   void load(const TokenDataset& data, std::uint64_t first_window);
-  double run_schedule(int step, float dloss);  // returns this rank's loss sum
-  int acquire_slot(ModelChunk& c, int mb, int assigned);
-  void release_slot(ModelChunk& c, int mb);
-  int acquire_weight_buffer(ModelChunk& c, int mb);
-  void sum_tied_embedding();
-  void update(float lr, StepStats& s);
+  float* input_grad_buffer(int k);  // send buffer k of the pool
+  StepContext step_context();       // what the step runner reaches of this trainer
+  void make_runner(MemoryLedger& ledger);
 
   const Deck& deck_;
   Grid& grid_;
@@ -128,15 +108,18 @@ class Trainer {
   ScheduleKind schedule_;
   int micro_batches_;
   StagePlan plan_;  // partition, actions, slots, W buffers, send pool
-  std::vector<Request> input_grad_sends_;  // per send buffer: the send still reading it
+  Arena input_grads_;                      // the send buffers, boundary_elements() floats each
   PipelineComm pcomm_;
+  ModelWorkspace workspace_;  // the chunks' shared working buffer and scratch
+  std::unique_ptr<TensorComm> tensor_group_;  // the chunks' TP/SP boundary operations
   std::vector<ModelChunk> chunks_;
   std::vector<std::int32_t> tokens_, targets_;
   PhaseTimes times_;
   DType weights_ = DType::f32;
   DType grads_ = DType::f32;  // precision.reduce_dtype: how gradients are stored and reduced
   std::optional<LossScaler> scaler_;
-  std::unique_ptr<PipedreamRunner> pipedream_;
+  std::unique_ptr<StepRunner> runner_;  // scheduled, or PipeDream's
+  PipedreamRunner* pipedream_ = nullptr;  // runner_, where it is PipeDream's
   std::function<void()> before_update_;
 };
 

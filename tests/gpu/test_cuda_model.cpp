@@ -32,6 +32,7 @@ TEST(CudaModel, LossAndGradientsMatchTheCpu) {
   auto gpu = make_test_gpu();
   MemoryLedger lc, lg;
   GptModel mc(c, B, *cpu, lc), mg(c, B, *gpu, lg);
+  MicroBatchStorage sc(mc, *cpu, lc), sg(mg, *gpu, lg);
   mc.init_parameters(7);
   mg.init_parameters(7);
   mc.grads().zero();
@@ -39,11 +40,11 @@ TEST(CudaModel, LossAndGradientsMatchTheCpu) {
   const float dloss = 1.0f / float(2 * BT);
   for (int micro = 0; micro < 2; ++micro) {
     const auto tok = tokens(BT, 10 + micro), tgt = tokens(BT, 20 + micro);
-    const double loss_c = mc.forward(0, tok.data(), tgt.data(), dloss);
-    const double loss_g = mg.forward(0, tok.data(), tgt.data(), dloss);
+    const double loss_c = mc.forward(sc.acts(), tok.data(), tgt.data(), dloss);
+    const double loss_g = mg.forward(sg.acts(), tok.data(), tgt.data(), dloss);
     EXPECT_NEAR(loss_g, loss_c, 1e-5 * std::abs(loss_c)) << "micro-batch " << micro;
-    mc.backward(0, nullptr, micro == 1);
-    mg.backward(0, nullptr, micro == 1);
+    mc.backward(sc.acts(), nullptr, micro == 1);
+    mg.backward(sg.acts(), nullptr, micro == 1);
   }
   const Arena& gc = mc.grads();
   std::vector<float> cpu_grads(gc.f32(), gc.f32() + gc.numel()), gpu_grads(gc.numel());
@@ -56,8 +57,8 @@ TEST(CudaModel, LossAndGradientsMatchTheCpu) {
   }
   // Evaluation (no gradient) gives the same loss again.
   const auto tok = tokens(BT, 30), tgt = tokens(BT, 31);
-  const double eval_c = mc.forward(0, tok.data(), tgt.data(), 0.0f);
-  EXPECT_NEAR(mg.forward(0, tok.data(), tgt.data(), 0.0f), eval_c, 1e-5 * std::abs(eval_c));
+  const double eval_c = mc.forward(sc.acts(), tok.data(), tgt.data(), 0.0f);
+  EXPECT_NEAR(mg.forward(sg.acts(), tok.data(), tgt.data(), 0.0f), eval_c, 1e-5 * std::abs(eval_c));
 }
 
 // Batch 4 in micro-batches of 2 (accumulation), AdamW, clipping, cosine LR.

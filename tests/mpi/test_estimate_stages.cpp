@@ -43,8 +43,8 @@ void expect_trainer_allocates_its_plan(Trainer& tr, const Deck& d, const GridSha
     const ChunkPlan& planned = trained.chunks[c];
     EXPECT_EQ(ch.virtual_stage, planned.virtual_stage) << what << " chunk " << c;
     EXPECT_TRUE(ch.spec == planned.spec) << what << " chunk " << c;
-    EXPECT_EQ(int(ch.busy.size()), planned.activation_slots) << what << " chunk " << c;
-    EXPECT_EQ(int(ch.buffer_busy.size()), planned.weight_buffers) << what << " chunk " << c;
+    EXPECT_EQ(ch.slots.size(), planned.activation_slots) << what << " chunk " << c;
+    EXPECT_EQ(ch.slots.weight_buffer_count(), planned.weight_buffers) << what << " chunk " << c;
     if (planned.sends_input_grad) send_buffers += planned.activation_slots;
   }
   // The pool: the buffers the zero-bubble lists name, else one per slot of

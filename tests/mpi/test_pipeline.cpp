@@ -86,7 +86,7 @@ PipeRun train(MPI_Comm comm, const std::vector<std::string>& sets) {
   run.val_loss = tr.evaluate();
   if (d.zero.stage == 0) run.grads = gather_global(tr, grid, d.model);  // ZeRO: losses only
   run.activation_bytes = double(ledger.peak(MemCategory::activations));
-  run.stage0_slots = int(tr.chunks().front().busy.size());
+  run.stage0_slots = int(tr.chunks().front().slots.size());
   return run;
 }
 

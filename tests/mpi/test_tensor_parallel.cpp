@@ -13,6 +13,7 @@
 
 #include "io/deck.hpp"
 #include "io/token_shard.hpp"
+#include "parallel/tensor/tensor_comm.hpp"
 #include "support/test_support.hpp"
 #include "train/trainer.hpp"
 
@@ -128,18 +129,20 @@ Counts count_collectives(int layers, bool sp) {
   GptConfig c{layers, 32, 4, 16, 257};
   GptModelOptions o;
   o.tp = TensorParallelLayout{2, grid.coord().tp, sp};
-  o.tensor_comm = &grid.tensor();
+  TensorComm group(&grid.tensor(), o.tp);
+  o.tensor_group = &group;
   GptModel m(c, 2, *be, ledger, o);
+  MicroBatchStorage storage(m, *be, ledger);
   m.init_parameters(1);
   std::vector<std::int32_t> tok(32), tgt(32);
   std::iota(tok.begin(), tok.end(), 0), std::iota(tgt.begin(), tgt.end(), 1);
   Counts out;
   const std::uint64_t lookups_before = TensorTable::lookups();
   grid.tensor().reset_stats();
-  m.forward(0, tok.data(), tgt.data(), 1.0f / 32);
+  m.forward(storage.acts(), tok.data(), tgt.data(), 1.0f / 32);
   out.fwd = grid.tensor().stats();
   grid.tensor().reset_stats();
-  m.backward(0, nullptr, true);
+  m.backward(storage.acts(), nullptr, true);
   out.bwd = grid.tensor().stats();
   out.lookups = TensorTable::lookups() - lookups_before;
   return out;

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Fails when a folder under src/ includes a folder drawn above it in the layering.
+"""Fails when a folder under src/ includes a folder drawn above it in the layering,
+or when model/ reaches what belongs to the parallelisms wrapped around it.
 
 Layers, top to bottom (folders on one line may include each other):
     app
@@ -9,6 +10,11 @@ Layers, top to bottom (folders on one line may include each other):
     memory compute comm grid checkpoint io offload
     core
 plan/ may include any folder; only app/ may include plan/.
+
+model/ is the model's math only. No file of it reaches, directly or through any
+header it includes (followed transitively), parallel/pipeline/, parallel/zero/,
+engine/ or <mpi.h>; and no header of it names a pipeline runner's send pool,
+activation slot or W buffer (MODEL_WORDS).
 Usage: include_layers.py SRC_DIR
 """
 import pathlib
@@ -33,12 +39,22 @@ ALLOWED = {
     ("checkpoint", "model", "model/gpt_config.hpp"),
 }
 
+SOURCES = {".hpp", ".cpp", ".cu", ".cuh", ".h"}
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([a-z_]+)/([^"]+)"')
+ANY_INCLUDE = re.compile(r'^\s*#\s*include\s+([<"])([^">]+)[">]')
+
+# What model/ may not reach through any chain of includes: prefixes of quoted
+# headers (relative to src/) and system headers.
+MODEL_UNREACHABLE = ("parallel/pipeline/", "parallel/zero/", "engine/")
+MODEL_UNREACHABLE_SYSTEM = {"mpi.h"}
+# The pipeline runner's vocabulary: a model header naming one of these holds
+# state that belongs to the runner.
+MODEL_WORDS = re.compile(r"slot|send_buffer|send_pool|weight_buffer|W buffer", re.IGNORECASE)
 
 
-def forbidden_edges(src: pathlib.Path):
+def layer_edges(src: pathlib.Path):
     for path in sorted(src.rglob("*")):
-        if path.suffix not in {".hpp", ".cpp", ".cu", ".cuh", ".h"}:
+        if path.suffix not in SOURCES:
             continue
         source = path.relative_to(src).parts[0]
         for number, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
@@ -60,13 +76,63 @@ def forbidden_edges(src: pathlib.Path):
                 yield f"{path.relative_to(src)}:{number}: {source}/ includes {header}, a layer above it"
 
 
+def includes_of(src: pathlib.Path, relative: str, cache: dict):
+    """The (kind, name) includes of one file under src ('"' quoted, '<' system)."""
+    if relative not in cache:
+        path = src / relative
+        found = []
+        if path.is_file():
+            for line in path.read_text(errors="replace").splitlines():
+                match = ANY_INCLUDE.match(line)
+                if match:
+                    found.append((match.group(1), match.group(2)))
+        cache[relative] = found
+    return cache[relative]
+
+
+def model_reaches(src: pathlib.Path):
+    """Each forbidden header a model/ file reaches, with the chain that reaches it."""
+    cache = {}
+    for path in sorted((src / "model").rglob("*")):
+        if path.suffix not in SOURCES:
+            continue
+        start = str(path.relative_to(src))
+        chains = {start: [start]}
+        todo = [start]
+        while todo:
+            current = todo.pop()
+            for kind, name in includes_of(src, current, cache):
+                chain = chains[current] + [name]
+                if kind == "<" or not (src / name).is_file():
+                    if name in MODEL_UNREACHABLE_SYSTEM:
+                        yield f"{start}: reaches <{name}> through {' -> '.join(chain)}"
+                    continue
+                if name.startswith(MODEL_UNREACHABLE):
+                    yield f"{start}: reaches {name} through {' -> '.join(chain)}"
+                    continue
+                if name not in chains:
+                    chains[name] = chain
+                    todo.append(name)
+
+
+def model_runner_words(src: pathlib.Path):
+    for path in sorted((src / "model").rglob("*")):
+        if path.suffix not in {".hpp", ".h", ".cuh"}:
+            continue
+        for number, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
+            match = MODEL_WORDS.search(line)
+            if match:
+                yield (f"{path.relative_to(src)}:{number}: names '{match.group(0)}', the pipeline "
+                       "runner's (send pools, slots and W buffers live in train/ or parallel/pipeline/)")
+
+
 def main() -> int:
     src = pathlib.Path(sys.argv[1] if len(sys.argv) > 1 else "src")
-    edges = list(forbidden_edges(src))
-    for edge in edges:
-        print(edge)
-    if edges:
-        print(f"{len(edges)} include(s) against the layering in {__file__}")
+    problems = list(layer_edges(src)) + list(model_reaches(src)) + list(model_runner_words(src))
+    for problem in problems:
+        print(problem)
+    if problems:
+        print(f"{len(problems)} include(s) or name(s) against the layering in {__file__}")
         return 1
     print("include layering ok")
     return 0

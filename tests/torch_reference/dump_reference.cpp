@@ -93,11 +93,12 @@ void dump(const std::string& out, const std::string& dir) {
   // Step-0 loss and unclipped gradients, one pass over the whole batch.
   {
     GptModel probe(m, B, *be, ledger);
+    MicroBatchStorage storage(probe, *be, ledger);
     probe.params().zero();
     be->copy_from_host(probe.params().data(), model.params().data(), model.params().bytes());
     probe.grads().zero();
-    const float loss = float(probe.forward(0, tokens.data(), targets.data(), 1.0f / (B * T)) / (B * T));
-    probe.backward(0, nullptr);
+    const float loss = float(probe.forward(storage.acts(), tokens.data(), targets.data(), 1.0f / (B * T)) / (B * T));
+    probe.backward(storage.acts(), nullptr);
     dataset(f, "step0/loss", {}, &loss);
     tensors(f, "step0/grad", table, probe.grads().f32());
   }

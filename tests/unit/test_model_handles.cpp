@@ -19,43 +19,43 @@ using namespace trident;
 
 namespace {
 
-constexpr int kMicroBatch = 2, kSlots = 2;
+constexpr int kMicroBatch = 2, kMicroBatches = 2;
 
-// Table lookups of two forwards and two backwards (each into its own slot),
-// after the model is built.
+// Table lookups of two forwards and two backwards (each micro-batch into its
+// own storage), after the model is built.
 std::uint64_t lookups_of_a_step(ComputeBackend& be, const GptConfig& c, const StageSpec& st,
                                 const ActivationPolicy& policy, bool split) {
   MemoryLedger ledger;
   GptModelOptions o;
   o.stage = st;
   o.activations = policy;
-  o.activation_slots = kSlots;
-  o.weight_buffers = split ? kSlots : 0;
-  o.send_buffers = 1;
   GptModel m(c, kMicroBatch, be, ledger, o);
+  std::vector<MicroBatchStorage> storage;
+  for (int k = 0; k < kMicroBatches; ++k) storage.emplace_back(m, be, ledger, split);
+  Arena input_grad(be, ledger, MemCategory::activations, m.boundary_elements());
   m.init_parameters(1);
   const std::size_t tokens = std::size_t(kMicroBatch) * c.seq_len;
   std::vector<std::int32_t> tok(tokens), tgt(tokens);
   std::iota(tok.begin(), tok.end(), 0), std::iota(tgt.begin(), tgt.end(), 1);
   const GradsReadyFn ready = [](std::size_t) {};
-  const int send = st.embedding ? -1 : 0;
+  float* to_previous = st.embedding ? nullptr : input_grad.f32();
 
   const std::uint64_t before = TensorTable::lookups();
-  for (int slot = 0; slot < kSlots; ++slot) {
-    if (!st.embedding) be.zero(m.input_buffer(slot), m.boundary_elements() * sizeof(float));
-    m.forward(slot, tok.data(), tgt.data(), 1.0f / float(tokens));
+  for (MicroBatchStorage& mb : storage) {
+    if (!st.embedding) be.zero(m.input_buffer(mb.acts()), m.boundary_elements() * sizeof(float));
+    m.forward(mb.acts(), tok.data(), tgt.data(), 1.0f / float(tokens));
   }
-  for (int slot = 0; slot < kSlots; ++slot) {
-    const bool last = slot + 1 == kSlots;
+  for (std::size_t k = 0; k < storage.size(); ++k) {
+    const bool last = k + 1 == storage.size();
+    const MicroBatchActs acts = storage[k].acts();
     if (!st.head) be.zero(m.output_grad_buffer(), m.boundary_elements() * sizeof(float));
     if (split) {
-      m.backward_input(slot, slot, send);
-      m.backward_weights(slot, slot, ready, last);
+      m.backward_input(acts, to_previous);
+      m.backward_weights(acts, ready, last);
     } else {
-      m.backward(slot, ready, last, send);
+      m.backward(acts, ready, last, to_previous);
     }
-    if (!st.embedding) m.input_grad(send);
-    m.output(slot);
+    m.output(acts);
   }
   return TensorTable::lookups() - before;
 }

@@ -56,7 +56,7 @@ TEST(WeightInputs, KeptOnlyOverWhatBIsDoneWith) {
             std::size_t in_buffer = 0;
             for (const TensorInfo& t : all.tensors()) {
               const auto& at = w.places.at(t.name);
-              if (!at.in_slot) {
+              if (!at.in_saved) {
                 in_buffer += t.numel;
                 EXPECT_LE(at.offset + t.numel, w.buffer.size()) << what << " " << t.name;
                 continue;
@@ -69,7 +69,7 @@ TEST(WeightInputs, KeptOnlyOverWhatBIsDoneWith) {
                 EXPECT_FALSE(overlap(mine, k)) << what << " " << t.name;
               kept.push_back(mine);
             }
-            EXPECT_EQ(in_buffer + w.in_slot, all.numel()) << what;
+            EXPECT_EQ(in_buffer + w.in_saved, all.numel()) << what;
             // fp32 without recompute: what B frees holds what it keeps (heads * T >= d_model).
             if (dtype == Precision::fp32 && recompute == Recompute::none && !layout.sp())
               EXPECT_EQ(w.buffer.size(), 0u) << what;

@@ -10,7 +10,7 @@
 #include "io/deck.hpp"
 #include "parallel/pipeline/partition.hpp"
 #include "parallel/pipeline/schedule.hpp"
-#include "parallel/pipeline/stage_spec.hpp"
+#include "model/stage_spec.hpp"
 
 namespace trident {
 

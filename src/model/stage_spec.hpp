@@ -2,8 +2,10 @@
 
 namespace trident {
 
-// The part of the model one pipeline stage runs: a range of blocks, plus the
-// embeddings on the first stage and the final norm and tied head on the last.
+// Which layers a model holds: a range of blocks, plus the embeddings where it
+// starts the model and the final norm and tied head where it ends it. A
+// pipeline stage runs one (or, interleaved, several); the default is the whole
+// model.
 struct StageSpec {
   int first_block = 0;
   int num_blocks = -1;  // -1: all blocks from first_block on

@@ -1,0 +1,183 @@
+#include "train/scheduled_runner.hpp"
+
+#include <fmt/format.h>
+
+#include "core/fault_inject.hpp"
+#include "core/timer.hpp"
+#include "optim/clip.hpp"
+#include "train/trainer.hpp"
+
+namespace trident {
+
+ScheduledRunner::ScheduledRunner(StepContext ctx, const std::vector<PipelineAction>& actions,
+                                 const SendBufferPool& send_pool, bool in_v)
+    : ctx_(std::move(ctx)),
+      actions_(actions),
+      send_pool_(send_pool),
+      in_v_(in_v),
+      input_grad_sends_(std::size_t(send_pool.size)) {}
+
+double ScheduledRunner::run_schedule(int step, float dloss) {
+  const double t0 = now_seconds();
+  PipelineComm& pcomm = ctx_.pcomm;
+  for (std::size_t k = 0; k < ctx_.chunks.size(); ++k) {
+    ctx_.chunks[k].weight_passes_left = 0;
+    for (const auto& a : actions_)
+      ctx_.chunks[k].weight_passes_left += a.frees_slot() && a.chunk == int(k);
+  }
+  double loss_sum = 0;
+  for (const PipelineAction& a : actions_) {
+    if (!a.forward) {
+      backward_pass(a);
+      continue;
+    }
+    ModelChunk& c = ctx_.chunks[a.chunk];
+    GptModel& m = *c.model;
+    const std::size_t n = m.boundary_elements();
+    const int mb = a.micro_batch;
+    const int slot = c.slots.acquire(mb, a.slot, pcomm);
+    const MicroBatchActs acts = c.slots.acts(slot);
+    ctx_.load(std::uint64_t(step), mb);
+    if (!pcomm.first_virtual(a.chunk)) {
+      ScopedTimer timer(ctx_.times.comm);
+      TraceScope ts(ctx_.trace, fmt::format("recv F{}", mb), "recv");
+      pcomm.recv_forward(m.input_buffer(acts), n, mb, a.chunk);
+    }
+    {
+      ScopedTimer timer(ctx_.times.forward);
+      TraceScope ts(ctx_.trace, fmt::format("F{}", mb), "forward");
+      loss_sum += m.forward(acts, ctx_.tokens.data(), ctx_.targets.data(), dloss);
+    }
+    if (!pcomm.last_virtual(a.chunk))
+      c.slots.add_send(slot, pcomm.send_forward(m.output(acts), n, mb, a.chunk));
+  }
+  for (ModelChunk& c : ctx_.chunks) c.slots.wait_all_sends(pcomm);
+  for (Request& r : input_grad_sends_) pcomm.wait(r);
+  ctx_.times.pipeline += now_seconds() - t0;
+  return loss_sum;
+}
+
+void ScheduledRunner::backward_pass(const PipelineAction& a) {
+  PipelineComm& pcomm = ctx_.pcomm;
+  ModelChunk& c = ctx_.chunks[a.chunk];
+  GptModel& m = *c.model;
+  const std::size_t n = m.boundary_elements();
+  const int mb = a.micro_batch;
+  const int slot = c.slots.slot_of(mb);
+  // The chunk's last weight pass of the step lets the engine reduce
+  // gradients as they become final.
+  const bool last = a.frees_slot() && --c.weight_passes_left == 0;
+  const GradsReadyFn ready = last ? c.engine->grads_ready_hook() : nullptr;
+  if (a.part == BackwardPart::weights) {  // W: nobody waits for it
+    ScopedTimer timer(ctx_.times.backward);
+    TraceScope ts(ctx_.trace, fmt::format("W{}", mb), "weights");
+    m.backward_weights(c.slots.acts_of(mb), ready, last);
+    c.slots.release(mb);
+    return;
+  }
+  if (!pcomm.last_virtual(a.chunk)) {
+    ScopedTimer timer(ctx_.times.comm);
+    TraceScope ts(ctx_.trace, fmt::format("recv B{}", mb), "recv");
+    pcomm.recv_backward(m.output_grad_buffer(), n, mb, a.chunk);
+  }
+  // The send buffer B writes its input gradient to, waited for after the
+  // receive above: free once the previous virtual stage has posted the
+  // receive of what was last sent from it (the lists name the buffer so
+  // that this wait is the one they were replayed with).
+  const int send_buffer = pcomm.first_virtual(a.chunk) ? -1 : send_pool_.of(a, slot);
+  float* input_grad = send_buffer >= 0 ? ctx_.input_grad_buffer(send_buffer) : nullptr;
+  if (send_buffer >= 0) {
+    ScopedTimer timer(ctx_.times.comm);
+    pcomm.wait(input_grad_sends_[std::size_t(send_buffer)]);
+  }
+  {
+    ScopedTimer timer(ctx_.times.backward);
+    TraceScope ts(ctx_.trace, fmt::format("B{}", mb), "backward");
+    if (a.part == BackwardPart::input) {
+      // B keeps W's inputs over the slot's dead activations, the stage's
+      // output among them: its send must be done.
+      c.slots.wait_sends(slot, pcomm);
+      c.slots.acquire_weight_buffer(mb);
+      m.backward_input(c.slots.acts_of(mb), input_grad);
+    } else {
+      m.backward(c.slots.acts_of(mb), ready, last, input_grad);
+    }
+  }
+  if (send_buffer >= 0)
+    input_grad_sends_[std::size_t(send_buffer)] = pcomm.send_backward(input_grad, n, mb, a.chunk);
+  if (a.frees_slot()) c.slots.release(mb);
+}
+
+void ScheduledRunner::step(StepStats& s) {
+  const auto& t = ctx_.deck.train;
+  // Each token's loss enters the global mean with weight 1/(batch * seq_len);
+  // summing over the data group then gives the mean over the global batch.
+  // fp16 multiplies it by the loss scale (gradients are unscaled in update()).
+  const float dloss = float(ctx_.scaler ? ctx_.scaler->scale() : 1.0) /
+                      float(std::int64_t(t.batch) * ctx_.deck.model.seq_len);
+  for (ModelChunk& c : ctx_.chunks) c.engine->begin_step();
+  double loss_sum = run_schedule(s.step, dloss);
+  {
+    ScopedTimer timer(ctx_.times.comm);
+    TraceScope ts(ctx_.trace, "all-reduce", "allreduce");
+    for (ModelChunk& c : ctx_.chunks) c.engine->finish_backward();
+    sum_tied_embedding();
+    // Only the last stage computed the loss: sum over the pipeline, then data.
+    if (ctx_.grid.pipeline().size() > 1)
+      ctx_.grid.pipeline().all_reduce(&loss_sum, 1, DType::f64, ReduceOp::sum);
+    ctx_.grid.data().all_reduce(&loss_sum, 1, DType::f64, ReduceOp::sum);
+  }
+  s.loss = loss_sum / (double(t.batch) * ctx_.deck.model.seq_len);
+  update(float(s.lr), s);
+  {
+    ScopedTimer timer(ctx_.times.optimizer);
+    // The step ends when an asynchronous device has finished it. (Backward is
+    // not synchronised: the host must stay free to drive bucket reductions.)
+    ctx_.backend.synchronize();
+  }
+}
+
+void ScheduledRunner::sum_tied_embedding() {
+  // The first and last stages hold copies of the token embedding: their
+  // gradients (each stage's own contribution) are summed so both stay equal.
+  // In a V both are chunks of rank 0: summed there, no message.
+  if (in_v_) {
+    if (ctx_.grid.coord().pp == 0)
+      sum_tied_grads_locally(*ctx_.chunks.front().engine, *ctx_.chunks.back().engine,
+                             ctx_.backend);
+    return;
+  }
+  Communicator* ends = ctx_.grid.embedding();
+  if (!ends) return;
+  (ctx_.grid.coord().pp == 0 ? ctx_.chunks.front() : ctx_.chunks.back()).engine->sum_tied_grads(*ends);
+}
+
+void ScheduledRunner::update(float lr, StepStats& s) {
+  ScopedTimer timer(ctx_.times.optimizer);
+  TraceScope ts(ctx_.trace, "optimizer", "optimizer");
+  // TRIDENT_FAULT_INJECT=grad:inf@STEP on a rank: one of its gradients becomes inf.
+  if (fault_armed("grad", "inf", s.step)) ctx_.chunks.front().engine->poison_gradient();
+  LossScaler* scaler = ctx_.scaler;
+  double ss = 0;
+  bool nonfinite = false;
+  for (ModelChunk& ch : ctx_.chunks) {
+    ss += ch.engine->grad_sum_squares();
+    nonfinite = nonfinite || (scaler && ch.engine->grads_nonfinite());
+  }
+  // Each element is counted on one rank of the job: one sum over the world.
+  // fp16: the gradients carry the loss scale; a step that overflowed anywhere
+  // is skipped everywhere.
+  const double loss_scale = scaler ? scaler->scale() : 1.0;
+  const GradNorm norm = reduce_grad_norm(ss, nonfinite, {&ctx_.grid.world()}, loss_scale);
+  s.loss_scale = loss_scale;
+  s.grad_norm = norm.norm;
+  s.skipped = scaler && !norm.finite;
+  const float coef = clip_coefficient(norm.norm, ctx_.deck.train.grad_clip, loss_scale);
+  if (!s.skipped) {
+    if (ctx_.before_update) ctx_.before_update();
+    for (ModelChunk& ch : ctx_.chunks) ch.engine->step(lr, coef);
+  }
+  if (scaler) scaler->update(s.skipped);
+}
+
+}  // namespace trident

@@ -1,0 +1,34 @@
+// Every synchronous schedule (naive, gpipe, 1f1b, interleaved, zb-h1, zb-h2,
+// zb-v): the step's list of forward and backward passes over this rank's
+// chunks (receiving inputs and gradients from the neighbouring virtual stages,
+// sending its own; zero bubble: backwards split into B, which sends, and W),
+// then the gradients reduced and the parameters updated once every W has run.
+#pragma once
+#include <vector>
+
+#include "parallel/pipeline/schedule.hpp"
+#include "train/step_runner.hpp"
+
+namespace trident {
+
+class ScheduledRunner final : public StepRunner {
+ public:
+  // actions: this rank's list; send_pool: its input-gradient send buffers.
+  ScheduledRunner(StepContext ctx, const std::vector<PipelineAction>& actions,
+                  const SendBufferPool& send_pool, bool in_v);
+  void step(StepStats& s) override;
+
+ private:
+  double run_schedule(int step, float dloss);  // returns this rank's loss sum
+  void backward_pass(const PipelineAction& a);
+  void sum_tied_embedding();
+  void update(float lr, StepStats& s);
+
+  StepContext ctx_;
+  const std::vector<PipelineAction>& actions_;
+  const SendBufferPool& send_pool_;
+  bool in_v_;                       // zb-v: both ends of the model on rank 0
+  std::vector<Request> input_grad_sends_;  // per send buffer: the send still reading it
+};
+
+}  // namespace trident
