@@ -82,8 +82,8 @@ void print_banner(const Deck& deck, Grid& grid, const ComputeBackend& backend,
              partitioned ? " (block inputs partitioned over the tensor group)" : "");
   fmt::print("data: train {} tokens in {} shard(s){}\n", train.num_tokens(), train.files().size(),
              val ? fmt::format(", val {} tokens", val->num_tokens()) : "");
-  fmt::print("compute: {}{} | collectives: {}\n", backend.describe(),
-             backend.name() == "cpu" ? fmt::format(" (threads/rank {})", threads) : "",
+  fmt::print("compute: {}{} | collectives: {}\n", backend.info().describe(),
+             backend.info().name() == "cpu" ? fmt::format(" (threads/rank {})", threads) : "",
              choice_name(comm));
   if (!backend_warning.empty()) fmt::print("warning: {}\n", backend_warning);
   if (const std::string w = launch_warning(grid.size()); !w.empty()) fmt::print("warning: {}\n", w);
@@ -162,7 +162,7 @@ int train(const TrainOptions& o, Communicator& boot) {
   });
   const RankPeak peak = rank_peak(deck, *backend, grid.local_size(), threads);
   print_banner(deck, grid, *backend, comm, *train_data, val_data.get(), threads, peak,
-               agreed_warning(grid.world(), backend->warning()));
+               agreed_warning(grid.world(), backend->info().warning()));
 
   MemoryLedger ledger;
   TraceRecorder trace;
@@ -190,7 +190,7 @@ int train(const TrainOptions& o, Communicator& boot) {
     StepStats s = trainer.step(step);
     if (step == first && steps - first > 1) {
       after_first = trainer.times();
-      backend->reset_kernel_times();  // the table covers the steady steps, as the FOM
+      backend->info().reset_kernel_times();  // the table covers the steady steps, as the FOM
     }
     train_seconds += s.seconds;
     if (step > first) steady_seconds += s.seconds;  // the first step pays one-time warm-up costs
@@ -232,7 +232,7 @@ int train(const TrainOptions& o, Communicator& boot) {
     trace.write(grid.world(), o.trace);
     if (grid.is_root()) fmt::print("trace: {} (open in Perfetto or chrome://tracing)\n", o.trace);
   }
-  if (grid.is_root()) fmt::print("{}", backend->kernel_report());  // empty unless timing kernels
+  if (grid.is_root()) fmt::print("{}", backend->info().kernel_report());  // empty unless timing kernels
   if (grid.is_root()) {
     const int ran = steps - first;
     const double secs = ran > 1 ? steady_seconds : train_seconds;
