@@ -57,14 +57,14 @@ MemoryEstimate estimate_memory(const Deck& deck, const GridShape& shape, int sta
   MemoryEstimate e;
   const GptConfig& m = deck.model;
   const TensorParallelLayout tp{shape.tp, 0, deck.parallel.sequence_parallel};
-  const UnitLayout units = zero_unit_layout(deck, shape.dp, stage, tp);
+  const UnitLayout units = zero_unit_layout(deck.zero, deck.model, shape.dp, stage, tp);
   const int v = deck.parallel.virtual_stages, V = shape.pp * v;
   const int B = deck.train.micro_batch > 0 ? deck.train.micro_batch : deck.train.batch / shape.dp;
   const int micro_batches = std::max(1, deck.train.batch / (shape.dp * B));
   const Partition part = predicted_partition(deck, V);
   const ScheduleKind kind = deck.parallel.schedule;
   const bool split = splits_backward(kind) && shape.pp > 1;
-  const ZeroBubbleCosts costs = split ? zero_bubble_costs(deck, shape, part) : ZeroBubbleCosts{};
+  const ZeroBubbleCosts costs = split ? zero_bubble_costs(schedule_cost_deck(deck), shape, part) : ZeroBubbleCosts{};
   const auto actions = build_schedule(kind, shape.pp, pipe_rank, micro_batches, v,
                                       split ? &costs : nullptr);
   const double f = sizeof(float);
@@ -159,20 +159,20 @@ MemoryEstimate estimate_memory(const Deck& deck, const GridShape& shape, int sta
                                tp.sp(), deck.precision.dtype);
     const int slots = activation_slots(actions, c);
     // A rank's chunks share one working buffer and scratch (one pass at a time).
-    at(MemCategory::activations) += slots * slot_bytes(deck, shape, spec);
+    at(MemCategory::activations) += slots * slot_bytes(schedule_cost_deck(deck), shape, spec);
     if (c == 0)
       at(MemCategory::activations) += (double(GptModel::work_table(m, B, tp, policy).size()) +
                                        double(GptModel::scratch_table(m, B, tp, policy).size())) * f;
     // Zero bubble: the W buffers, kept from B for W.
     at(MemCategory::activations) +=
-        max_pending_weights(actions, c) * weight_buffer_bytes(deck, shape, spec);
+        max_pending_weights(actions, c) * weight_buffer_bytes(schedule_cost_deck(deck), shape, spec);
   }
   // The input gradients being sent: one pool for the rank's chunks.
   std::vector<bool> sends;
   for (int c = 0; c < v; ++c)
     sends.push_back(virtual_stage_of(v_placement(kind), shape.pp, pipe_rank, c) > 0);
   at(MemCategory::activations) +=
-      send_buffer_pool(actions, sends).size * send_buffer_bytes(deck, shape);
+      send_buffer_pool(actions, sends).size * send_buffer_bytes(schedule_cost_deck(deck), shape);
   e.parameters = double(gpt_num_parameters(m));
   e.runtime = kRuntimeBaseBytes + reduce_scatter;
   if (deck.system.device == Device::cuda)

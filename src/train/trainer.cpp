@@ -36,7 +36,7 @@ Trainer::Trainer(const Deck& deck, Grid& grid, ComputeBackend& backend, MemoryLe
   const int v = deck.parallel.virtual_stages, p = grid.shape().pp, s = grid.coord().pp;
   choose_partition(ledger);
   const bool split = splits_backward(schedule_) && p > 1;
-  const ZeroBubbleCosts costs = split ? zero_bubble_costs(deck, grid.shape(), partition_) : ZeroBubbleCosts{};
+  const ZeroBubbleCosts costs = split ? zero_bubble_costs(schedule_cost_deck(deck), grid.shape(), partition_) : ZeroBubbleCosts{};
   if (split) {
     const auto lists = zero_bubble_schedule(schedule_, p, micro_batches_, costs);
     actions_ = lists[std::size_t(s)];
@@ -92,7 +92,7 @@ void Trainer::build_chunk(ModelChunk& ch, MemoryLedger& ledger, int slots, int w
   const auto& t = deck_.train;
   const TensorParallelLayout tp{grid_.shape().tp, grid_.coord().tp, deck_.parallel.sequence_parallel};
   GptModelOptions o;
-  ch.engine = make_grad_engine(EngineSetup{deck_, grid_, backend_, ledger, ch.spec, weights_, grads_},
+  ch.engine = make_grad_engine(EngineSetup{engine_sections(deck_), grid_, backend_, ledger, ch.spec, weights_, grads_},
                                o.units);
   o.tp = tp;
   o.tensor_comm = &grid_.tensor();
