@@ -3,7 +3,7 @@
 // device_math.cuh) with fp32 arithmetic inside; statistics the
 // kernels keep for backward (mean, rstd, row maxima, packed sums, losses) are
 // always fp32. Launchers only enqueue on `stream`; the caller checks
-// cudaGetLastError. Semantics are those of the compute seam (backend.hpp):
+// cudaGetLastError. Semantics are those of the compute seam (backend.hpp, bf16_operands.hpp):
 // backward launchers ADD into their outputs.
 #pragma once
 #include <cuda_runtime_api.h>
