@@ -10,7 +10,7 @@
 #include <random>
 #include <vector>
 
-#include "compute/backend.hpp"
+#include "compute/bf16_operands.hpp"
 #include "support/attention_reference.hpp"
 #include "support/random_values.hpp"
 
@@ -28,21 +28,21 @@ trident::ComputeBackend& backend() {  // sets the thread counts the training run
 void BM_FlashAttention(benchmark::State& st) {
   const int T = int(st.range(0));
   const bool bf16 = st.range(1) != 0;
-  trident::ComputeBackend& be = backend();
+  trident::Bf16OperandsFor be(backend());  // the bf16 tiles where the CPU has them
   auto qkv = random_normals(std::size_t(kB) * T * 3 * kC, 1);
   auto dout = random_normals(std::size_t(kB) * T * kC, 2);
   std::vector<std::uint16_t> qkv16, dout16;
   if (bf16) {  // as a bf16 run holds them: rounded values and their bits
     qkv16.resize(qkv.size()), dout16.resize(dout.size());
-    be.round_to_bf16(qkv.data(), qkv16.data(), qkv.data(), qkv.size());
-    be.round_to_bf16(dout.data(), dout16.data(), dout.data(), dout.size());
+    be->round_to_bf16(qkv.data(), qkv16.data(), qkv.data(), qkv.size());
+    be->round_to_bf16(dout.data(), dout16.data(), dout.data(), dout.size());
   }
   const trident::MatrixIn q{qkv.data(), bf16 ? qkv16.data() : nullptr};
   const trident::MatrixIn d{dout.data(), bf16 ? dout16.data() : nullptr};
   std::vector<float> out(dout.size()), lse(std::size_t(kB) * kNH * T), dqkv(qkv.size());
   for (auto _ : st) {
-    be.attention_forward(out.data(), lse.data(), q, kB, T, kC, kNH, bf16);
-    be.attention_backward(dqkv.data(), d, q, out.data(), lse.data(), kB, T, kC, kNH, bf16);
+    be->attention_forward(out.data(), lse.data(), q, kB, T, kC, kNH, bf16);
+    be->attention_backward(dqkv.data(), d, q, out.data(), lse.data(), kB, T, kC, kNH, bf16);
     benchmark::DoNotOptimize(dqkv.data());
   }
   st.counters["saved_bytes"] = double(lse.size() * sizeof(float));

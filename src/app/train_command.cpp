@@ -118,7 +118,7 @@ LoopTimes run_steps(const Deck& deck, Grid& grid, ComputeBackend& backend, Train
     StepStats s = trainer.step(step);
     if (step == first && steps - first > 1) {
       loop.after_first = trainer.times();
-      backend.reset_kernel_times();  // the table covers the steady steps, as the FOM
+      backend.info().reset_kernel_times();  // the table covers the steady steps, as the FOM
     }
     loop.train_seconds += s.seconds;
     if (step > first) loop.steady_seconds += s.seconds;
@@ -155,7 +155,7 @@ void report_run(const TrainOptions& o, const Deck& deck, Grid& grid, ComputeBack
     trace.write(grid.world(), o.trace);
     if (grid.is_root()) fmt::print("trace: {} (open in Perfetto or chrome://tracing)\n", o.trace);
   }
-  if (grid.is_root()) fmt::print("{}", backend.kernel_report());  // empty unless timing kernels
+  if (grid.is_root()) fmt::print("{}", backend.info().kernel_report());  // empty unless timing kernels
   if (grid.is_root()) {
     const int ran = steps - first;
     const double secs = ran > 1 ? loop.steady_seconds : loop.train_seconds;
@@ -191,7 +191,7 @@ int train(const TrainOptions& o, Communicator& boot) {
   });
   const RankPeak peak = rank_peak(deck, *backend, grid.local_size(), threads);
   print_banner(deck, grid, *backend, comm, *data.train, data.val.get(), threads, peak,
-               agreed_warning(grid.world(), backend->warning()));
+               agreed_warning(grid.world(), backend->info().warning()));
 
   MemoryLedger ledger;
   TraceRecorder trace;

@@ -57,8 +57,8 @@ void print_banner(const Deck& deck, Grid& grid, const ComputeBackend& backend,
              partitioned ? " (block inputs partitioned over the tensor group)" : "");
   fmt::print("data: train {} tokens in {} shard(s){}\n", train.num_tokens(), train.files().size(),
              val ? fmt::format(", val {} tokens", val->num_tokens()) : "");
-  fmt::print("compute: {}{} | collectives: {}\n", backend.describe(),
-             backend.name() == "cpu" ? fmt::format(" (threads/rank {})", threads) : "",
+  fmt::print("compute: {}{} | collectives: {}\n", backend.info().describe(),
+             backend.info().name() == "cpu" ? fmt::format(" (threads/rank {})", threads) : "",
              choice_name(comm));
   if (!backend_warning.empty()) fmt::print("warning: {}\n", backend_warning);
   if (const std::string w = launch_warning(grid.size()); !w.empty()) fmt::print("warning: {}\n", w);

@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "core/dtype.hpp"
-#include "grid/grid.hpp"
+#include "grid/grid_shape.hpp"
 #include "io/deck.hpp"
 #include "model/gpt_config.hpp"
 

@@ -1,9 +1,17 @@
-// The compute seam: memory and the math of a GPT block, forward and backward.
-// The CPU backend (OpenBLAS + OpenMP) and the CUDA backend (cuBLAS + own
-// kernels, compute/cuda/) implement the same functions. Model code calls only
-// this interface. Pointers are the backend's memory (device memory for CUDA);
-// ops may run asynchronously, and copy_to_host / sum_squares return only
-// once their values are on the host.
+// The compute seam's core: memory and the f32 math of a GPT block, forward
+// and backward. The CPU backend (oneDNN GEMMs + OpenMP loops, compute/cpu/)
+// and the CUDA backend (cuBLASLt + own kernels, compute/cuda/) implement it.
+// Pointers are the backend's memory (device memory for CUDA); ops may run
+// asynchronously, and copy_to_host / sum_squares return only once their
+// values are on the host.
+//
+// What is core: every op a run in f32 needs (allocation, copies and
+// conversions, the f32 forward and backward ops, the optimizer's vector ops),
+// since every backend must have them. What is not: GEMM operands given as
+// bf16 bits and the ops fused with bf16 rounding (Bf16Operands,
+// compute/bf16_operands.hpp), which a backend has only where it has bf16
+// kernels (bf16_operands()); and what a backend says about itself (name, peak,
+// kernel times: BackendInfo, compute/backend_info.hpp).
 //
 // Conventions: row-major; linear weights are (out, in) as in PyTorch, so
 // y = x W^T + b; every backward op ADDS into its outputs (weight gradients
@@ -15,55 +23,32 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
-#include <stdexcept>
 #include <string>
 
 #include "compute/adamw_math.hpp"
+#include "compute/backend_info.hpp"
 #include "core/dtype.hpp"
 
 namespace trident {
-
-// A matrix a linear layer's GEMM reads: its f32 values, its bf16 bits (a
-// 16-bit arena, or the packed copy of a rounded activation), or both when
-// they are the same values. A backend that reads bf16 operands
-// (reads_bf16_operands()) takes the bits and skips packing; one that does
-// not reads the values, which callers then always give. bf16_values: the
-// values are bf16 values (rounded, or widened bf16 weights), so a backend may
-// pack them for bf16 kernels without checking each one.
-struct MatrixIn {
-  const float* values = nullptr;
-  const std::uint16_t* bf16 = nullptr;
-  bool bf16_values = false;
-  MatrixIn(const float* v) : values(v) {}  // implicit: an f32 matrix as before
-  MatrixIn(const float* v, const std::uint16_t* bits) : values(v), bf16(bits), bf16_values(true) {}
-  MatrixIn as_bf16_values(bool are = true) const {
-    MatrixIn m = *this;
-    m.bf16_values = are;
-    return m;
-  }
-};
 
 // How matmul_backward leaves the input gradient: added to what the buffer
 // holds (branches meeting there, pieces summed), or written over it (no
 // zeroing pass first).
 enum class InputGrad { add, write };
 
+class Bf16Operands;
+
 class ComputeBackend {
  public:
   virtual ~ComputeBackend() = default;
-  virtual std::string name() const = 0;
-  virtual std::string describe() const = 0;  // threads, library versions
-  // Device time per op as a table, when the backend was asked to time its
-  // kernels (the CUDA backend with TRIDENT_KERNEL_TIMES=1); otherwise empty.
-  virtual std::string kernel_report() { return {}; }
-  virtual void reset_kernel_times() {}  // from here on (the steady steps)
-  // The device's peak dense FLOP/s for compute in `dtype` (the MFU
-  // denominator) and where it comes from; 0 when unknown (MFU not printed).
-  virtual double peak_flops(DType dtype) const = 0;
-  virtual std::string peak_source(DType dtype) const = 0;
-  // Something about the kernels in use the user should know (printed as a
-  // warning by rank 0), else "".
-  virtual std::string warning() const { return {}; }
+  // Name, description, peak and kernel times (the run's header and MFU).
+  virtual BackendInfo& info() = 0;
+  const BackendInfo& info() const { return const_cast<ComputeBackend&>(*this).info(); }
+  // The GEMM-operand ops on bf16 bits and the ops fused with bf16 rounding,
+  // where this backend has bf16 kernels to read them; else null (a caller
+  // then computes on f32 values rounded as 16-bit storage would: see
+  // Bf16OperandsFor in compute/bf16_operands.hpp).
+  virtual Bf16Operands* bf16_operands() { return nullptr; }
 
   // Memory on the backend's device.
   virtual void* allocate(std::size_t bytes) = 0;
@@ -113,23 +98,10 @@ class ComputeBackend {
   virtual void convert(void* dst, DType dst_type, const void* src, DType src_type,
                        std::size_t n) = 0;
   virtual void round_to(float* x, DType type, std::size_t n) = 0;
-  // dst = src rounded to bf16 values (dst may be src) and, where bits is not
-  // null, their bf16 bits: a GEMM operand in one pass.
-  virtual void round_to_bf16(float* dst, std::uint16_t* bits, const float* src, std::size_t n) {
-    if (dst != src) copy(dst, src, n * sizeof(float));
-    round_to(dst, DType::bf16, n);
-    if (bits) convert(bits, DType::bf16, dst, DType::f32, n);
-  }
-  // Whether matmul reads MatrixIn::bf16 (so callers may leave values null).
-  virtual bool reads_bf16_operands() const { return false; }
 
   // out[n,:] = wte[tok[n] - lo, :] for tokens in the shard [lo, lo + count), else 0.
   virtual void embedding_forward(float* out, const std::int32_t* tokens, const float* wte, int lo,
                                  int count, int N, int C) = 0;
-  // The same from a bf16 table given as its bits (no f32 copy of the table).
-  virtual void embedding_forward_bits(float* out, const std::int32_t* tokens,
-                                      const std::uint16_t* wte, int lo, int count, int N,
-                                      int C) = 0;
   virtual void embedding_backward(float* dwte, const float* dout, const std::int32_t* tokens,
                                   int lo, int count, int N, int C) = 0;
   // out[n,:] += wpe[(first + n) % T, :] for N consecutive tokens of sequences of T.
@@ -139,102 +111,33 @@ class ComputeBackend {
 
   virtual void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
                                  const float* w, const float* b, int N, int C) = 0;
-  // The same with out rounded to bf16 values and, where bits is not null,
-  // their bf16 bits (a bf16 GEMM's operand); a backend may fuse the passes.
-  virtual void layernorm_forward_rounded(float* out, std::uint16_t* bits, float* mean,
-                                         float* rstd, const float* inp, const float* w,
-                                         const float* b, int N, int C) {
-    layernorm_forward(out, mean, rstd, inp, w, b, N, C);
-    round_to_bf16(out, bits, out, std::size_t(N) * C);
-  }
   // dinp may be null (then w may be too); dw and db are both null or neither.
   virtual void layernorm_backward(float* dinp, float* dw, float* db, const float* dout,
                                   const float* inp, const float* w, const float* mean,
                                   const float* rstd, int N, int C) = 0;
 
   // out (N, OC) = inp (N, IC) * w^T (w is OC x IC) + bias (may be null).
-  virtual void matmul_forward(float* out, MatrixIn inp, MatrixIn w, const float* bias, int N,
-                              int IC, int OC) = 0;
-  // The same rounded to bf16 values, and their bits (a bf16 run's activation
-  // that a bf16 GEMM reads next). values: whether out's f32 values are wanted
-  // too; without them a backend that reads bf16 operands may write the bits
-  // alone, straight from its GEMM (bias then holds bf16 values, as a bf16
-  // run's weights do), and use out as scratch.
-  virtual void matmul_forward_rounded(float* out, std::uint16_t* bits, MatrixIn inp, MatrixIn w,
-                                      const float* bias, int N, int IC, int OC, bool values) {
-    (void)values;
-    matmul_forward(out, inp, w, bias, N, IC, OC);
-    round_to_bf16(out, bits, out, std::size_t(N) * OC);
-  }
+  virtual void matmul_forward(float* out, const float* inp, const float* w, const float* bias,
+                              int N, int IC, int OC) = 0;
   // Any of dinp (then w may be null), dw (then inp may be null) and dbias may
   // be null; dw and dbias are added to, dinp as `dinp_mode` says.
-  virtual void matmul_backward(float* dinp, float* dw, float* dbias, MatrixIn dout, MatrixIn inp,
-                               MatrixIn w, int N, int IC, int OC, InputGrad dinp_mode) = 0;
+  virtual void matmul_backward(float* dinp, float* dw, float* dbias, const float* dout,
+                               const float* inp, const float* w, int N, int IC, int OC,
+                               InputGrad dinp_mode) = 0;
 
   // Causal multi-head attention. qkv is (B, T, 3C) as [q | k | v]; out is
   // (B, T, C); lse (B, NH, T) gets each query's log-sum-exp of its scaled
   // scores, which with q, k, v and out is all backward needs: the (T, T)
-  // probabilities are never kept (FlashAttention-2, Dao 2023). bf16: q, k,
-  // v (and dout) hold bf16 values, and the probabilities and score gradients
-  // are rounded to bf16 for the tile products, which then run on bf16 kernels
-  // with f32 sums (FlashAttention's bf16 path); a backend without them may
-  // compute in f32. qkv and dout as for the linears (MatrixIn); dout's values
-  // are always given (backward reads them beside out).
-  virtual void attention_forward(float* out, float* lse, MatrixIn qkv, int B, int T, int C,
-                                 int NH, bool bf16) = 0;
-  // Recomputes the probabilities from q, k and lse.
-  virtual void attention_backward(float* dqkv, MatrixIn dout, MatrixIn qkv, const float* out,
-                                  const float* lse, int B, int T, int C, int NH, bool bf16) = 0;
-
-  // bf16 attention whose results feed bf16 GEMMs: out (forward) or dqkv
-  // (backward, written rather than added to) rounded to bf16 values and,
-  // where bits is not null, their bits; a backend may fuse the passes.
-  virtual void attention_forward_rounded(float* out, std::uint16_t* bits, float* lse,
-                                         MatrixIn qkv, int B, int T, int C, int NH) {
-    attention_forward(out, lse, qkv, B, T, C, NH, true);
-    round_to_bf16(out, bits, out, std::size_t(B) * T * C);
-  }
-  virtual void attention_backward_rounded(float* dqkv, std::uint16_t* bits, MatrixIn dout,
-                                          MatrixIn qkv, const float* out, const float* lse,
-                                          int B, int T, int C, int NH) {
-    const std::size_t n = std::size_t(B) * T * 3 * C;
-    zero(dqkv, n * sizeof(float));
-    attention_backward(dqkv, dout, qkv, out, lse, B, T, C, NH, true);
-    round_to_bf16(dqkv, bits, dqkv, n);
-  }
+  // probabilities are never kept (FlashAttention-2, Dao 2023).
+  virtual void attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C,
+                                 int NH) = 0;
+  // Recomputes the probabilities from q, k and lse; adds into dqkv.
+  virtual void attention_backward(float* dqkv, const float* dout, const float* qkv,
+                                  const float* out, const float* lse, int B, int T, int C,
+                                  int NH) = 0;
 
   virtual void gelu_forward(float* out, const float* inp, std::size_t n) = 0;
   virtual void gelu_backward(float* dinp, const float* inp, const float* dout, std::size_t n) = 0;
-  // GELU of a 16-bit run (store: bf16 or f16), as these passes compute it; a
-  // backend may fuse them into one. inp is rounded to store in place (backward
-  // reads it so), out is gelu(inp) rounded; bits and inp_bits (bf16 only, each
-  // may be null) get out's and inp's bf16 bits. Bits only: out null, bits and
-  // inp_bits given (bf16, a backend that reads bf16 operands): neither out nor
-  // inp is written, the bits are what the next GEMM and backward read; inp
-  // null too: the input is inp_bits (a GEMM's bf16 output), read only.
-  virtual void gelu_forward_rounded(float* out, std::uint16_t* bits, float* inp,
-                                    std::uint16_t* inp_bits, std::size_t n, DType store) {
-    if (!out) throw std::logic_error("gelu_forward_rounded: bits only is not implemented here");
-    round_to(inp, store, n);
-    if (inp_bits) convert(inp_bits, DType::bf16, inp, DType::f32, n);
-    gelu_forward(out, inp, n);
-    if (bits) round_to_bf16(out, bits, out, n);
-    else round_to(out, store, n);
-  }
-  // dinp = gelu'(inp) * dout, dout and the result rounded to store, bits as
-  // above. dout is scratch: what it holds afterwards is unspecified. Where
-  // inp_bits is not null (bf16), inp is given as those bits alone: a backend
-  // reads them, or widens them into inp first.
-  virtual void gelu_backward_rounded(float* dinp, std::uint16_t* bits, float* inp,
-                                     const std::uint16_t* inp_bits, float* dout, std::size_t n,
-                                     DType store) {
-    if (inp_bits) convert(inp, DType::f32, inp_bits, DType::bf16, n);
-    round_to(dout, store, n);
-    zero(dinp, n * sizeof(float));
-    gelu_backward(dinp, inp, dout, n);
-    if (bits) round_to_bf16(dinp, bits, dinp, n);
-    else round_to(dinp, store, n);
-  }
   virtual void add(float* out, const float* a, const float* b, std::size_t n) = 0;
 
   // Softmax cross-entropy over a vocabulary shard (V columns from global
@@ -257,15 +160,6 @@ class ComputeBackend {
                            const float* row_max, const float* packed,
                            const std::int32_t* targets, int lo, int N, int V, int valid,
                            float dloss) = 0;
-  // The same with dlogits (not null) rounded to bf16 values, as the
-  // classifier's bf16 GEMMs read them; a backend may fuse the passes.
-  virtual void xent_finish_rounded(float* losses, float* dlogits, const float* logits,
-                                   const float* row_max, const float* packed,
-                                   const std::int32_t* targets, int lo, int N, int V, int valid,
-                                   float dloss) {
-    xent_finish(losses, dlogits, logits, row_max, packed, targets, lo, N, V, valid, dloss);
-    round_to(dlogits, DType::bf16, std::size_t(N) * V);
-  }
 
   // Optimizer-side vector ops.
   virtual double sum_squares(const float* x, std::size_t n) = 0;

@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "grid/grid.hpp"
-#include "io/deck.hpp"
+#include "io/deck_sections.hpp"
 #include "checkpoint/tensor_slice.hpp"
 #include "memory/arena.hpp"
 #include "model/gpt.hpp"
@@ -108,8 +108,22 @@ class GradEngine {
   virtual void poison_gradient() = 0;
 };
 
+struct Deck;
+
+// The deck sections an engine reads: the model's shape (ZeRO's unit table),
+// AdamW's hyperparameters, the data-parallel mode and buckets, the ZeRO stage
+// and where offloaded state lives.
+struct EngineSections {
+  const GptConfig& model;
+  const TrainSection& train;
+  const ParallelSection& parallel;
+  const ZeroSection& zero;
+  const OffloadSection& offload;
+};
+EngineSections engine_sections(const Deck& deck);
+
 struct EngineSetup {
-  const Deck& deck;
+  EngineSections sections;
   Grid& grid;
   ComputeBackend& backend;
   MemoryLedger& ledger;
@@ -122,7 +136,8 @@ struct EngineSetup {
 // must use (units split into dp equal slices), else the default.
 std::unique_ptr<GradEngine> make_grad_engine(const EngineSetup& s, UnitLayout& units);
 // The unit layout ZeRO `stage` uses on dp data ranks (the estimator's too).
-UnitLayout zero_unit_layout(const Deck& deck, int dp, int stage, const TensorParallelLayout& tp);
+UnitLayout zero_unit_layout(const ZeroSection& zero, const GptConfig& model, int dp, int stage,
+                            const TensorParallelLayout& tp);
 
 // zb-v: both copies of the tied embedding are chunks of one rank; each gets
 // the sum (16-bit gradients added in f32 and rounded, as the MPI sum does).

@@ -13,20 +13,21 @@ ZeroEngine::ZeroEngine(const EngineSetup& s, const UnitLayout& units, AdamWConfi
     : backend_(s.backend),
       ledger_(s.ledger),
       world_(s.grid.world()),
-      offload_(s.deck.offload),
+      offload_(s.sections.offload),
       adam_(adam),
       tp_root_(s.grid.coord().tp == 0),
       table_(build_gpt_param_table(
-          s.deck.model,
-          TensorParallelLayout{s.grid.shape().tp, s.grid.coord().tp, s.deck.parallel.sequence_parallel},
+          s.sections.model,
+          TensorParallelLayout{s.grid.shape().tp, s.grid.coord().tp,
+                               s.sections.parallel.sequence_parallel},
           units, s.stage)),
       plan_(table_, s.grid.shape().dp, s.grid.coord().dp,
-            std::size_t(s.deck.zero.persistence_threshold)) {
+            std::size_t(s.sections.zero.persistence_threshold)) {
   // An offloaded parameter shard's swap file may fail on some nodes only: agreed.
   run_agreed(world_, [&] {
-    storage_ = std::make_unique<ZeroStorage>(s.deck.zero.stage, table_, plan_, s.backend, s.ledger,
-                                             s.grid.data(), s.weights, s.grads, offload_,
-                                             world_.rank());
+    storage_ = std::make_unique<ZeroStorage>(s.sections.zero.stage, table_, plan_, s.backend,
+                                             s.ledger, s.grid.data(), s.weights, s.grads,
+                                             offload_, world_.rank());
   });
 }
 

@@ -8,18 +8,6 @@
 
 namespace trident {
 
-int grid_rank_of(const GridShape& s, const GridCoord& c) {
-  return c.tp + s.tp * (c.dp + s.dp * c.pp);
-}
-
-GridCoord grid_coord_of(const GridShape& s, int rank) {
-  GridCoord c;
-  c.tp = rank % s.tp;
-  c.dp = (rank / s.tp) % s.dp;
-  c.pp = rank / (s.tp * s.dp);
-  return c;
-}
-
 Grid::Grid(MPI_Comm parent, GridShape shape) : shape_(shape) {
   int world_size = 0;
   MPI_Comm_size(parent, &world_size);

@@ -1,7 +1,7 @@
-// The process grid: where this rank sits in tensor x data x pipeline space and
-// the communicator of each group. Tensor ranks are fastest, then data, then
-// pipeline (rank = tp + TP*(dp + DP*pp)), so a tensor group stays in a node.
-// Made once in main and passed by reference; never global.
+// The process grid: where this rank sits in tensor x data x pipeline space
+// (its shape and coordinates: grid/grid_shape.hpp, free of MPI) and the
+// communicator of each group. Made once in main and passed by reference;
+// never global.
 #pragma once
 #include <mpi.h>
 
@@ -11,27 +11,11 @@
 #include <string>
 
 #include "comm/communicator.hpp"
+#include "grid/grid_shape.hpp"
 
 namespace trident {
 
 class MpiWaitBoard;
-
-struct GridShape {
-  int tp = 1;
-  int dp = 1;
-  int pp = 1;
-  int size() const { return tp * dp * pp; }
-};
-
-struct GridCoord {
-  int tp = 0;
-  int dp = 0;
-  int pp = 0;
-};
-
-// Pure mapping between ranks and coordinates (used by the grid and its tests).
-int grid_rank_of(const GridShape& s, const GridCoord& c);
-GridCoord grid_coord_of(const GridShape& s, int rank);
 
 // Makes the communicator of one group from its MPI communicator (not owned).
 using CommunicatorFactory =

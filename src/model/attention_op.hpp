@@ -7,7 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "compute/backend.hpp"
+#include "compute/bf16_operands.hpp"
 
 namespace trident {
 
@@ -21,7 +21,7 @@ class AttentionOp {
  public:
   virtual ~AttentionOp() = default;
   // out = attention(qkv), lse the log-sum-exp per query and head; bf16: qkv
-  // holds bf16 values (see ComputeBackend::attention_forward).
+  // holds bf16 values (see Bf16Operands::attention_forward).
   virtual void forward(float* out, float* lse, MatrixIn qkv, const AttentionShape& s,
                        bool bf16) = 0;
   // dqkv += the gradient from dout (recomputing the probabilities from lse).
@@ -38,27 +38,27 @@ class AttentionOp {
 // The backend's kernels, all of the sequence on this rank.
 class LocalAttention final : public AttentionOp {
  public:
-  explicit LocalAttention(ComputeBackend& backend) : backend_(backend) {}
+  explicit LocalAttention(ComputeBackend& backend) : bf16_ops_(backend) {}
   void forward(float* out, float* lse, MatrixIn qkv, const AttentionShape& s, bool bf16) override {
-    backend_.attention_forward(out, lse, qkv, s.batch, s.seq_len, s.width, s.heads, bf16);
+    bf16_ops_->attention_forward(out, lse, qkv, s.batch, s.seq_len, s.width, s.heads, bf16);
   }
   void backward(float* dqkv, MatrixIn dout, MatrixIn qkv, const float* out, const float* lse,
                 const AttentionShape& s, bool bf16) override {
-    backend_.attention_backward(dqkv, dout, qkv, out, lse, s.batch, s.seq_len, s.width, s.heads,
-                                bf16);
+    bf16_ops_->attention_backward(dqkv, dout, qkv, out, lse, s.batch, s.seq_len, s.width, s.heads,
+                                  bf16);
   }
   void forward_rounded(float* out, std::uint16_t* bits, float* lse, MatrixIn qkv,
                        const AttentionShape& s) override {
-    backend_.attention_forward_rounded(out, bits, lse, qkv, s.batch, s.seq_len, s.width, s.heads);
+    bf16_ops_->attention_forward_rounded(out, bits, lse, qkv, s.batch, s.seq_len, s.width, s.heads);
   }
   void backward_rounded(float* dqkv, std::uint16_t* bits, MatrixIn dout, MatrixIn qkv,
                         const float* out, const float* lse, const AttentionShape& s) override {
-    backend_.attention_backward_rounded(dqkv, bits, dout, qkv, out, lse, s.batch, s.seq_len,
-                                        s.width, s.heads);
+    bf16_ops_->attention_backward_rounded(dqkv, bits, dout, qkv, out, lse, s.batch, s.seq_len,
+                                          s.width, s.heads);
   }
 
  private:
-  ComputeBackend& backend_;
+  Bf16OperandsFor bf16_ops_;  // the backend's 16-bit operand ops, or rounded f32 ones
 };
 
 }  // namespace trident

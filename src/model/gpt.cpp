@@ -106,7 +106,7 @@ MatrixIn GptModel::projection_grad(const float* d_res, float* full) {
   // the projection's gradient GEMMs run on bf16 kernels; the residual stream's
   // gradient stays f32.
   std::uint16_t* bits = gemm_bits();
-  backend_.round_to_bf16(full, bits, d, std::size_t(BT_) * cfg_.d_model);
+  bf16_ops_->round_to_bf16(full, bits, d, std::size_t(BT_) * cfg_.d_model);
   return {full, bits};
 }
 
@@ -116,17 +116,17 @@ MatrixIn GptModel::gemm_operand(float* x, std::size_t n, std::uint16_t* home) {
     return x;
   }
   std::uint16_t* bits = home ? home : gemm_bits();
-  backend_.round_to_bf16(x, bits, x, n);
+  bf16_ops_->round_to_bf16(x, bits, x, n);
   return {x, bits};
 }
 
 MatrixIn GptModel::linear_operand(float* out, std::uint16_t* home, MatrixIn x, MatrixIn w,
                                   const float* b, int N, int IC, int OC) {
   if (packs_bits() && home) {
-    backend_.matmul_forward_rounded(out, home, x, w, b, N, IC, OC, /*values=*/false);
+    bf16_ops_->matmul_forward_rounded(out, home, x, w, b, N, IC, OC, /*values=*/false);
     return MatrixIn(nullptr, home);
   }
-  backend_.matmul_forward(out, x, w, b, N, IC, OC);
+  bf16_ops_->matmul_forward(out, x, w, b, N, IC, OC);
   return gemm_operand(out, std::size_t(N) * OC, home);
 }
 
@@ -136,11 +136,11 @@ MatrixIn GptModel::mlp_hidden(const Block& a, MatrixIn ln2, MatrixIn w, const fl
   const std::size_t n = std::size_t(BT_) * Fl;
   if (!recompute && packs_bits() && a.fch_16 && a.fch_gelu_16) {
     // Bits alone: the fc GEMM writes fch's, GELU reads them and writes its own.
-    backend_.matmul_forward_rounded(a.fch, a.fch_16, ln2, w, b, BT_, C, Fl, /*values=*/false);
-    backend_.gelu_forward_rounded(nullptr, a.fch_gelu_16, nullptr, a.fch_16, n, policy_.store);
+    bf16_ops_->matmul_forward_rounded(a.fch, a.fch_16, ln2, w, b, BT_, C, Fl, /*values=*/false);
+    bf16_ops_->gelu_forward_rounded(nullptr, a.fch_gelu_16, nullptr, a.fch_16, n, policy_.store);
     return MatrixIn(nullptr, a.fch_gelu_16);
   }
-  backend_.matmul_forward(a.fch, ln2, w, b, BT_, C, Fl);
+  bf16_ops_->matmul_forward(a.fch, ln2, w, b, BT_, C, Fl);
   return gelu_operand(a.fch_gelu, a.fch, n, a.fch_gelu_16, a.fch_16, !recompute);
 }
 
@@ -162,7 +162,7 @@ MatrixIn GptModel::norm_operand(float* out, float* full, std::uint16_t* home, fl
     return gathered_operand(out, full, std::size_t(N) * C, home);
   }
   std::uint16_t* bits = home ? home : gemm_bits();
-  backend_.layernorm_forward_rounded(out, bits, mean, rstd, x, w, b, N, C);
+  bf16_ops_->layernorm_forward_rounded(out, bits, mean, rstd, x, w, b, N, C);
   return {out, bits};
 }
 
@@ -205,7 +205,7 @@ MatrixIn GptModel::gelu_operand(float* out, float* x, std::size_t n, std::uint16
     return out;
   }
   std::uint16_t* bits = operand && packs_bits() ? (home ? home : gemm_bits()) : nullptr;
-  backend_.gelu_forward_rounded(out, bits, x, operand ? x_home : nullptr, n, policy_.store);
+  bf16_ops_->gelu_forward_rounded(out, bits, x, operand ? x_home : nullptr, n, policy_.store);
   return bits ? MatrixIn(out, bits) : MatrixIn(out);
 }
 
@@ -217,7 +217,7 @@ MatrixIn GptModel::gelu_grad_operand(float* dx, float* x, const std::uint16_t* x
     return dx;
   }
   std::uint16_t* bits = gemm_bits();
-  backend_.gelu_backward_rounded(dx, bits, x, x_bits, dy, n, policy_.store);
+  bf16_ops_->gelu_backward_rounded(dx, bits, x, x_bits, dy, n, policy_.store);
   return bits ? MatrixIn(dx, bits) : MatrixIn(dx);
 }
 

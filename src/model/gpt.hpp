@@ -12,7 +12,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "compute/backend.hpp"
+#include "compute/bf16_operands.hpp"
 #include "memory/arena.hpp"
 #include "memory/ledger.hpp"
 #include "memory/tensor_table.hpp"
@@ -248,7 +248,7 @@ class GptModel {
                         : nullptr;
   }
   bool packs_bits() const {
-    return policy_.store == DType::bf16 && backend_.reads_bf16_operands();
+    return policy_.store == DType::bf16 && bf16_ops_.reads_bits();
   }
   // With SP each tensor rank's norm (and position) gradients cover its own
   // tokens: they are summed over the tensor group before they leave the model
@@ -291,6 +291,7 @@ class GptModel {
   GptConfig cfg_;
   int B_;
   ComputeBackend& backend_;
+  Bf16OperandsFor bf16_ops_{backend_};  // the backend's 16-bit operand ops, or rounded f32 ones
   TensorParallelLayout tp_;
   SoloTensorGroup solo_group_;
   TensorGroupOps* group_;  // the given one, or solo_group_

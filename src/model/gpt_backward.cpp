@@ -87,13 +87,13 @@ void GptModel::block_backward(const MicroBatchActs& acts, int l, bool split,
   // d_res holds dLoss/d(res3) for this rank's tokens.
   MatrixIn d_out = projection_grad(d_res, full);
   keep(h.d_proj, d_out.values, std::size_t(BT) * C);
-  be.matmul_backward(d_ff_a, gw(h.mlp_proj_w), gw(h.mlp_proj_b), d_out,
+  bf16_ops_->matmul_backward(d_ff_a, gw(h.mlp_proj_w), gw(h.mlp_proj_b), d_out,
                      saved_input(a.fch_gelu, a.fch_gelu_16), weight(h.mlp_proj_w), BT, Fl, C,
                      InputGrad::write);
   const MatrixIn d_fc = gelu_grad_operand(d_ff_b, a.fch, packs_bits() ? a.fch_16 : nullptr,
                                           d_ff_a, std::size_t(BT) * Fl);
   keep(h.d_fc, d_ff_b, std::size_t(BT) * Fl);
-  be.matmul_backward(d_c, gw(h.fc_w), gw(h.fc_b), d_fc, saved_input(a.ln2_full, a.ln2_16),
+  bf16_ops_->matmul_backward(d_c, gw(h.fc_w), gw(h.fc_b), d_fc, saved_input(a.ln2_full, a.ln2_16),
                      weight(h.fc_w), BT, C, Fl, InputGrad::write);
   round(d_c, std::size_t(BT) * C);
   const float* d_ln2 = reduce_row_parallel(d_c);
@@ -102,12 +102,12 @@ void GptModel::block_backward(const MicroBatchActs& acts, int l, bool split,
   // d_res now holds dLoss/d(res2).
   d_out = projection_grad(d_res, full);
   keep(h.d_attn, d_out.values, std::size_t(BT) * C);
-  be.matmul_backward(d_c, gw(h.attn_proj_w), gw(h.attn_proj_b), d_out,
+  bf16_ops_->matmul_backward(d_c, gw(h.attn_proj_w), gw(h.attn_proj_b), d_out,
                      saved_input(a.atty, a.atty_16), weight(h.attn_proj_w), BT, Cl, C,
                      InputGrad::write);
   const MatrixIn d_qkv = attention_grad_operand(a, gemm_operand(d_c, std::size_t(BT) * Cl), d_3c);
   keep(h.d_qkv, d_3c, 3 * std::size_t(BT) * Cl);
-  be.matmul_backward(d_c, gw(h.qkv_w), gw(h.qkv_b), d_qkv, saved_input(a.ln1_full, a.ln1_16),
+  bf16_ops_->matmul_backward(d_c, gw(h.qkv_w), gw(h.qkv_b), d_qkv, saved_input(a.ln1_full, a.ln1_16),
                      weight(h.qkv_w), BT, C, 3 * Cl, InputGrad::write);
   round(d_c, std::size_t(BT) * C);
   const float* d_ln1 = reduce_row_parallel(d_c);
@@ -181,7 +181,6 @@ void GptModel::backward_weights(const MicroBatchActs& acts, const GradsReadyFn& 
                                 bool finalize) {
   const int C = cfg_.d_model, BT = BT_;
   const int Cl = tp_.local_width(cfg_), Fl = tp_.local_ff(cfg_);
-  ComputeBackend& be = backend_;
   ModelStorage& st = *storage_;
   auto notify = [&](const TensorInfo* first) {
     if (ready && finalize) ready(first->offset);
@@ -210,14 +209,14 @@ void GptModel::backward_weights(const MicroBatchActs& acts, const GradsReadyFn& 
       regather_norms(a);
     }
     st.need_grads(u);
-    be.matmul_backward(nullptr, grad(h.mlp_proj_w), grad(h.mlp_proj_b), d(h.d_proj),
+    bf16_ops_->matmul_backward(nullptr, grad(h.mlp_proj_w), grad(h.mlp_proj_b), d(h.d_proj),
                        saved_input(a.fch_gelu, a.fch_gelu_16), nullptr, BT, Fl, C,
                        InputGrad::add);
-    be.matmul_backward(nullptr, grad(h.fc_w), grad(h.fc_b), d(h.d_fc),
+    bf16_ops_->matmul_backward(nullptr, grad(h.fc_w), grad(h.fc_b), d(h.d_fc),
                        saved_input(a.ln2_full, a.ln2_16), nullptr, BT, C, Fl, InputGrad::add);
-    be.matmul_backward(nullptr, grad(h.attn_proj_w), grad(h.attn_proj_b), d(h.d_attn),
+    bf16_ops_->matmul_backward(nullptr, grad(h.attn_proj_w), grad(h.attn_proj_b), d(h.d_attn),
                        saved_input(a.atty, a.atty_16), nullptr, BT, Cl, C, InputGrad::add);
-    be.matmul_backward(nullptr, grad(h.qkv_w), grad(h.qkv_b), d(h.d_qkv),
+    bf16_ops_->matmul_backward(nullptr, grad(h.qkv_w), grad(h.qkv_b), d(h.d_qkv),
                        saved_input(a.ln1_full, a.ln1_16), nullptr, BT, C, 3 * Cl,
                        InputGrad::add);
     finish_block_grads(l, finalize);

@@ -17,7 +17,7 @@ void GptModel::block_forward(const Block& a, const float* x, int l, bool recompu
       norm_operand(a.ln1, a.ln1_full, a.ln1_16, a.ln1_mean, a.ln1_rstd, x, h.ln1_w, h.ln1_b);
   const MatrixIn qkv = linear_operand(a.qkv, a.qkv_16, ln1, weight(h.qkv_w), param(h.qkv_b), BT,
                                       C, 3 * Cl);
-  be.matmul_forward(full, attention_operand(a, qkv), weight(h.attn_proj_w),
+  bf16_ops_->matmul_forward(full, attention_operand(a, qkv), weight(h.attn_proj_w),
                     bias_here ? param(h.attn_proj_b) : nullptr, BT, Cl, C);
   be.add(a.res2, x, reduce_row_parallel(full), std::size_t(BTl) * C);
 
@@ -25,7 +25,7 @@ void GptModel::block_forward(const Block& a, const float* x, int l, bool recompu
       norm_operand(a.ln2, a.ln2_full, a.ln2_16, a.ln2_mean, a.ln2_rstd, a.res2, h.ln2_w, h.ln2_b);
   const MatrixIn fch_gelu = mlp_hidden(a, ln2, weight(h.fc_w), param(h.fc_b), recompute);
   if (recompute) return;  // backward needs neither the MLP's output nor res3
-  be.matmul_forward(full, fch_gelu, weight(h.mlp_proj_w),
+  bf16_ops_->matmul_forward(full, fch_gelu, weight(h.mlp_proj_w),
                     bias_here ? param(h.mlp_proj_b) : nullptr, BT, Fl, C);
   // a.res3 may be x's buffer (partitioned recompute): x is dead after res2.
   be.add(a.res3, a.res2, reduce_row_parallel(full), std::size_t(BTl) * C);
@@ -93,7 +93,7 @@ double GptModel::forward(const MicroBatchActs& acts, const std::int32_t* tokens,
   // bf16 runs take the logits' gradient in bf16, as autocast does: the
   // classifier's backward GEMMs then run on bf16 kernels.
   if (dloss != 0.0f && policy_.store == DType::bf16)
-    be.xent_finish_rounded(act(acts, e.losses), logits, logits, mx, packed, tgt, vlo, BT, Vl,
+    bf16_ops_->xent_finish_rounded(act(acts, e.losses), logits, logits, mx, packed, tgt, vlo, BT, Vl,
                            valid, dloss);
   else
     be.xent_finish(act(acts, e.losses), dloss != 0.0f ? logits : nullptr, logits, mx, packed,

@@ -42,7 +42,7 @@ void GptModel::lookup_tokens(float* out, const std::int32_t* tok) {
     storage_->need_params(u.unit, Pass::forward);
     if (const std::uint16_t* bits = table_cut() ? nullptr : table_bits()) {
       // A whole table held as bf16: the lookup reads its bits where they are.
-      backend_.embedding_forward_bits(out, tok, bits, vlo, u.rows.front().second, BT_, C);
+      bf16_ops_->embedding_forward_bits(out, tok, bits, vlo, u.rows.front().second, BT_, C);
       storage_->done_params(u.unit);
       return;
     }
@@ -66,10 +66,10 @@ void GptModel::logits_forward(float* logits, const float* lnf) {
   if (!cut) {
     st.need_params(ends_.wte->unit, Pass::forward);  // held until the head's backward
     if (const std::uint16_t* bits = table_bits())
-      return backend_.matmul_forward(logits, bf16_valued(lnf), MatrixIn(nullptr, bits), nullptr,
+      return bf16_ops_->matmul_forward(logits, bf16_valued(lnf), MatrixIn(nullptr, bits), nullptr,
                                      BT_, C, Vl);
     if (!st.table_in_windows())
-      return backend_.matmul_forward(logits, bf16_valued(lnf), bf16_valued(param(ends_.wte)), nullptr, BT_,
+      return bf16_ops_->matmul_forward(logits, bf16_valued(lnf), bf16_valued(param(ends_.wte)), nullptr, BT_,
                                      C, Vl);
   }
   const TensorInfo& w = *ends_.wte;
@@ -78,7 +78,7 @@ void GptModel::logits_forward(float* logits, const float* lnf) {
     if (cut) st.need_params(u.unit, Pass::forward);
     for_each_row_block(u.rows, C, [&](int row, int rows) {
       const std::size_t at = std::size_t(row) * C;
-      backend_.matmul_forward(part, bf16_valued(lnf),
+      bf16_ops_->matmul_forward(part, bf16_valued(lnf),
                               bf16_valued(st.param_rows(w, at, std::size_t(rows) * C)), nullptr,
                               BT_, C, rows);
       backend_.copy_2d(logits + row, std::size_t(Vl), part, std::size_t(rows), std::size_t(BT_),
@@ -101,7 +101,7 @@ void GptModel::logits_backward(const MicroBatchActs& acts, float* d_lnf, const f
     if (bits || !st.table_in_windows()) {
       const MatrixIn w = !d_lnf ? MatrixIn(nullptr) : bits ? MatrixIn(nullptr, bits)
                                                            : bf16_valued(param(ends_.wte));
-      return backend_.matmul_backward(d_lnf, weight_grads ? grad(ends_.wte) : nullptr, nullptr,
+      return bf16_ops_->matmul_backward(d_lnf, weight_grads ? grad(ends_.wte) : nullptr, nullptr,
                                       bf16_valued(dlogits), bf16_valued(lnf_all), w, BT_, C, Vl,
                                       InputGrad::add);
     }
@@ -118,7 +118,7 @@ void GptModel::logits_backward(const MicroBatchActs& acts, float* d_lnf, const f
       backend_.copy_2d(part, std::size_t(rows), dlogits + row, std::size_t(Vl), std::size_t(BT_),
                        std::size_t(rows));
       const std::size_t n = std::size_t(rows) * C;
-      backend_.matmul_backward(d_lnf, weight_grads ? st.grad_rows(w, at, n) : nullptr, nullptr,
+      bf16_ops_->matmul_backward(d_lnf, weight_grads ? st.grad_rows(w, at, n) : nullptr, nullptr,
                                bf16_valued(part), bf16_valued(lnf_all),
                                bf16_valued(d_lnf ? st.param_rows(w, at, n) : nullptr), BT_, C,
                                rows, InputGrad::add);

@@ -160,14 +160,14 @@ void add_activations(EstimateContext& x, const ChunkPlan& chunk, bool first) {
       make_activation_policy(deck.train.recompute, deck.train.partition_activations, shape.tp,
                              tp.sp(), deck.precision.dtype);
   const int B = deck.train.micro_batch > 0 ? deck.train.micro_batch : deck.train.batch / shape.dp;
-  x.at(MemCategory::activations) += chunk.activation_slots * slot_bytes(deck, shape, chunk.spec);
+  x.at(MemCategory::activations) += chunk.activation_slots * slot_bytes(schedule_cost_deck(deck), shape, chunk.spec);
   if (first)
     x.at(MemCategory::activations) +=
         (double(GptModel::work_table(deck.model, B, tp, policy).size()) +
          double(GptModel::scratch_table(deck.model, B, tp, policy).size())) * x.f;
   // Zero bubble: the W buffers, kept from B for W.
   x.at(MemCategory::activations) +=
-      chunk.weight_buffers * weight_buffer_bytes(deck, shape, chunk.spec);
+      chunk.weight_buffers * weight_buffer_bytes(schedule_cost_deck(deck), shape, chunk.spec);
 }
 
 }  // namespace
@@ -178,7 +178,7 @@ MemoryEstimate estimate_memory(const Deck& deck, const GridShape& shape, int zer
   EstimateContext x{deck, shape, zero_stage, e};
   const GptConfig& m = deck.model;
   const TensorParallelLayout tp{shape.tp, 0, deck.parallel.sequence_parallel};
-  const UnitLayout units = zero_unit_layout(deck, shape.dp, zero_stage, tp);
+  const UnitLayout units = zero_unit_layout(deck.zero, deck.model, shape.dp, zero_stage, tp);
   // The rank's chunks: virtual stages r + c * pp, or the V's r and 2pp - 1 - r.
   for (const ChunkPlan& chunk : stage_plan.chunks) {
     const TensorTable table = build_gpt_param_table(m, tp, units, chunk.spec);
@@ -190,7 +190,7 @@ MemoryEstimate estimate_memory(const Deck& deck, const GridShape& shape, int zer
     add_activations(x, chunk, &chunk == &stage_plan.chunks.front());
   }
   // The input gradients being sent: one pool for the rank's chunks.
-  x.at(MemCategory::activations) += stage_plan.send_pool.size * send_buffer_bytes(deck, shape);
+  x.at(MemCategory::activations) += stage_plan.send_pool.size * send_buffer_bytes(schedule_cost_deck(deck), shape);
   e.parameters = double(gpt_num_parameters(m));
   e.runtime = kRuntimeBaseBytes + x.reduce_scatter;
   const int B = deck.train.micro_batch > 0 ? deck.train.micro_batch : deck.train.batch / shape.dp;

@@ -16,10 +16,10 @@ RankPeak rank_peak(const Deck& deck, const ComputeBackend& backend, int ranks_on
                    int threads) {
   if (deck.system.peak_tflops > 0) return {deck.system.peak_tflops * 1e12, "system.peak_tflops"};
   const DType dtype = precision_dtype(deck.precision.dtype);
-  RankPeak p{backend.peak_flops(dtype), backend.peak_source(dtype)};
+  RankPeak p{backend.info().peak_flops(dtype), backend.info().peak_source(dtype)};
   const int cores = int(std::thread::hardware_concurrency());
   const int wanted = ranks_on_node * threads;
-  if (backend.name() == "cpu" && cores > 0 && wanted > cores) {
+  if (backend.info().name() == "cpu" && cores > 0 && wanted > cores) {
     p.flops *= double(cores) / wanted;
     p.source += fmt::format("; {} ranks x {} threads share {} cores", ranks_on_node, threads, cores);
   }

@@ -68,7 +68,7 @@ void Trainer::build_chunk(ModelChunk& ch, MemoryLedger& ledger, int slots, int w
   const auto& t = deck_.train;
   const TensorParallelLayout tp{grid_.shape().tp, grid_.coord().tp, deck_.parallel.sequence_parallel};
   GptModelOptions o;
-  ch.engine = make_grad_engine(EngineSetup{deck_, grid_, backend_, ledger, ch.spec, weights_, grads_},
+  ch.engine = make_grad_engine(EngineSetup{engine_sections(deck_), grid_, backend_, ledger, ch.spec, weights_, grads_},
                                o.units);
   o.tp = tp;
   if (!tensor_group_) tensor_group_ = std::make_unique<TensorComm>(&grid_.tensor(), tp);

@@ -6,6 +6,7 @@
 #include <random>
 
 #include "core/half.hpp"
+#include "compute/cpu/cpu_bf16_operands.hpp"
 #include "gpu/gpu_test_support.hpp"
 
 using namespace trident;
@@ -16,6 +17,7 @@ namespace {
 class CudaBackward : public ::testing::Test {
  protected:
   std::unique_ptr<ComputeBackend> cpu = make_cpu_backend(1);
+  cpu::CpuBf16Operands cpu16{*cpu};  // its bf16 path (bits widened where it has no bf16 kernels)
   std::unique_ptr<CudaBackend> gpu = make_test_gpu();
   DeviceArrays d{*gpu};
 };
@@ -95,7 +97,7 @@ TEST_F(CudaBackward, Matmul) {
       float *gdx = d.upload(dx), *gdw = d.upload(dw), *gdb = d.upload(db);
       // dinp over random contents: added to them where with_dbias, written over else.
       const InputGrad mode = with_dbias ? InputGrad::add : InputGrad::write;
-      cpu->matmul_backward(with_dinp ? dx.data() : nullptr, dw.data(),
+      cpu16.matmul_backward(with_dinp ? dx.data() : nullptr, dw.data(),
                            with_dbias ? db.data() : nullptr, dout.data(), x.data(), w.data(), N,
                            IC, OC, mode);
       gpu->matmul_backward(with_dinp ? gdx : nullptr, gdw, with_dbias ? gdb : nullptr,
@@ -138,18 +140,18 @@ TEST_F(CudaBackward, MatmulOnBf16Operands) {
     const std::string what = mode == 0 ? "weight as bits" : mode == 1 ? "weight as bf16 values"
                                                                       : "weight as values";
     auto out = nan_vector(std::size_t(N) * OC);
-    cpu->matmul_forward(out.data(), MatrixIn(nullptr, xb.data()), cw, b.data(), N, IC, OC);
+    cpu16.matmul_forward(out.data(), MatrixIn(nullptr, xb.data()), cw, b.data(), N, IC, OC);
     float* go = d.poisoned(out.size());
     gpu->matmul_forward(go, MatrixIn(nullptr, gx), gwm, d.upload(b), N, IC, OC);
     EXPECT_TRUE(matches_cpu(d.download(go, out.size()), out)) << "forward, " << what;
-    cpu->matmul_forward(out.data(), MatrixIn(nullptr, xb.data()), cw, nullptr, N, IC, OC);
+    cpu16.matmul_forward(out.data(), MatrixIn(nullptr, xb.data()), cw, nullptr, N, IC, OC);
     gpu->matmul_forward(go, MatrixIn(nullptr, gx), gwm, nullptr, N, IC, OC);
     EXPECT_TRUE(matches_cpu(d.download(go, out.size()), out)) << "forward without bias, " << what;
 
     auto dx = random_vector(x.size(), 25), dw = random_vector(w.size(), 26);
     auto dbias = random_vector(OC, 27);
     float *gdx = d.upload(dx), *gdw = d.upload(dw), *gdb = d.upload(dbias);
-    cpu->matmul_backward(dx.data(), dw.data(), dbias.data(), MatrixIn(dout.data(), db.data()),
+    cpu16.matmul_backward(dx.data(), dw.data(), dbias.data(), MatrixIn(dout.data(), db.data()),
                          MatrixIn(nullptr, xb.data()), cw, N, IC, OC, InputGrad::add);
     gpu->matmul_backward(gdx, gdw, gdb, MatrixIn(d.upload(dout), gd), MatrixIn(nullptr, gx), gwm,
                          N, IC, OC, InputGrad::add);
@@ -162,7 +164,7 @@ TEST_F(CudaBackward, MatmulOnBf16Operands) {
   std::vector<std::uint16_t> qb;
   const auto qkv = bf16_values(std::size_t(B) * T * 3 * C, 28, qb);
   auto out = nan_vector(std::size_t(B) * T * C), lse = nan_vector(std::size_t(B) * NH * T);
-  cpu->attention_forward(out.data(), lse.data(), qkv.data(), B, T, C, NH, false);
+  cpu16.attention_forward(out.data(), lse.data(), qkv.data(), B, T, C, NH, false);
   float *go = d.poisoned(out.size()), *gl = d.poisoned(lse.size());
   gpu->attention_forward(go, gl, MatrixIn(nullptr, d.upload(qb)), B, T, C, NH, false);
   EXPECT_TRUE(matches_cpu(d.download(go, out.size()), out)) << "attention from bits";
@@ -175,11 +177,11 @@ TEST_F(CudaBackward, CausalAttention) {
     const auto qkv = random_vector(std::size_t(s.B) * s.T * 3 * s.C, 19, -2, 2);
     const std::size_t n_lse = std::size_t(s.B) * s.NH * s.T;
     auto out = nan_vector(std::size_t(s.B) * s.T * s.C), lse = nan_vector(n_lse);
-    cpu->attention_forward(out.data(), lse.data(), qkv.data(), s.B, s.T, s.C, s.NH, false);
+    cpu16.attention_forward(out.data(), lse.data(), qkv.data(), s.B, s.T, s.C, s.NH, false);
     const auto dout = random_vector(out.size(), 20);
     auto dqkv = random_vector(qkv.size(), 21);  // backward adds into it
     float* gdqkv = d.upload(dqkv);
-    cpu->attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(), s.B,
+    cpu16.attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(), s.B,
                             s.T, s.C, s.NH, false);
     gpu->attention_backward(gdqkv, d.upload(dout), d.upload(qkv), d.upload(out), d.upload(lse),
                             s.B, s.T, s.C, s.NH, false);
@@ -207,7 +209,7 @@ TEST_F(CudaBackward, CausalAttentionInBf16) {
     for (float& x : dout) x = bf16_to_f32(f32_to_bf16(x));
     const std::size_t n_lse = std::size_t(s.B) * s.NH * s.T;
     auto out = nan_vector(n_out), lse = nan_vector(n_lse);
-    cpu->attention_forward(out.data(), lse.data(), MatrixIn(qkv.data(), qb.data()), s.B, s.T, s.C,
+    cpu16.attention_forward(out.data(), lse.data(), MatrixIn(qkv.data(), qb.data()), s.B, s.T, s.C,
                            s.NH, true);
     float *go = d.poisoned(n_out), *gl = d.poisoned(n_lse);
     const std::uint16_t* gq = d.upload(qb);
@@ -216,7 +218,7 @@ TEST_F(CudaBackward, CausalAttentionInBf16) {
     EXPECT_TRUE(matches_cpu(d.download(gl, n_lse), lse, 1e-5)) << "log-sum-exp, T " << s.T;
     auto dqkv = random_vector(n_qkv, 31);
     float* gdqkv = d.upload(dqkv);
-    cpu->attention_backward(dqkv.data(), dout.data(), MatrixIn(qkv.data(), qb.data()), out.data(),
+    cpu16.attention_backward(dqkv.data(), dout.data(), MatrixIn(qkv.data(), qb.data()), out.data(),
                             lse.data(), s.B, s.T, s.C, s.NH, true);
     const float *gdo = d.upload(dout), *gout = d.upload(out);
     gpu->attention_backward(gdqkv, gdo, MatrixIn(nullptr, gq), gout, gl, s.B, s.T, s.C, s.NH,
@@ -246,7 +248,7 @@ TEST_F(CudaBackward, Gelu) {
 }
 
 // The CUDA backend's one-pass GELU of a 16-bit run leaves the bits of the
-// passes it replaces (ComputeBackend's), rounded values and bf16 bits alike.
+// passes it replaces (Bf16Operands'), rounded values and bf16 bits alike.
 TEST_F(CudaBackward, RoundedGeluInOnePassEqualsItsPasses) {
   const std::size_t n = 10001;
   const auto x = random_vector(n, 32, -5, 5);
@@ -264,8 +266,8 @@ TEST_F(CudaBackward, RoundedGeluInOnePassEqualsItsPasses) {
           gpu->gelu_forward_rounded(gy, bits[0], gx, bits[1], n, store);
           gpu->gelu_backward_rounded(gdx, bits[2], gx, nullptr, gdy, n, store);
         } else {
-          gpu->ComputeBackend::gelu_forward_rounded(gy, bits[0], gx, bits[1], n, store);
-          gpu->ComputeBackend::gelu_backward_rounded(gdx, bits[2], gx, nullptr, gdy, n, store);
+          gpu->Bf16Operands::gelu_forward_rounded(gy, bits[0], gx, bits[1], n, store);
+          gpu->Bf16Operands::gelu_backward_rounded(gdx, bits[2], gx, nullptr, gdy, n, store);
         }
         std::vector<std::vector<float>> out = {d.download(gx, n), d.download(gy, n),
                                                d.download(gdx, n)};

@@ -6,6 +6,7 @@
 #include <random>
 
 #include "core/half.hpp"
+#include "compute/cpu/cpu_bf16_operands.hpp"
 #include "gpu/gpu_test_support.hpp"
 
 using namespace trident;
@@ -16,6 +17,7 @@ namespace {
 class CudaForward : public ::testing::Test {
  protected:
   std::unique_ptr<ComputeBackend> cpu = make_cpu_backend(1);
+  cpu::CpuBf16Operands cpu16{*cpu};  // its bf16 path (bits widened where it has no bf16 kernels)
   std::unique_ptr<CudaBackend> gpu = make_test_gpu();
   DeviceArrays d{*gpu};
 };
@@ -80,7 +82,7 @@ TEST_F(CudaForward, MatmulWithAndWithoutBias) {
       const auto w = random_vector(std::size_t(s.OC) * s.IC, 9);
       const auto b = random_vector(s.OC, 10);
       auto out = nan_vector(std::size_t(s.N) * s.OC);
-      cpu->matmul_forward(out.data(), x.data(), w.data(), with_bias ? b.data() : nullptr, s.N,
+      cpu16.matmul_forward(out.data(), x.data(), w.data(), with_bias ? b.data() : nullptr, s.N,
                           s.IC, s.OC);
       float* g = d.poisoned(out.size());
       gpu->matmul_forward(g, d.upload(x), d.upload(w), with_bias ? d.upload(b) : nullptr, s.N,
@@ -97,7 +99,7 @@ TEST_F(CudaForward, CausalAttention) {
     const auto qkv = random_vector(std::size_t(s.B) * s.T * 3 * s.C, 11, -2, 2);
     const std::size_t n_lse = std::size_t(s.B) * s.NH * s.T;
     auto out = nan_vector(std::size_t(s.B) * s.T * s.C), lse = nan_vector(n_lse);
-    cpu->attention_forward(out.data(), lse.data(), qkv.data(), s.B, s.T, s.C, s.NH, false);
+    cpu16.attention_forward(out.data(), lse.data(), qkv.data(), s.B, s.T, s.C, s.NH, false);
     float *go = d.poisoned(out.size()), *gl = d.poisoned(n_lse);
     gpu->attention_forward(go, gl, d.upload(qkv), s.B, s.T, s.C, s.NH, false);
     EXPECT_TRUE(matches_cpu(d.download(go, out.size()), out)) << "out, T " << s.T;
@@ -236,7 +238,7 @@ TEST_F(CudaForward, RoundToBf16WithBits) {
   x[0] = 1.0f + 1.0f / 256;  // a tie: rounds to even
   auto want = nan_vector(n);
   std::vector<std::uint16_t> want_bits(n), got_bits(n);
-  cpu->round_to_bf16(want.data(), want_bits.data(), x.data(), n);
+  cpu16.round_to_bf16(want.data(), want_bits.data(), x.data(), n);
   float *src = d.upload(x), *dst = d.poisoned(n);
   auto* bits = static_cast<std::uint16_t*>(gpu->allocate(n * sizeof(std::uint16_t)));
   gpu->round_to_bf16(dst, bits, src, n);

@@ -9,6 +9,7 @@
 #include <random>
 
 #include "core/half.hpp"
+#include "compute/cpu/cpu_bf16_operands.hpp"
 #include "gpu/gpu_test_support.hpp"
 
 using namespace trident;
@@ -19,6 +20,7 @@ namespace {
 class CudaFused : public ::testing::Test {
  protected:
   std::unique_ptr<ComputeBackend> cpu = make_cpu_backend(1);
+  cpu::CpuBf16Operands cpu16{*cpu};  // its bf16 path (bits widened where it has no bf16 kernels)
   std::unique_ptr<CudaBackend> gpu = make_test_gpu();
   DeviceArrays d{*gpu};
 };
@@ -91,7 +93,7 @@ TEST_F(CudaFused, BiasGradientFromBitsEqualsTheOneFromValues) {
                        IC, OC, InputGrad::add);
   EXPECT_EQ(float_bits(d.download(db_bits, OC)), float_bits(d.download(db_values, OC)));
   std::vector<float> db_cpu(OC, 0.0f), dw_cpu(w.size(), 0.0f);
-  cpu->matmul_backward(nullptr, dw_cpu.data(), db_cpu.data(), dout.data(), x.data(), w.data(), N,
+  cpu16.matmul_backward(nullptr, dw_cpu.data(), db_cpu.data(), dout.data(), x.data(), w.data(), N,
                        IC, OC, InputGrad::add);
   EXPECT_TRUE(matches_cpu(d.download(db_bits, OC), db_cpu)) << "bias gradient";
   EXPECT_TRUE(matches_cpu(d.download(dw_bits, w.size()), dw_cpu)) << "weight gradient";
@@ -157,7 +159,7 @@ TEST_F(CudaFused, LinearOutputAsBitsFeedsGelu) {
   const auto w = bf16_values(random_vector(std::size_t(OC) * IC, 79));
   const auto b = bf16_values(random_vector(OC, 80));
   std::vector<float> want(std::size_t(N) * OC);
-  cpu->matmul_forward(want.data(), x.data(), w.data(), b.data(), N, IC, OC);
+  cpu16.matmul_forward(want.data(), x.data(), w.data(), b.data(), N, IC, OC);
   for (float& e : want) e = bf16_to_f32(f32_to_bf16(e));
   const auto as_bf16 = [](const float* v) { return MatrixIn(v).as_bf16_values(); };
   const std::size_t n = want.size();

@@ -1,6 +1,6 @@
 // The CUDA backend's fused "rounded" ops (an op whose output a bf16 GEMM reads
 // next, rounded and packed where the op writes it) against the passes they
-// replace (ComputeBackend's defaults, run on the same GPU): the same bits, in
+// replace (Bf16Operands' defaults, run on the same GPU): the same bits, in
 // the values, the bf16 bits and every side output.
 #include <gtest/gtest.h>
 
@@ -58,9 +58,9 @@ TEST_F(CudaRounded, LayerNormEqualsItsPasses) {
         float *out = d.poisoned(n), *mean = d.poisoned(N), *rstd = d.poisoned(N);
         std::uint16_t* bits = with_bits ? bits_buffer(n) : nullptr;
         const float *gx = d.upload(x), *gw = d.upload(w), *gb = d.upload(b);
-        ComputeBackend& be = *gpu;
+        Bf16Operands& be = *gpu;
         if (fused) be.layernorm_forward_rounded(out, bits, mean, rstd, gx, gw, gb, N, C);
-        else be.ComputeBackend::layernorm_forward_rounded(out, bits, mean, rstd, gx, gw, gb, N, C);
+        else be.Bf16Operands::layernorm_forward_rounded(out, bits, mean, rstd, gx, gw, gb, N, C);
         Outputs o = {d.download(out, n), d.download(mean, N), d.download(rstd, N)};
         if (bits) o.push_back(widened(bits, n));
         return o;
@@ -91,8 +91,8 @@ TEST_F(CudaRounded, AttentionEqualsItsPasses) {
         gpu->attention_forward_rounded(out, out_bits, lse, q, s.B, s.T, s.C, s.NH);
         gpu->attention_backward_rounded(dqkv, dqkv_bits, g, q, out, lse, s.B, s.T, s.C, s.NH);
       } else {
-        gpu->ComputeBackend::attention_forward_rounded(out, out_bits, lse, q, s.B, s.T, s.C, s.NH);
-        gpu->ComputeBackend::attention_backward_rounded(dqkv, dqkv_bits, g, q, out, lse, s.B,
+        gpu->Bf16Operands::attention_forward_rounded(out, out_bits, lse, q, s.B, s.T, s.C, s.NH);
+        gpu->Bf16Operands::attention_backward_rounded(dqkv, dqkv_bits, g, q, out, lse, s.B,
                                                         s.T, s.C, s.NH);
       }
       return Outputs{d.download(out, n_out), d.download(lse, n_lse), widened(out_bits, n_out),
@@ -116,7 +116,7 @@ TEST_F(CudaRounded, CrossEntropyGradientEqualsItsPasses) {
     gpu->xent_max(mx, gz, N, V, valid);
     gpu->xent_sums(packed, gz, mx, gt, lo, N, V, valid);
     if (fused) gpu->xent_finish_rounded(loss, gz, gz, mx, packed, gt, lo, N, V, valid, dloss);
-    else gpu->ComputeBackend::xent_finish_rounded(loss, gz, gz, mx, packed, gt, lo, N, V, valid,
+    else gpu->Bf16Operands::xent_finish_rounded(loss, gz, gz, mx, packed, gt, lo, N, V, valid,
                                                   dloss);
     return Outputs{d.download(loss, N), d.download(gz, z.size())};
   };

@@ -15,6 +15,9 @@ model/ is the model's math only. No file of it reaches, directly or through any
 header it includes (followed transitively), parallel/pipeline/, parallel/zero/,
 engine/ or <mpi.h>; and no header of it names a pipeline runner's send pool,
 activation slot or W buffer (MODEL_WORDS).
+
+<mpi.h>: only grid/grid.hpp and comm/ headers include it, and the headers of the
+MPI-free folders (MPI_FREE) do not reach it through the headers they include.
 Usage: include_layers.py SRC_DIR
 """
 import pathlib
@@ -126,9 +129,47 @@ def model_runner_words(src: pathlib.Path):
                        "runner's (send pools, slots and W buffers live in train/ or parallel/pipeline/)")
 
 
+# Folders and headers whose headers reach no <mpi.h>, directly or through the
+# headers they include: the grid's shape, the deck and what lies below the
+# communicators. Only grid/grid.hpp and comm/ include <mpi.h> at all.
+MPI_HEADERS = ("grid/grid.hpp", "comm/")
+MPI_FREE = ("core/", "compute/", "memory/", "io/", "optim/", "model/", "offload/",
+            "checkpoint/", "grid/grid_shape.hpp", "parallel/pipeline/schedule_costs.hpp")
+MPI_INCLUDE = re.compile(r'^\s*#\s*include\s+[<"]([^>"]+)[>"]')
+
+
+def mpi_leaks(src: pathlib.Path):
+    headers = {}
+    for path in sorted(src.rglob("*")):
+        if path.suffix in {".hpp", ".h", ".cuh"}:
+            lines = path.read_text(errors="replace").splitlines()
+            headers[path.relative_to(src).as_posix()] = [
+                m.group(1) for m in map(MPI_INCLUDE.match, lines) if m]
+    reaches = {}
+
+    def chain(header, seen=()):  # header -> ... -> the header that includes <mpi.h>, or None
+        if header not in reaches and header not in seen:
+            reaches[header] = None
+            for included in headers[header]:
+                if included == "mpi.h":
+                    reaches[header] = [header]
+                elif included in headers and (sub := chain(included, seen + (header,))):
+                    reaches[header] = [header] + sub
+                if reaches[header]:
+                    break
+        return reaches.get(header)
+
+    for header, included in headers.items():
+        if "mpi.h" in included and not header.startswith(MPI_HEADERS):
+            yield f"{header}: includes <mpi.h> (only grid/grid.hpp and comm/ may)"
+        elif header.startswith(MPI_FREE) and (path := chain(header)):
+            yield f"{header}: reaches <mpi.h> through {' -> '.join(path[1:])}"
+
+
 def main() -> int:
     src = pathlib.Path(sys.argv[1] if len(sys.argv) > 1 else "src")
-    problems = list(layer_edges(src)) + list(model_reaches(src)) + list(model_runner_words(src))
+    problems = (list(layer_edges(src)) + list(model_reaches(src)) + list(model_runner_words(src))
+                + list(mpi_leaks(src)))
     for problem in problems:
         print(problem)
     if problems:

@@ -49,9 +49,9 @@ int main(int argc, char** argv) {
     const auto qkv = random_vec(std::size_t(s.B) * s.T * 3 * s.C, 10 + i, 1.5f);
     const auto dout = random_vec(std::size_t(s.B) * s.T * s.C, 20 + i, 1.0f);
     std::vector<float> out(dout.size()), lse(std::size_t(s.B) * s.NH * s.T), dqkv(qkv.size());
-    be->attention_forward(out.data(), lse.data(), qkv.data(), s.B, s.T, s.C, s.NH, false);
+    be->attention_forward(out.data(), lse.data(), qkv.data(), s.B, s.T, s.C, s.NH);
     be->attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(), s.B, s.T,
-                           s.C, s.NH, false);
+                           s.C, s.NH);
     for (const auto& [what, v] : {std::pair{"qkv", &qkv}, {"dout", &dout}, {"out", &out},
                                   {"lse", &lse}, {"dqkv", &dqkv}})
       write(dir + "/" + name + "_" + what + ".bin", *v);

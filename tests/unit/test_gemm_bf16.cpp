@@ -9,7 +9,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "compute/backend.hpp"
+#include "compute/bf16_operands.hpp"
 #include "compute/cpu/blas.hpp"
 #include "compute/cpu/gemm_bf16.hpp"
 #include "compute/cpu/kernels.hpp"
@@ -173,14 +173,15 @@ std::vector<std::uint16_t> bits_of(const std::vector<float>& v) {
 // widened values, as the values alone do.
 TEST(GemmBf16, LinearOnBitsEqualsLinearOnValues) {
   auto be = make_cpu_backend(0);
-  if (!be->reads_bf16_operands()) GTEST_SKIP() << "no bf16 instructions on this CPU";
+  Bf16Operands* ops = be->bf16_operands();
+  if (!ops) GTEST_SKIP() << "no bf16 instructions on this CPU";
   const int N = 300, IC = 128, OC = 257;
   const auto x = bf16_valued(std::size_t(N) * IC, 1), w = bf16_valued(std::size_t(OC) * IC, 2);
   const auto dy = bf16_valued(std::size_t(N) * OC, 3), b = bf16_valued(OC, 4);
   const auto xb = bits_of(x), wb = bits_of(w), dyb = bits_of(dy);
   auto forward = [&](MatrixIn in, MatrixIn weight) {
     std::vector<float> y(std::size_t(N) * OC);
-    be->matmul_forward(y.data(), in, weight, b.data(), N, IC, OC);
+    ops->matmul_forward(y.data(), in, weight, b.data(), N, IC, OC);
     return y;
   };
   const auto y_values = forward(x.data(), w.data());
@@ -191,9 +192,9 @@ TEST(GemmBf16, LinearOnBitsEqualsLinearOnValues) {
                       InputGrad mode = InputGrad::add, float dinp0 = 0.5f) {
     std::vector<float> g(std::size_t(N) * IC + std::size_t(OC) * IC + OC, 0.5f);
     std::fill_n(g.begin(), std::size_t(N) * IC, dinp0);
-    be->matmul_backward(g.data(), g.data() + std::size_t(N) * IC,
-                        g.data() + std::size_t(N) * IC + std::size_t(OC) * IC, d, in, weight, N,
-                        IC, OC, mode);
+    ops->matmul_backward(g.data(), g.data() + std::size_t(N) * IC,
+                         g.data() + std::size_t(N) * IC + std::size_t(OC) * IC, d, in, weight, N,
+                         IC, OC, mode);
     return g;
   };
   const auto g_values = backward(dy.data(), x.data(), w.data());
@@ -214,7 +215,8 @@ TEST(GemmBf16, RoundToBf16GivesValuesAndBits) {
   const auto src = trident::testing::random_normals(100003, 6);
   std::vector<float> dst(src.size()), rounded = src;
   std::vector<std::uint16_t> bits(src.size());
-  be->round_to_bf16(dst.data(), bits.data(), src.data(), src.size());
+  Bf16OperandsFor ops(*be);  // the CPU's own, or the rounded f32 ones
+  ops->round_to_bf16(dst.data(), bits.data(), src.data(), src.size());
   be->round_to(rounded.data(), DType::bf16, rounded.size());
   EXPECT_EQ(dst, rounded);
   EXPECT_EQ(bits, bits_of(src));
@@ -231,9 +233,13 @@ std::vector<std::uint32_t> float_bits(const std::vector<float>& v) {
 }  // namespace
 
 // The CPU's GELU fused with the roundings around it gives the bits of the
-// seam's separate passes (round, GELU, round and pack), zeros' signs included.
+// seam's separate passes (round, GELU, round and pack: what RoundedBf16Operands
+// runs on a CPU without bf16 kernels), zeros' signs included.
 TEST(GemmBf16, FusedGeluEqualsTheSeparatePasses) {
   auto be = make_cpu_backend(0);
+  Bf16Operands* ops = be->bf16_operands();
+  if (!ops) GTEST_SKIP() << "no bf16 instructions on this CPU";
+  RoundedBf16Operands separate(*be);
   const std::size_t n = 100003;  // several threads' parts and a vector tail
   auto x = trident::testing::random_normals(n, 7), dy = trident::testing::random_normals(n, 8);
   for (std::size_t i = 0; i < 64; ++i) dy[i] = i % 2 ? -0.0f : 0.0f, x[i + 64] = -0.0f;
@@ -242,26 +248,25 @@ TEST(GemmBf16, FusedGeluEqualsTheSeparatePasses) {
     std::vector<float> x1 = x, x2 = x, y1(n, 3.0f), y2(n, 3.0f);
     std::vector<std::uint16_t> b1(n, 1), b2(n, 1), xb1(n, 1), xb2(n, 1);
     auto maybe = [&](std::vector<std::uint16_t>& b) { return with_bits ? b.data() : nullptr; };
-    be->gelu_forward_rounded(y1.data(), maybe(b1), x1.data(), maybe(xb1), n, DType::bf16);
-    be->ComputeBackend::gelu_forward_rounded(y2.data(), maybe(b2), x2.data(), maybe(xb2), n,
-                                             DType::bf16);
+    ops->gelu_forward_rounded(y1.data(), maybe(b1), x1.data(), maybe(xb1), n, DType::bf16);
+    separate.gelu_forward_rounded(y2.data(), maybe(b2), x2.data(), maybe(xb2), n, DType::bf16);
     EXPECT_EQ(float_bits(x1), float_bits(x2));
     EXPECT_EQ(float_bits(y1), float_bits(y2));
     EXPECT_EQ(b1, b2);
     EXPECT_EQ(xb1, xb2);
     if (with_bits) {  // each kind of bits alone
       std::fill(b1.begin(), b1.end(), 1), std::fill(xb1.begin(), xb1.end(), 1);
-      x1 = x, be->gelu_forward_rounded(y1.data(), nullptr, x1.data(), xb1.data(), n, DType::bf16);
-      x1 = x, be->gelu_forward_rounded(y1.data(), b1.data(), x1.data(), nullptr, n, DType::bf16);
+      x1 = x, ops->gelu_forward_rounded(y1.data(), nullptr, x1.data(), xb1.data(), n, DType::bf16);
+      x1 = x, ops->gelu_forward_rounded(y1.data(), b1.data(), x1.data(), nullptr, n, DType::bf16);
       EXPECT_EQ(xb1, xb2);
       EXPECT_EQ(b1, b2);
     }
     const std::vector<std::uint16_t> forward_bits = b2;
     std::vector<float> d1 = dy, d2 = dy, g1(n, 3.0f), g2(n, 3.0f);
-    be->gelu_backward_rounded(g1.data(), with_bits ? b1.data() : nullptr, x1.data(), nullptr,
+    ops->gelu_backward_rounded(g1.data(), with_bits ? b1.data() : nullptr, x1.data(), nullptr,
                               d1.data(), n, DType::bf16);
-    be->ComputeBackend::gelu_backward_rounded(g2.data(), with_bits ? b2.data() : nullptr,
-                                              x2.data(), nullptr, d2.data(), n, DType::bf16);
+    separate.gelu_backward_rounded(g2.data(), with_bits ? b2.data() : nullptr, x2.data(), nullptr,
+                                   d2.data(), n, DType::bf16);
     EXPECT_EQ(float_bits(g1), float_bits(g2));
     EXPECT_EQ(b1, b2);
     if (!with_bits) continue;
@@ -269,16 +274,16 @@ TEST(GemmBf16, FusedGeluEqualsTheSeparatePasses) {
     // the same bits and gradient as from the values.
     std::vector<float> x3 = x, y3(n, 5.0f), g3(n, 3.0f), d3 = dy;
     std::vector<std::uint16_t> b3(n, 1), xb3(n, 1), gb3(n, 1);
-    be->gelu_forward_rounded(nullptr, b3.data(), x3.data(), xb3.data(), n, DType::bf16);
+    ops->gelu_forward_rounded(nullptr, b3.data(), x3.data(), xb3.data(), n, DType::bf16);
     EXPECT_EQ(float_bits(x3), float_bits(x)) << "x written by a bits-only forward";
     EXPECT_EQ(b3, forward_bits);
     EXPECT_EQ(xb3, xb2);
     std::vector<std::uint16_t> b4(n, 1);  // the input given as its bits alone
-    be->gelu_forward_rounded(nullptr, b4.data(), nullptr, xb3.data(), n, DType::bf16);
+    ops->gelu_forward_rounded(nullptr, b4.data(), nullptr, xb3.data(), n, DType::bf16);
     EXPECT_EQ(b4, forward_bits);
     EXPECT_EQ(xb3, xb2) << "input bits written";
     std::vector<float> stale(n, 7.0f);
-    be->gelu_backward_rounded(g3.data(), gb3.data(), stale.data(), xb3.data(), d3.data(), n,
+    ops->gelu_backward_rounded(g3.data(), gb3.data(), stale.data(), xb3.data(), d3.data(), n,
                               DType::bf16);
     EXPECT_EQ(float_bits(g3), float_bits(g2));
     EXPECT_EQ(gb3, b2);
@@ -289,6 +294,8 @@ TEST(GemmBf16, FusedGeluEqualsTheSeparatePasses) {
 // tokens outside the vocabulary shard giving zeros.
 TEST(GemmBf16, EmbeddingFromBitsEqualsFromValues) {
   auto be = make_cpu_backend(0);
+  Bf16Operands* ops = be->bf16_operands();
+  if (!ops) GTEST_SKIP() << "no bf16 instructions on this CPU";
   const int N = 500, C = 24, lo = 100, count = 200;
   std::vector<std::int32_t> tok(N);
   for (int n = 0; n < N; ++n) tok[n] = n * 37 % 400;  // in and out of [100, 300)
@@ -297,7 +304,7 @@ TEST(GemmBf16, EmbeddingFromBitsEqualsFromValues) {
   for (std::size_t i = 0; i < wte.size(); ++i) bits[i] = f32_to_bf16(wte[i]);
   std::vector<float> from_values(std::size_t(N) * C, NAN), from_bits = from_values;
   be->embedding_forward(from_values.data(), tok.data(), wte.data(), lo, count, N, C);
-  be->embedding_forward_bits(from_bits.data(), tok.data(), bits.data(), lo, count, N, C);
+  ops->embedding_forward_bits(from_bits.data(), tok.data(), bits.data(), lo, count, N, C);
   EXPECT_EQ(float_bits(from_bits), float_bits(from_values));
   EXPECT_EQ(from_bits[0], 0.0f);  // token 0 lies outside the shard
 }

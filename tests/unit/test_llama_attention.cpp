@@ -85,9 +85,9 @@ TEST(GqaAttention, WithAsManyKeyValueHeadsAsQueryHeadsItIsTheBackendsAttention) 
     auto backend = trident::make_cpu_backend(1);
     const int C = s.NH * s.hs;
     Vec out(s.out_size()), lse(s.lse_size()), dqkv(s.qkv_size(), 0.0f);
-    backend->attention_forward(out.data(), lse.data(), qkv.data(), s.B, s.T, C, s.NH, false);
+    backend->attention_forward(out.data(), lse.data(), qkv.data(), s.B, s.T, C, s.NH);
     backend->attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(), s.B,
-                                s.T, C, s.NH, false);
+                                s.T, C, s.NH);
     EXPECT_LT(relative_gap(r.out, out), 2e-6) << name(s);
     EXPECT_LT(relative_gap(r.lse, lse), 2e-6) << name(s);
     EXPECT_LT(relative_gap(r.dqkv, dqkv), 1e-5) << name(s);

@@ -41,14 +41,14 @@ TEST(Peak, CpuPeakBoundsAMeasuredGemm) {
   // 0.3 is no bf16 value: the f32 GEMM.
   const double achieved = best_linear_rate(*be, 0.3f, n, out);
   // Asked right after, so a busy core slows the backend's own GEMM alike.
-  const double peak = be->peak_flops(DType::f32);
-  ASSERT_GT(peak, 0.0) << be->peak_source(DType::f32);
-  EXPECT_EQ(be->peak_flops(DType::f16), peak);  // fp16 values are computed in f32
+  const double peak = be->info().peak_flops(DType::f32);
+  ASSERT_GT(peak, 0.0) << be->info().peak_source(DType::f32);
+  EXPECT_EQ(be->info().peak_flops(DType::f16), peak);  // fp16 values are computed in f32
   // The peak is FMA chains in registers over their CPU time, which a GEMM
   // (loads, packing) cannot match; 10% leaves room for the clock to move
   // between the two timings. A peak from the wrong ISA misses by 2x or more.
   EXPECT_LE(achieved, 1.10 * peak) << "a GEMM ran faster than the peak: "
-                                   << be->peak_source(DType::f32);
+                                   << be->info().peak_source(DType::f32);
   EXPECT_NEAR(out[0], 0.3 * 0.25 * n, 1e-4 * n);
 }
 
@@ -75,10 +75,10 @@ TEST(Peak, Bf16PeakBoundsAGemmOnBf16Values) {
   std::vector<float> out;
   // 0.5 and 0.25 are bf16 values: a bf16 run's linears take the bf16 kernels.
   const double achieved = best_linear_rate(*be, 0.5f, n, out);
-  const double peak = be->peak_flops(DType::bf16);
-  EXPECT_GE(peak, be->peak_flops(DType::f32));
+  const double peak = be->info().peak_flops(DType::bf16);
+  EXPECT_GE(peak, be->info().peak_flops(DType::f32));
   EXPECT_LE(achieved, 1.25 * peak) << "a bf16 GEMM ran faster than the peak: "
-                                   << be->peak_source(DType::bf16);
+                                   << be->info().peak_source(DType::bf16);
   EXPECT_FLOAT_EQ(out[0], 0.5f * 0.25f * n);
 }
 

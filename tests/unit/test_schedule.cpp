@@ -211,7 +211,7 @@ TEST(Schedule, ZeroBubbleVWithAModelsCostsComesNearItsUnitTheory) {
                          "model.d_model=512", "model.heads=8", "model.seq_len=128",
                          "train.micro_batch=1", fmt::format("train.batch={}", m)});
     const GridShape shape = resolve_layout(d, 4);
-    const ZeroBubbleCosts c = zero_bubble_costs(d, shape, partition_uniform(8, 8));
+    const ZeroBubbleCosts c = zero_bubble_costs(schedule_cost_deck(d), shape, partition_uniform(8, 8));
     const auto lists = zero_bubble_schedule(ScheduleKind::zb_v, 4, m, c);
     EXPECT_LE(replayed_bubble(lists, 2, true, c),
               1.4 * theoretical_bubble(ScheduleKind::zb_v, 4, m, 2))

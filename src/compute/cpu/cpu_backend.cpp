@@ -16,8 +16,8 @@
 #include "compute/backend.hpp"
 #include "compute/cpu/amx_gemm.hpp"
 #include "compute/cpu/blas.hpp"
+#include "compute/cpu/cpu_bf16_operands.hpp"
 #include "compute/cpu/cpu_peak.hpp"
-#include "compute/cpu/gelu_bf16.hpp"
 #include "compute/cpu/gemm_bf16.hpp"
 #include "compute/cpu/gemm_library.hpp"
 #include "compute/cpu/half_convert.hpp"
@@ -47,9 +47,9 @@ void zero_bytes(void* p, std::size_t bytes) {
   }
 }
 
-class CpuBackend final : public ComputeBackend {
+class CpuBackend final : public ComputeBackend, public BackendInfo {
  public:
-  explicit CpuBackend(int threads) {
+  explicit CpuBackend(int threads) : bf16_(*this) {
     if (threads <= 0) threads = omp_get_max_threads();
     omp_set_num_threads(threads);  // oneDNN runs its GEMMs on this OpenMP pool
     threads_ = threads;
@@ -89,6 +89,10 @@ class CpuBackend final : public ComputeBackend {
                          threads_ > 1 ? "s" : "", peak_.ghz * f32 / isa, peak_.ghz);
     return fmt::format("{} x 2 FMA units at {:.2f} GHz x {} threads, an upper bound", peak_.isa,
                        peak_.ghz, threads_);
+  }
+  BackendInfo& info() override { return *this; }
+  Bf16Operands* bf16_operands() override {
+    return cpu::cpu_has_bf16_kernels() ? &bf16_ : nullptr;
   }
   std::string name() const override { return "cpu"; }
   std::string describe() const override {
@@ -144,10 +148,6 @@ class CpuBackend final : public ComputeBackend {
                          int N, int C) override {
     cpu::embedding_forward(out, tok, wte, lo, count, N, C);
   }
-  void embedding_forward_bits(float* out, const std::int32_t* tok, const std::uint16_t* wte,
-                              int lo, int count, int N, int C) override {
-    cpu::embedding_forward_bits(out, tok, wte, lo, count, N, C);
-  }
   void embedding_backward(float* dwte, const float* dout, const std::int32_t* tok, int lo,
                           int count, int N, int C) override {
     cpu::embedding_backward(dwte, dout, tok, lo, count, N, C);
@@ -168,46 +168,27 @@ class CpuBackend final : public ComputeBackend {
                           int C) override {
     cpu::layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, C);
   }
-  bool reads_bf16_operands() const override { return cpu::cpu_has_bf16_kernels(); }
-  void round_to_bf16(float* dst, std::uint16_t* bits, const float* src, std::size_t n) override {
-    if (!bits) return ComputeBackend::round_to_bf16(dst, bits, src, n);  // copy and round
-    cpu::round_to_bf16(dst, bits, src, n);
-  }
-  void matmul_forward(float* out, MatrixIn inp, MatrixIn w, const float* bias, int N, int IC,
-                      int OC) override {
+  void matmul_forward(float* out, const float* inp, const float* w, const float* bias, int N,
+                      int IC, int OC) override {
     cpu::linear_forward(out, inp, w, bias, N, IC, OC);
   }
-  void matmul_backward(float* dinp, float* dw, float* dbias, MatrixIn dout, MatrixIn inp,
-                       MatrixIn w, int N, int IC, int OC, InputGrad dinp_mode) override {
+  void matmul_backward(float* dinp, float* dw, float* dbias, const float* dout, const float* inp,
+                       const float* w, int N, int IC, int OC, InputGrad dinp_mode) override {
     cpu::linear_backward(dinp, dw, dbias, dout, inp, w, N, IC, OC, dinp_mode);
   }
-  void attention_forward(float* out, float* lse, MatrixIn qkv, int B, int T, int C, int NH,
-                         bool bf16) override {
-    cpu::attention_forward(out, lse, qkv.values, B, T, C, NH, bf16, qkv.bf16);
+  void attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C,
+                         int NH) override {
+    cpu::attention_forward(out, lse, qkv, B, T, C, NH);
   }
-  void attention_backward(float* dqkv, MatrixIn dout, MatrixIn qkv, const float* out,
-                          const float* lse, int B, int T, int C, int NH, bool bf16) override {
-    cpu::attention_backward(dqkv, dout.values, qkv.values, out, lse, B, T, C, NH, bf16, qkv.bf16,
-                            dout.bf16);
+  void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
+                          const float* lse, int B, int T, int C, int NH) override {
+    cpu::attention_backward(dqkv, dout, qkv, out, lse, B, T, C, NH);
   }
   void gelu_forward(float* out, const float* inp, std::size_t n) override {
     cpu::gelu_forward(out, inp, n);
   }
   void gelu_backward(float* dinp, const float* inp, const float* dout, std::size_t n) override {
     cpu::gelu_backward(dinp, inp, dout, n);
-  }
-  void gelu_forward_rounded(float* out, std::uint16_t* bits, float* inp, std::uint16_t* inp_bits,
-                            std::size_t n, DType store) override {
-    if (store != DType::bf16)
-      return ComputeBackend::gelu_forward_rounded(out, bits, inp, inp_bits, n, store);
-    cpu::gelu_forward_bf16(out, bits, inp, inp_bits, n);
-  }
-  void gelu_backward_rounded(float* dinp, std::uint16_t* bits, float* inp,
-                             const std::uint16_t* inp_bits, float* dout, std::size_t n,
-                             DType store) override {
-    if (store != DType::bf16)
-      return ComputeBackend::gelu_backward_rounded(dinp, bits, inp, inp_bits, dout, n, store);
-    cpu::gelu_backward_bf16(dinp, bits, inp, inp_bits, dout, n);
   }
   void add(float* out, const float* a, const float* b, std::size_t n) override {
     cpu::add(out, a, b, n);
@@ -239,6 +220,7 @@ class CpuBackend final : public ComputeBackend {
   }
 
  private:
+  cpu::CpuBf16Operands bf16_;
   int threads_ = 1;
   CpuPeak peak_;
   mutable double measured_ = -1;       // FLOP/s of FMA chains, measured on first use

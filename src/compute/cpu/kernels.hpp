@@ -48,7 +48,7 @@ void matmul_backward(T* dinp, T* dw, T* dbias, const T* dout, const T* inp, cons
 // without AMX (which fuse attention, amx_attention.hpp): a thread's scores
 // tile is 64 KiB.
 constexpr int kAttentionTile = 128;
-// bf16 (f32 only): the tile products on bf16 kernels (backend.hpp), reading
+// bf16 (f32 only): the tile products on bf16 kernels (bf16_operands.hpp), reading
 // qkv16 / dout16 (the same values as bf16 bits, same layout) where given
 // instead of packing a head's rows; with qkv16 given, qkv may be null.
 template <class T>

@@ -3,7 +3,7 @@
 // activations), packing only what comes as values; f32 kernels otherwise.
 #pragma once
 
-#include "compute/backend.hpp"
+#include "compute/bf16_operands.hpp"
 
 namespace trident::cpu {
 

@@ -123,7 +123,7 @@ void CudaBackend::attention_backward(float* dqkv, MatrixIn dout, MatrixIn qkv, c
 void CudaBackend::attention_forward_rounded(float* out, std::uint16_t* bits, float* lse,
                                             MatrixIn qkv, int B, int T, int C, int NH) {
   if (!qkv.bf16 || !flash_operands(C, NH, qkv.bf16))
-    return ComputeBackend::attention_forward_rounded(out, bits, lse, qkv, B, T, C, NH);
+    return Bf16Operands::attention_forward_rounded(out, bits, lse, qkv, B, T, C, NH);
   run("attention_forward", [&] {
     gpu::flash_attention_forward(out, lse, qkv.bf16, B, T, C, NH, true, bits, stream_);
   });
@@ -133,7 +133,7 @@ void CudaBackend::attention_backward_rounded(float* dqkv, std::uint16_t* bits, M
                                              MatrixIn qkv, const float* out, const float* lse,
                                              int B, int T, int C, int NH) {
   if (!qkv.bf16 || !dout.bf16 || !dout.values || !flash_operands(C, NH, qkv.bf16, dout.bf16))
-    return ComputeBackend::attention_backward_rounded(dqkv, bits, dout, qkv, out, lse, B, T, C,
+    return Bf16Operands::attention_backward_rounded(dqkv, bits, dout, qkv, out, lse, B, T, C,
                                                       NH);
   auto* dots = static_cast<float*>(scratch(std::size_t(B) * NH * T * sizeof(float)));
   run("attention_backward", [&] {

@@ -28,7 +28,8 @@ std::string gib(std::size_t bytes) { return fmt::format("{:.2f} GiB", double(byt
 }  // namespace
 
 CudaBackend::CudaBackend(const CudaBackendOptions& o)
-    : site_{o.rank, o.device},
+    : Bf16Operands(static_cast<ComputeBackend&>(*this)),
+      site_{o.rank, o.device},
       allow_tf32_(o.allow_tf32),
       stream_(create_stream(o.device, site_)),
       timer_(stream_, site_, o.time_kernels) {

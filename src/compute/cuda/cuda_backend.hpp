@@ -3,7 +3,8 @@
 // kernels (launch.hpp). Memory is plain cudaMalloc (never managed memory).
 // Host-visible results (copy_to_host, sum_squares) synchronise the stream;
 // everything else is asynchronous. The collectives for device buffers (NCCL,
-// host-staged MPI) order themselves after this stream with CUDA events.
+// host-staged MPI) order themselves after this stream with CUDA events. Every
+// GPU it runs on has bf16 tensor cores: it is its own Bf16Operands.
 #pragma once
 #include <cuda_runtime_api.h>
 
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "compute/backend.hpp"
+#include "compute/bf16_operands.hpp"
 #include "compute/cuda/cuda_check.hpp"
 #include "compute/cuda/gemm.hpp"
 #include "compute/cuda/kernel_timer.hpp"
@@ -26,13 +28,15 @@ struct CudaBackendOptions {
   bool time_kernels = false;  // per-op device times (TRIDENT_KERNEL_TIMES=1)
 };
 
-class CudaBackend final : public ComputeBackend {
+class CudaBackend final : public ComputeBackend, public Bf16Operands, public BackendInfo {
  public:
   explicit CudaBackend(const CudaBackendOptions& options);
   ~CudaBackend() override;
   CudaBackend(const CudaBackend&) = delete;
   CudaBackend& operator=(const CudaBackend&) = delete;
 
+  BackendInfo& info() override { return *this; }
+  Bf16Operands* bf16_operands() override { return this; }
   std::string name() const override { return "cuda"; }
   bool memory_is_host() const override { return false; }
   std::string describe() const override;
@@ -86,10 +90,27 @@ class CudaBackend final : public ComputeBackend {
   void layernorm_backward(float* dinp, float* dw, float* db, const float* dout, const float* inp,
                           const float* w, const float* mean, const float* rstd, int N,
                           int C) override;
+  // The core's f32 products and attention: MatrixIn's f32 path below.
+  void matmul_forward(float* out, const float* inp, const float* w, const float* bias, int N,
+                      int IC, int OC) override {
+    matmul_forward(out, MatrixIn(inp), MatrixIn(w), bias, N, IC, OC);
+  }
+  void matmul_backward(float* dinp, float* dw, float* dbias, const float* dout, const float* inp,
+                       const float* w, int N, int IC, int OC, InputGrad dinp_mode) override {
+    matmul_backward(dinp, dw, dbias, MatrixIn(dout), MatrixIn(inp), MatrixIn(w), N, IC, OC,
+                    dinp_mode);
+  }
+  void attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C,
+                         int NH) override {
+    attention_forward(out, lse, MatrixIn(qkv), B, T, C, NH, false);
+  }
+  void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
+                          const float* lse, int B, int T, int C, int NH) override {
+    attention_backward(dqkv, MatrixIn(dout), MatrixIn(qkv), out, lse, B, T, C, NH, false);
+  }
   // Products whose operands both come as bf16 (bits, or values marked as bf16
   // values, packed first) run on bf16 tensor cores; the others in f32, on
   // values (widened from the bits where only those come).
-  bool reads_bf16_operands() const override { return true; }
   void matmul_forward(float* out, MatrixIn inp, MatrixIn w, const float* bias, int N, int IC,
                       int OC) override;
   void matmul_forward_rounded(float* out, std::uint16_t* bits, MatrixIn inp, MatrixIn w,

@@ -118,7 +118,7 @@ void CudaBackend::matmul_forward_rounded(float* out, std::uint16_t* bits, Matrix
     });
     if (done) return;
   }
-  ComputeBackend::matmul_forward_rounded(out, bits, inp, w, bias, N, IC, OC, values);
+  Bf16Operands::matmul_forward_rounded(out, bits, inp, w, bias, N, IC, OC, values);
 }
 
 void CudaBackend::matmul_backward(float* dinp, float* dw, float* dbias, MatrixIn dout,
@@ -164,7 +164,7 @@ void CudaBackend::gelu_forward_rounded(float* out, std::uint16_t* bits, float* i
                                        std::uint16_t* inp_bits, std::size_t n, DType store) {
   const int kind = storage_kind(store);
   if (kind != gpu::kBF16 && kind != gpu::kF16)
-    return ComputeBackend::gelu_forward_rounded(out, bits, inp, inp_bits, n, store);
+    return Bf16Operands::gelu_forward_rounded(out, bits, inp, inp_bits, n, store);
   run("gelu_forward",
       [&] { gpu::gelu_forward_rounded(out, bits, inp, inp_bits, n, kind, stream_); });
 }
@@ -174,7 +174,7 @@ void CudaBackend::gelu_backward_rounded(float* dinp, std::uint16_t* bits, float*
                                         std::size_t n, DType store) {
   const int kind = storage_kind(store);
   if (kind != gpu::kBF16 && kind != gpu::kF16)
-    return ComputeBackend::gelu_backward_rounded(dinp, bits, inp, inp_bits, dout, n, store);
+    return Bf16Operands::gelu_backward_rounded(dinp, bits, inp, inp_bits, dout, n, store);
   run("gelu_backward", [&] {
     gpu::gelu_backward_rounded(dinp, bits, inp, inp_bits, dout, n, kind, stream_);
   });

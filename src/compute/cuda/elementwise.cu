@@ -47,7 +47,7 @@ __global__ void gelu_backward_kernel(S* dinp, const S* inp, const S* dout, std::
   }
 }
 
-// ComputeBackend::gelu_forward_rounded's passes in one: inp rounded to H in
+// Bf16Operands::gelu_forward_rounded's passes in one: inp rounded to H in
 // place (and its bf16 bits), out = gelu of it rounded to bf16 with its bits,
 // or to H without; out null: the bits alone (inp null too: read from
 // inp_bits). W elements per access.
@@ -79,7 +79,7 @@ __global__ void gelu_forward_rounded_kernel(float* out, std::uint16_t* bits, flo
   }
 }
 
-// ComputeBackend::gelu_backward_rounded's passes in one: dout rounded to H,
+// Bf16Operands::gelu_backward_rounded's passes in one: dout rounded to H,
 // dinp = 0 + gelu'(inp) dout rounded as above (dout is left as it was); inp
 // read from its bf16 bits where they are given. W elements per access.
 template <class H, int W>

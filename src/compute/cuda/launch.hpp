@@ -3,7 +3,7 @@
 // device_math.cuh) with fp32 arithmetic inside; statistics the
 // kernels keep for backward (mean, rstd, row maxima, packed sums, losses) are
 // always fp32. Launchers only enqueue on `stream`; the caller checks
-// cudaGetLastError. Semantics are those of the compute seam (backend.hpp):
+// cudaGetLastError. Semantics are those of the compute seam (backend.hpp, bf16_operands.hpp):
 // backward launchers ADD into their outputs.
 #pragma once
 #include <cuda_runtime_api.h>
@@ -98,7 +98,7 @@ void gelu_forward(S* out, const S* inp, std::size_t n, cudaStream_t s);
 template <class S>
 void gelu_backward(S* dinp, const S* inp, const S* dout, std::size_t n, cudaStream_t s);
 // GELU of a 16-bit run, each direction in one pass (store_kind kBF16 or
-// kF16), as ComputeBackend::gelu_forward_rounded and gelu_backward_rounded
+// kF16), as Bf16Operands::gelu_forward_rounded and gelu_backward_rounded
 // define them.
 void gelu_forward_rounded(float* out, std::uint16_t* bits, float* inp, std::uint16_t* inp_bits,
                           std::size_t n, int store_kind, cudaStream_t s);

@@ -2,12 +2,13 @@
 
 #include <algorithm>
 
+#include "io/deck.hpp"
 #include "model/gpt.hpp"
 
 namespace trident {
 namespace {
 
-int micro_batch_of(const Deck& deck, const GridShape& shape) {
+int micro_batch_of(const ScheduleCostDeck& deck, const GridShape& shape) {
   return deck.train.micro_batch > 0 ? deck.train.micro_batch : deck.train.batch / shape.dp;
 }
 
@@ -38,7 +39,7 @@ double zero_bubble_budget(ScheduleKind kind, int s, const std::vector<double>& s
   return kZeroBubbleSlack * peak;
 }
 
-double slot_bytes(const Deck& deck, const GridShape& shape, const StageSpec& spec) {
+double slot_bytes(const ScheduleCostDeck& deck, const GridShape& shape, const StageSpec& spec) {
   const GptConfig& m = deck.model;
   const int B = micro_batch_of(deck, shape);
   const TensorParallelLayout tp{shape.tp, 0, deck.parallel.sequence_parallel};
@@ -53,13 +54,13 @@ double slot_bytes(const Deck& deck, const GridShape& shape, const StageSpec& spe
          2.0 * B * m.seq_len * sizeof(std::int32_t);
 }
 
-double send_buffer_bytes(const Deck& deck, const GridShape& shape) {
+double send_buffer_bytes(const ScheduleCostDeck& deck, const GridShape& shape) {
   const TensorParallelLayout tp{shape.tp, 0, deck.parallel.sequence_parallel};
   const int tokens = micro_batch_of(deck, shape) * deck.model.seq_len;
   return double(tp.local_tokens(tokens)) * deck.model.d_model * sizeof(float);
 }
 
-double weight_buffer_bytes(const Deck& deck, const GridShape& shape, const StageSpec& spec) {
+double weight_buffer_bytes(const ScheduleCostDeck& deck, const GridShape& shape, const StageSpec& spec) {
   const TensorParallelLayout tp{shape.tp, 0, deck.parallel.sequence_parallel};
   const ActivationPolicy policy =
       make_activation_policy(deck.train.recompute, deck.train.partition_activations, shape.tp,
@@ -69,7 +70,7 @@ double weight_buffer_bytes(const Deck& deck, const GridShape& shape, const Stage
   return double(kept.buffer.size()) * sizeof(float);
 }
 
-ZeroBubbleCosts zero_bubble_costs(const Deck& deck, const GridShape& shape,
+ZeroBubbleCosts zero_bubble_costs(const ScheduleCostDeck& deck, const GridShape& shape,
                                   const Partition& part) {
   const ScheduleKind kind = deck.parallel.schedule;
   const GptConfig& m = deck.model;
@@ -111,6 +112,10 @@ ZeroBubbleCosts zero_bubble_costs(const Deck& deck, const GridShape& shape,
     c.budget.push_back(b > 0 ? b + (kZeroBubbleSlack - 1) * fixed : 0);
   }
   return c;
+}
+
+ScheduleCostDeck schedule_cost_deck(const Deck& deck) {
+  return {deck.model, deck.train, deck.parallel, deck.precision};
 }
 
 }  // namespace trident

@@ -3,23 +3,35 @@
 // (the model's own tables) and the durations of F, B and W from their FLOPs, so every rank
 // derives the same lists without measuring.
 #pragma once
-#include "grid/grid.hpp"
-#include "io/deck.hpp"
+#include "grid/grid_shape.hpp"
+#include "io/deck_sections.hpp"
 #include "parallel/pipeline/partition.hpp"
 #include "parallel/pipeline/schedule.hpp"
 #include "model/stage_spec.hpp"
 
 namespace trident {
 
+struct Deck;
+
+// The deck sections the costs read: the model's shape, the batch and
+// recompute, the schedule and sequence parallelism, the 16-bit types.
+struct ScheduleCostDeck {
+  const GptConfig& model;
+  const TrainSection& train;
+  const ParallelSection& parallel;
+  const PrecisionSection& precision;
+};
+ScheduleCostDeck schedule_cost_deck(const Deck& deck);
+
 // `partition` over the schedule's virtual stages (2p for zb-v, else p).
-ZeroBubbleCosts zero_bubble_costs(const Deck& deck, const GridShape& shape,
+ZeroBubbleCosts zero_bubble_costs(const ScheduleCostDeck& deck, const GridShape& shape,
                                   const Partition& partition);
 
 // Bytes of one activation slot of a stage (saved f32 and 16-bit arrays,
 // tokens and targets), of one W buffer (what B keeps for W beyond the slot's
 // activations only B read) and of one input-gradient send buffer.
-double slot_bytes(const Deck& deck, const GridShape& shape, const StageSpec& spec);
-double weight_buffer_bytes(const Deck& deck, const GridShape& shape, const StageSpec& spec);
-double send_buffer_bytes(const Deck& deck, const GridShape& shape);
+double slot_bytes(const ScheduleCostDeck& deck, const GridShape& shape, const StageSpec& spec);
+double weight_buffer_bytes(const ScheduleCostDeck& deck, const GridShape& shape, const StageSpec& spec);
+double send_buffer_bytes(const ScheduleCostDeck& deck, const GridShape& shape);
 
 }  // namespace trident

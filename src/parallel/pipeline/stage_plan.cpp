@@ -23,7 +23,7 @@ void schedule_actions(StagePlan& plan, const Deck& deck, const GridShape& shape,
     plan.actions = build_schedule(plan.schedule, shape.pp, plan.stage, plan.micro_batches, chunks);
     return;
   }
-  const ZeroBubbleCosts costs = zero_bubble_costs(deck, shape, plan.partition);
+  const ZeroBubbleCosts costs = zero_bubble_costs(schedule_cost_deck(deck), shape, plan.partition);
   const auto lists = zero_bubble_schedule(plan.schedule, shape.pp, plan.micro_batches, costs);
   plan.actions = lists[std::size_t(plan.stage)];
   plan.list_bubble = replayed_bubble(lists, int(costs.f.size()) / shape.pp,
