@@ -24,9 +24,9 @@ GptModel::GptModel(const GptConfig& c, int micro_batch, ComputeBackend& backend,
   attention_ = o.attention ? o.attention : own_attention_.get();
   if (!o.storage) own_storage_ = std::make_unique<FullStorage>(table_, backend, ledger, o.weights, o.grads);
   storage_ = o.storage ? o.storage : own_storage_.get();
-  BT_ = B_ * c.seq_len;
-  BTl_ = tp_.local_tokens(BT_);
-  first_token_ = tp_.first_local_token(BT_);
+  all_tokens_ = B_ * c.seq_len;
+  local_tokens_ = tp_.local_tokens(all_tokens_);
+  first_token_ = tp_.first_local_token(all_tokens_);
   policy_ = o.activations;
   saved_ = saved_activation_table(c, B_, tp_, stage_, policy_);
   saved_.align_end(TensorTable::kAlign);  // pools of them: each starts vector-aligned
@@ -38,7 +38,7 @@ GptModel::GptModel(const GptConfig& c, int micro_batch, ComputeBackend& backend,
   workspace_ = o.workspace ? o.workspace : own_workspace_.get();
   allocate_workspace(ledger);
   weight_layout_ = weight_input_layout(c, B_, tp_, stage_, policy_);
-  host_losses_.resize(BT_);
+  host_losses_.resize(all_tokens_);
   resolve_handles();
   if (packs_bits())  // the linears' weights reach the GEMMs as bits only (weight())
     for (const BlockHandles& h : blocks_)
@@ -59,7 +59,7 @@ void GptModel::allocate_workspace(MemoryLedger& ledger) {
 }
 
 MicroBatchSizes GptModel::micro_batch_sizes() const {
-  return {saved_.size(), saved16_.size(), 2 * std::size_t(BT_), weight_layout_.buffer.size()};
+  return {saved_.size(), saved16_.size(), 2 * std::size_t(all_tokens_), weight_layout_.buffer.size()};
 }
 
 FullStorage& GptModel::full() {
@@ -85,17 +85,17 @@ void GptModel::init_parameters(std::uint64_t seed) {
 
 const float* GptModel::reduce_row_parallel(float* full) {
   if (!tp_.sp()) {
-    group_->all_reduce(full, std::size_t(BT_) * cfg_.d_model);
+    group_->all_reduce(full, std::size_t(all_tokens_) * cfg_.d_model);
     return full;
   }
   float* local = scratch(scratch_handles_.local_c);
-  group_->reduce_scatter_tokens(full, local, std::size_t(BTl_) * cfg_.d_model);
+  group_->reduce_scatter_tokens(full, local, std::size_t(local_tokens_) * cfg_.d_model);
   return local;
 }
 
 const float* GptModel::gather(const float* local, float* full) {
   if (!tp_.sp()) return local;
-  group_->gather_tokens(local, full, std::size_t(BTl_) * cfg_.d_model);
+  group_->gather_tokens(local, full, std::size_t(local_tokens_) * cfg_.d_model);
   return full;
 }
 
@@ -106,7 +106,7 @@ MatrixIn GptModel::projection_grad(const float* d_res, float* full) {
   // the projection's gradient GEMMs run on bf16 kernels; the residual stream's
   // gradient stays f32.
   std::uint16_t* bits = gemm_bits();
-  bf16_ops_->round_to_bf16(full, bits, d, std::size_t(BT_) * cfg_.d_model);
+  bf16_ops_->round_to_bf16(full, bits, d, std::size_t(all_tokens_) * cfg_.d_model);
   return {full, bits};
 }
 
@@ -133,14 +133,14 @@ MatrixIn GptModel::linear_operand(float* out, std::uint16_t* home, MatrixIn x, M
 MatrixIn GptModel::mlp_hidden(const Block& a, MatrixIn ln2, MatrixIn w, const float* b,
                               bool recompute) {
   const int C = cfg_.d_model, Fl = tp_.local_ff(cfg_);
-  const std::size_t n = std::size_t(BT_) * Fl;
+  const std::size_t n = std::size_t(all_tokens_) * Fl;
   if (!recompute && packs_bits() && a.fch_16 && a.fch_gelu_16) {
     // Bits alone: the fc GEMM writes fch's, GELU reads them and writes its own.
-    bf16_ops_->matmul_forward_rounded(a.fch, a.fch_16, ln2, w, b, BT_, C, Fl, /*values=*/false);
+    bf16_ops_->matmul_forward_rounded(a.fch, a.fch_16, ln2, w, b, all_tokens_, C, Fl, /*values=*/false);
     bf16_ops_->gelu_forward_rounded(nullptr, a.fch_gelu_16, nullptr, a.fch_16, n, policy_.store);
     return MatrixIn(nullptr, a.fch_gelu_16);
   }
-  bf16_ops_->matmul_forward(a.fch, ln2, w, b, BT_, C, Fl);
+  bf16_ops_->matmul_forward(a.fch, ln2, w, b, all_tokens_, C, Fl);
   return gelu_operand(a.fch_gelu, a.fch, n, a.fch_gelu_16, a.fch_16, !recompute);
 }
 
@@ -155,7 +155,7 @@ MatrixIn GptModel::gathered_operand(float* x, float* full, std::size_t n, std::u
 MatrixIn GptModel::norm_operand(float* out, float* full, std::uint16_t* home, float* mean,
                                 float* rstd, const float* x, const TensorInfo* norm_w,
                                 const TensorInfo* norm_b) {
-  const int N = BTl_, C = cfg_.d_model;
+  const int N = local_tokens_, C = cfg_.d_model;
   const float *w = param(norm_w), *b = param(norm_b);
   if (tp_.sp() || !packs_bits()) {
     backend_.layernorm_forward(out, mean, rstd, x, w, b, N, C);
@@ -168,7 +168,7 @@ MatrixIn GptModel::norm_operand(float* out, float* full, std::uint16_t* home, fl
 
 MatrixIn GptModel::attention_operand(const Block& a, MatrixIn qkv) {
   const int Cl = tp_.local_width(cfg_), NHl = tp_.local_heads(cfg_);
-  const std::size_t n = std::size_t(BT_) * Cl;
+  const std::size_t n = std::size_t(all_tokens_) * Cl;
   // The output's bits may not go to gemm_bits while qkv's are read there.
   if (!packs_bits() || !(a.atty_16 || a.qkv_16)) {
     attention_->forward(a.atty, a.lse, qkv, {B_, cfg_.seq_len, Cl, NHl},
@@ -182,7 +182,7 @@ MatrixIn GptModel::attention_operand(const Block& a, MatrixIn qkv) {
 
 MatrixIn GptModel::attention_grad_operand(const Block& a, MatrixIn d_att, float* d_3c) {
   const int Cl = tp_.local_width(cfg_), NHl = tp_.local_heads(cfg_);
-  const std::size_t n = 3 * std::size_t(BT_) * Cl;
+  const std::size_t n = 3 * std::size_t(all_tokens_) * Cl;
   const MatrixIn qkv = saved_input(a.qkv, a.qkv_16);
   if (!packs_bits()) {
     backend_.zero(d_3c, n * sizeof(float));
@@ -192,7 +192,7 @@ MatrixIn GptModel::attention_grad_operand(const Block& a, MatrixIn d_att, float*
   }
   // gemm_bits holds d_att's bits first, then this gradient's (scratch_table
   // sizes it for both).
-  std::uint16_t* bits = gemm_bits() + std::size_t(BT_) * Cl;
+  std::uint16_t* bits = gemm_bits() + std::size_t(all_tokens_) * Cl;
   attention_->backward_rounded(d_3c, bits, d_att, qkv, a.atty, a.lse,
                                {B_, cfg_.seq_len, Cl, NHl});
   return {d_3c, bits};

@@ -136,7 +136,7 @@ class GptModel {
   void backward_weights(const MicroBatchActs& acts, const GradsReadyFn& ready, bool finalize);
 
   // Pipeline boundaries: this rank's tokens x d_model floats each.
-  std::size_t boundary_elements() const { return std::size_t(BTl_) * cfg_.d_model; }
+  std::size_t boundary_elements() const { return std::size_t(local_tokens_) * cfg_.d_model; }
   float* input_buffer(const MicroBatchActs& acts) { return act(acts, ends_.encoded); }
   const float* output(const MicroBatchActs& acts);  // after forward
   float* output_grad_buffer() { return scratch(scratch_handles_.d_res); }
@@ -311,7 +311,7 @@ class GptModel {
   std::unique_ptr<ModelWorkspace> own_workspace_;
   ModelWorkspace* workspace_;  // the own one, or shared
   std::vector<float> host_losses_;
-  int BT_, BTl_, first_token_;  // all tokens, this rank's tokens, its first
+  int all_tokens_, local_tokens_, first_token_;  // all tokens, this rank's tokens, its first
 };
 
 }  // namespace trident

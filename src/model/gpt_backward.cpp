@@ -21,7 +21,7 @@ void GptModel::keep_for_weights(const MicroBatchActs& acts, bool split,
 void GptModel::head_backward(const MicroBatchActs& acts, float* d_res, bool split,
                              bool finalize) {
   const bool weights_now = !split;
-  const int C = cfg_.d_model, BT = BT_, BTl = BTl_;
+  const int C = cfg_.d_model, BT = all_tokens_, BTl = local_tokens_;
   ComputeBackend& be = backend_;
   ModelStorage& st = *storage_;
   const EndHandles& e = ends_;
@@ -65,7 +65,7 @@ void GptModel::finish_head_grads(bool finalize) {
 void GptModel::block_backward(const MicroBatchActs& acts, int l, bool split,
                               bool finalize) {
   const bool weights_now = !split;
-  const int C = cfg_.d_model, BT = BT_, BTl = BTl_;
+  const int C = cfg_.d_model, BT = all_tokens_, BTl = local_tokens_;
   const int Cl = tp_.local_width(cfg_), Fl = tp_.local_ff(cfg_);
   ComputeBackend& be = backend_;
   ModelStorage& st = *storage_;
@@ -130,7 +130,7 @@ void GptModel::embedding_grads(const MicroBatchActs& acts, const float* d_emb, b
   ModelStorage& st = *storage_;
   const TensorInfo* wpe = ends_.wpe;
   st.need_grads(wpe->unit);
-  be.position_backward(grad(wpe), d_emb, BTl_, cfg_.seq_len, first_token_, cfg_.d_model);
+  be.position_backward(grad(wpe), d_emb, local_tokens_, cfg_.seq_len, first_token_, cfg_.d_model);
   if ((finalize || st.grads_leave_each_backward()) && tp_.sp())
     group_->all_reduce(grad(wpe), wpe->numel);
   table_grads_from_tokens(acts, gather(d_emb, scratch(scratch_handles_.full_c)), finalize);
@@ -153,7 +153,7 @@ void GptModel::backward_pass(const MicroBatchActs& acts, bool split, float* inpu
     block_backward(acts, l, split, finalize);
     notify(layer(l).ln1_w);
   }
-  const std::size_t n = std::size_t(BTl_) * cfg_.d_model;
+  const std::size_t n = std::size_t(local_tokens_) * cfg_.d_model;
   if (!stage_.embedding) {  // d_res = dLoss/d(input): kept for the previous stage
     if (!input_grad)
       throw std::logic_error("backward of a model without the embeddings needs an input_grad");
@@ -179,7 +179,7 @@ void GptModel::backward_input(const MicroBatchActs& acts, float* input_grad) {
 
 void GptModel::backward_weights(const MicroBatchActs& acts, const GradsReadyFn& ready,
                                 bool finalize) {
-  const int C = cfg_.d_model, BT = BT_;
+  const int C = cfg_.d_model, BT = all_tokens_;
   const int Cl = tp_.local_width(cfg_), Fl = tp_.local_ff(cfg_);
   ModelStorage& st = *storage_;
   auto notify = [&](const TensorInfo* first) {

@@ -6,7 +6,7 @@
 namespace trident {
 
 void GptModel::block_forward(const Block& a, const float* x, int l, bool recompute) {
-  const int C = cfg_.d_model, BT = BT_, BTl = BTl_;
+  const int C = cfg_.d_model, BT = all_tokens_, BTl = local_tokens_;
   const int Cl = tp_.local_width(cfg_), Fl = tp_.local_ff(cfg_);
   ComputeBackend& be = backend_;
   const BlockHandles& h = layer(l);
@@ -33,7 +33,7 @@ void GptModel::block_forward(const Block& a, const float* x, int l, bool recompu
 
 double GptModel::forward(const MicroBatchActs& acts, const std::int32_t* tokens, const std::int32_t* targets,
                          float dloss) {
-  const int T = cfg_.seq_len, C = cfg_.d_model, BT = BT_, BTl = BTl_;
+  const int T = cfg_.seq_len, C = cfg_.d_model, BT = all_tokens_, BTl = local_tokens_;
   std::int32_t* tok = acts.tokens;
   std::int32_t* tgt = tok + BT;
   backend_.copy_from_host(tok, tokens, BT * sizeof(std::int32_t));

@@ -42,7 +42,7 @@ void GptModel::lookup_tokens(float* out, const std::int32_t* tok) {
     storage_->need_params(u.unit, Pass::forward);
     if (const std::uint16_t* bits = table_cut() ? nullptr : table_bits()) {
       // A whole table held as bf16: the lookup reads its bits where they are.
-      bf16_ops_->embedding_forward_bits(out, tok, bits, vlo, u.rows.front().second, BT_, C);
+      bf16_ops_->embedding_forward_bits(out, tok, bits, vlo, u.rows.front().second, all_tokens_, C);
       storage_->done_params(u.unit);
       return;
     }
@@ -51,8 +51,8 @@ void GptModel::lookup_tokens(float* out, const std::int32_t* tok) {
       const std::size_t at = std::size_t(row) * C;
       backend_.embedding_forward(first ? out : part, tok,
                                  storage_->param_rows(w, at, std::size_t(rows) * C), vlo + row,
-                                 rows, BT_, C);
-      if (!first) backend_.add(out, out, part, std::size_t(BT_) * C);
+                                 rows, all_tokens_, C);
+      if (!first) backend_.add(out, out, part, std::size_t(all_tokens_) * C);
       first = false;
     });
     storage_->done_params(u.unit);
@@ -67,9 +67,9 @@ void GptModel::logits_forward(float* logits, const float* lnf) {
     st.need_params(ends_.wte->unit, Pass::forward);  // held until the head's backward
     if (const std::uint16_t* bits = table_bits())
       return bf16_ops_->matmul_forward(logits, bf16_valued(lnf), MatrixIn(nullptr, bits), nullptr,
-                                     BT_, C, Vl);
+                                     all_tokens_, C, Vl);
     if (!st.table_in_windows())
-      return bf16_ops_->matmul_forward(logits, bf16_valued(lnf), bf16_valued(param(ends_.wte)), nullptr, BT_,
+      return bf16_ops_->matmul_forward(logits, bf16_valued(lnf), bf16_valued(param(ends_.wte)), nullptr, all_tokens_,
                                      C, Vl);
   }
   const TensorInfo& w = *ends_.wte;
@@ -80,8 +80,8 @@ void GptModel::logits_forward(float* logits, const float* lnf) {
       const std::size_t at = std::size_t(row) * C;
       bf16_ops_->matmul_forward(part, bf16_valued(lnf),
                               bf16_valued(st.param_rows(w, at, std::size_t(rows) * C)), nullptr,
-                              BT_, C, rows);
-      backend_.copy_2d(logits + row, std::size_t(Vl), part, std::size_t(rows), std::size_t(BT_),
+                              all_tokens_, C, rows);
+      backend_.copy_2d(logits + row, std::size_t(Vl), part, std::size_t(rows), std::size_t(all_tokens_),
                        std::size_t(rows));
     });
     if (cut) st.done_params(u.unit);
@@ -102,7 +102,7 @@ void GptModel::logits_backward(const MicroBatchActs& acts, float* d_lnf, const f
       const MatrixIn w = !d_lnf ? MatrixIn(nullptr) : bits ? MatrixIn(nullptr, bits)
                                                            : bf16_valued(param(ends_.wte));
       return bf16_ops_->matmul_backward(d_lnf, weight_grads ? grad(ends_.wte) : nullptr, nullptr,
-                                      bf16_valued(dlogits), bf16_valued(lnf_all), w, BT_, C, Vl,
+                                      bf16_valued(dlogits), bf16_valued(lnf_all), w, all_tokens_, C, Vl,
                                       InputGrad::add);
     }
   }
@@ -115,12 +115,12 @@ void GptModel::logits_backward(const MicroBatchActs& acts, float* d_lnf, const f
     if (cut && weight_grads) st.need_grads(u.unit);
     for_each_row_block(u.rows, C, [&](int row, int rows) {
       const std::size_t at = std::size_t(row) * C;
-      backend_.copy_2d(part, std::size_t(rows), dlogits + row, std::size_t(Vl), std::size_t(BT_),
+      backend_.copy_2d(part, std::size_t(rows), dlogits + row, std::size_t(Vl), std::size_t(all_tokens_),
                        std::size_t(rows));
       const std::size_t n = std::size_t(rows) * C;
       bf16_ops_->matmul_backward(d_lnf, weight_grads ? st.grad_rows(w, at, n) : nullptr, nullptr,
                                bf16_valued(part), bf16_valued(lnf_all),
-                               bf16_valued(d_lnf ? st.param_rows(w, at, n) : nullptr), BT_, C,
+                               bf16_valued(d_lnf ? st.param_rows(w, at, n) : nullptr), all_tokens_, C,
                                rows, InputGrad::add);
       if (weight_grads) st.done_grad_rows(w, at, n);
     });
@@ -138,7 +138,7 @@ void GptModel::table_grads_from_tokens(const MicroBatchActs& acts, const float* 
     for_each_row_block(u.rows, most, [&](int row, int rows) {
       const std::size_t at = std::size_t(row) * C, n = std::size_t(rows) * C;
       backend_.embedding_backward(storage_->grad_rows(w, at, n), d_emb, acts.tokens, vlo + row,
-                                  rows, BT_, C);
+                                  rows, all_tokens_, C);
       storage_->done_grad_rows(w, at, n);
     });
     storage_->done_grads(u.unit, finalize);

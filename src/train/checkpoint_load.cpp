@@ -7,7 +7,7 @@
 #include "core/timer.hpp"
 #include "checkpoint/checkpoint_reader.hpp"
 #include "train/checkpoint_state.hpp"
-#include "train/replica_exchange.hpp"
+#include "train/checkpoint_load_exchange.hpp"
 
 namespace trident {
 

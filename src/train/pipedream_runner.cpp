@@ -25,9 +25,9 @@
 namespace trident {
 
 PipedreamRunner::PipedreamRunner(StepContext ctx, MemoryLedger& ledger)
-    : ctx_(std::move(ctx)), c_(ctx_.chunks.front()) {  // one chunk, full storage (the deck checks)
+    : ctx_(std::move(ctx)), chunk_(ctx_.chunks.front()) {  // one chunk, full storage (the deck checks)
   const int p = ctx_.grid.shape().pp, s = ctx_.grid.coord().pp;
-  GptModel& m = *c_.model;
+  GptModel& m = *chunk_.model;
   stash_ = std::make_unique<WeightStash>(ctx_.backend, ledger, m.params().numel(),
                                          pipedream_in_flight(p, s) - 1, m.params().dtype());
   if (ctx_.grid.embedding()) {  // the last stage runs at most p micro-batches ahead of stage 0
@@ -38,13 +38,13 @@ PipedreamRunner::PipedreamRunner(StepContext ctx, MemoryLedger& ledger)
     head_sends_.resize(head_grads_out_.size());
     if (s == 0) head_grad_in_ = Arena(ctx_.backend, ledger, MemCategory::buffers, n);
     // The last stage's copy follows stage 0's (refresh_head): its optimizer leaves it alone.
-    else c_.engine->freeze(*wte_);
+    else chunk_.engine->freeze(*wte_);
   }
 }
 
 void PipedreamRunner::audit(int g, bool forward) {
   if (!audit_on_) return;
-  const std::uint64_t sum = arena_checksum(ctx_.backend, c_.model->params());
+  const std::uint64_t sum = arena_checksum(ctx_.backend, chunk_.model->params());
   if (forward) {
     audit_.at_forward[g] = sum;
     return;
@@ -56,7 +56,7 @@ void PipedreamRunner::audit(int g, bool forward) {
 
 void PipedreamRunner::pass_head_grad(int g) {
   if (!ctx_.grid.embedding()) return;
-  GptModel& m = *c_.model;
+  GptModel& m = *chunk_.model;
   const TensorInfo& wte = *wte_;
   ScopedTimer timer(ctx_.times.comm);
   if (ctx_.pcomm.first_virtual(0)) {  // after the data group's sum, as the synchronous tie does
@@ -74,21 +74,21 @@ void PipedreamRunner::refresh_head() {
   Communicator* ends = ctx_.grid.embedding();
   if (!ends) return;
   const TensorInfo& wte = *wte_;
-  Arena& p = c_.model->params();  // in the weights' type (16-bit: stage 0's rounded masters)
+  Arena& p = chunk_.model->params();  // in the weights' type (16-bit: stage 0's rounded masters)
   ends->broadcast(static_cast<char*>(p.data()) + wte.offset * dtype_size(p.dtype()), wte.numel,
                   p.dtype(), 0);  // stage 0 is rank 0
 }
 
 double PipedreamRunner::forward(int g, float dloss, bool warm_up) {
-  GptModel& m = *c_.model;
+  GptModel& m = *chunk_.model;
   PipelineComm& pc = ctx_.pcomm;
   const std::size_t n = m.boundary_elements();
   // The p - s micro-batches in flight are consecutive: g mod p - s is free.
-  const int slot = g % c_.slots.size();
-  c_.slots.wait_sends(slot, pc);  // a send may still read it
-  const MicroBatchActs acts = c_.slots.acts(slot);
+  const int slot = g % chunk_.slots.size();
+  chunk_.slots.wait_sends(slot, pc);  // a send may still read it
+  const MicroBatchActs acts = chunk_.slots.acts(slot);
   const int step = g / ctx_.micro_batches, i = g % ctx_.micro_batches;
-  ctx_.load(std::uint64_t(step), i);
+  ctx_.load_micro_batch(std::uint64_t(step), i);
   if (!pc.first_virtual(0)) {
     ScopedTimer timer(ctx_.times.comm);
     TraceScope ts(ctx_.trace, fmt::format("recv F{}", g), "recv");
@@ -104,15 +104,15 @@ double PipedreamRunner::forward(int g, float dloss, bool warm_up) {
     TraceScope ts(ctx_.trace, fmt::format("F{}", g), "forward");
     loss = m.forward(acts, ctx_.tokens.data(), ctx_.targets.data(), dloss);
   }
-  if (!pc.last_virtual(0)) c_.slots.add_send(slot, pc.send_forward(m.output(acts), n, g, 0));
+  if (!pc.last_virtual(0)) chunk_.slots.add_send(slot, pc.send_forward(m.output(acts), n, g, 0));
   return loss;
 }
 
 double PipedreamRunner::backward(int g, float lr) {
-  GptModel& m = *c_.model;
+  GptModel& m = *chunk_.model;
   PipelineComm& pc = ctx_.pcomm;
   const std::size_t n = m.boundary_elements();
-  const int slot = g % c_.slots.size();
+  const int slot = g % chunk_.slots.size();
   // One send buffer per slot (the pool's size).
   float* input_grad = pc.first_virtual(0) ? nullptr : ctx_.input_grad_buffer(slot);
   if (!pc.last_virtual(0)) {
@@ -122,13 +122,13 @@ double PipedreamRunner::backward(int g, float lr) {
   }
   stash_->swap_in(g, m.params());
   audit(g, false);
-  c_.engine->begin_step();
+  chunk_.engine->begin_step();
   {
     ScopedTimer timer(ctx_.times.backward);
     TraceScope ts(ctx_.trace, fmt::format("B{}", g), "backward");
-    m.backward(c_.slots.acts(slot), c_.engine->grads_ready_hook(), true, input_grad);
+    m.backward(chunk_.slots.acts(slot), chunk_.engine->grads_ready_hook(), true, input_grad);
   }
-  if (!pc.first_virtual(0)) c_.slots.add_send(slot, pc.send_backward(input_grad, n, g, 0));
+  if (!pc.first_virtual(0)) chunk_.slots.add_send(slot, pc.send_backward(input_grad, n, g, 0));
   stash_->restore(g, m.params());
   // The update is not pipeline work: its time is kept out of the bubble.
   const double t0 = now_seconds();
@@ -140,18 +140,18 @@ double PipedreamRunner::backward(int g, float lr) {
   {
     ScopedTimer timer(ctx_.times.comm);
     TraceScope ts(ctx_.trace, "all-reduce", "allreduce");
-    c_.engine->finish_backward();
+    chunk_.engine->finish_backward();
   }
   pass_head_grad(g);
   ScopedTimer timer(ctx_.times.optimizer);
   TraceScope ts(ctx_.trace, "optimizer", "optimizer");
   // This stage's norm, over the stage's tensor and data ranks: the last
   // stage's copy of the embedding is stage 0's and counts there.
-  const double ss = c_.engine->grad_sum_squares();
+  const double ss = chunk_.engine->grad_sum_squares();
   Grid& grid = ctx_.grid;
   const GradNorm norm = reduce_grad_norm(ss, false, {&grid.tensor(), &grid.data()});
   if (ctx_.before_update) ctx_.before_update();
-  c_.engine->step(lr, clip_coefficient(norm.norm, ctx_.deck.train.grad_clip));
+  chunk_.engine->step(lr, clip_coefficient(norm.norm, ctx_.deck.train.grad_clip));
   return norm.norm * norm.norm;
 }
 
@@ -159,7 +159,7 @@ void PipedreamRunner::step(StepStats& s) {
   const double t0 = now_seconds();
   const auto& t = ctx_.deck.train;
   const int step = s.step;
-  ModelChunk& c = c_;
+  ModelChunk& c = chunk_;
   // Each micro-batch is one update: its tokens' losses are averaged over the
   // dp * micro_batch sequences the data group sums.
   const float dloss =
@@ -205,7 +205,7 @@ void PipedreamRunner::step(StepStats& s) {
 
 void PipedreamRunner::stop_stream(int done) {
   if (!stream_started_) return;
-  ModelChunk& c = c_;
+  ModelChunk& c = chunk_;
   GptModel& m = *c.model;
   // Stage s - 1 ran one forward further ahead than stage s has taken: g =
   // done*m + p - s - 1, bound for the slot the step left free.

@@ -42,7 +42,7 @@ class PipedreamRunner final : public StepRunner {
   void refresh_head();
 
   StepContext ctx_;
-  ModelChunk& c_;
+  ModelChunk& chunk_;
   std::unique_ptr<WeightStash> stash_;
   // With a tied embedding: the last stage's head gradients on their way to
   // stage 0 (one per micro-batch stage 0 may not have taken yet), and stage

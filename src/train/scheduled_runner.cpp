@@ -37,7 +37,7 @@ double ScheduledRunner::run_schedule(int step, float dloss) {
     const int mb = a.micro_batch;
     const int slot = c.slots.acquire(mb, a.slot, pcomm);
     const MicroBatchActs acts = c.slots.acts(slot);
-    ctx_.load(std::uint64_t(step), mb);
+    ctx_.load_micro_batch(std::uint64_t(step), mb);
     if (!pcomm.first_virtual(a.chunk)) {
       ScopedTimer timer(ctx_.times.comm);
       TraceScope ts(ctx_.trace, fmt::format("recv F{}", mb), "recv");

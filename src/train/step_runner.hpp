@@ -44,7 +44,7 @@ struct StepContext {
   std::vector<ModelChunk>& chunks;
   int micro_batches;  // per rank per step
   // Reads micro-batch i of global batch `batch` into tokens and targets.
-  std::function<void(std::uint64_t batch, int i)> load;
+  std::function<void(std::uint64_t batch, int i)> load_micro_batch;
   const std::vector<std::int32_t>& tokens;
   const std::vector<std::int32_t>& targets;
   // Input-gradient send buffer k of the rank's pool (boundary_elements() floats).

@@ -108,7 +108,7 @@ std::uint64_t Trainer::window_of(std::uint64_t batch_index, int sequences, int k
   return batch_index * sequences + std::uint64_t(grid_.coord().dp) * per_rank + k;
 }
 
-void Trainer::load(const TokenDataset& data, std::uint64_t first_window) {
+void Trainer::load_micro_batch(const TokenDataset& data, std::uint64_t first_window) {
   ScopedTimer t(times_.data);
   const int T = deck_.model.seq_len;
   for (int i = 0; i < deck_.train.micro_batch; ++i)
@@ -118,7 +118,7 @@ void Trainer::load(const TokenDataset& data, std::uint64_t first_window) {
 
 StepContext Trainer::step_context() {
   auto load_train = [this](std::uint64_t batch, int i) {
-    load(train_data_, window_of(batch, deck_.train.batch, i * deck_.train.micro_batch));
+    load_micro_batch(train_data_, window_of(batch, deck_.train.batch, i * deck_.train.micro_batch));
   };
   return StepContext{deck_, grid_, backend_, pcomm_, chunks_, micro_batches_, load_train,
                      tokens_, targets_, [this](int k) { return input_grad_buffer(k); },
@@ -172,7 +172,7 @@ double Trainer::evaluate() {
   // stage p - 1 is a message this rank receives itself, in its next chunk.
   std::vector<Request> sends;
   for (int k = 0; k < per_rank; k += t.micro_batch) {
-    load(*val_data_, window_of(0, t.eval_sequences, k));
+    load_micro_batch(*val_data_, window_of(0, t.eval_sequences, k));
     for (std::size_t c = 0; c < chunks_.size(); ++c) {
       GptModel& m = *chunks_[c].model;
       const std::size_t n = m.boundary_elements();

@@ -94,7 +94,7 @@ class Trainer {
   void build_chunk(ModelChunk& c, MemoryLedger& ledger, int slots, int weight_buffers,
                    int send_buffers);
   StageCosts partition_costs();  // what the deck's partitioner balances
-  void load(const TokenDataset& data, std::uint64_t first_window);
+  void load_micro_batch(const TokenDataset& data, std::uint64_t first_window);
   float* input_grad_buffer(int k);  // send buffer k of the pool
   StepContext step_context();       // what the step runner reaches of this trainer
   void make_runner(MemoryLedger& ledger);

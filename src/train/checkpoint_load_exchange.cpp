@@ -1,4 +1,4 @@
-#include "train/replica_exchange.hpp"
+#include "train/checkpoint_load_exchange.hpp"
 
 #include <algorithm>
 
