@@ -89,7 +89,9 @@ TEST_F(DrainWaves, ReleaseReadsWhatTheDrainHasNot) {
   std::atomic<int> on_main{0};
   const PieceReader reader = [&](const char* src, std::size_t n, char* out) {
     if (std::this_thread::get_id() == main) ++on_main;
-    else std::this_thread::sleep_for(std::chrono::milliseconds(30));  // a slow device or disk
+    // A slow device or disk: slow enough that the main thread reaches
+    // release_sources() before the drain is through, even on a loaded machine.
+    else std::this_thread::sleep_for(std::chrono::milliseconds(250));
     read_source(src, n, out);
   };
   const std::vector<float> saved = source_;
