@@ -81,4 +81,9 @@ std::string format_partition(const Partition& p) {
   return s;
 }
 
+StageSpec stage_spec_of(const Partition& part, int vs) {
+  const int V = int(part.size()) - 1;
+  return StageSpec{part[vs], part[vs + 1] - part[vs], vs == 0, vs == V - 1};
+}
+
 }  // namespace trident

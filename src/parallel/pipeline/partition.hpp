@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "model/stage_spec.hpp"
+
 namespace trident {
 
 struct StageCosts {
@@ -20,6 +22,10 @@ struct StageCosts {
 
 // Block boundaries: stage s owns blocks [b[s], b[s+1]); b.size() == stages + 1.
 using Partition = std::vector<int>;
+
+// The layers virtual stage `vs` of a partition holds, and whether it has the
+// embeddings (the first) or the head (the last).
+StageSpec stage_spec_of(const Partition& part, int vs);
 
 Partition partition_uniform(int layers, int stages);
 // Minimises max over stages of (its blocks + extras + boundaries); every stage

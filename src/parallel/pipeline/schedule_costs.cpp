@@ -12,11 +12,6 @@ int micro_batch_of(const ScheduleCostDeck& deck, const GridShape& shape) {
   return deck.train.micro_batch > 0 ? deck.train.micro_batch : deck.train.batch / shape.dp;
 }
 
-StageSpec spec_of(const Partition& part, int vs) {
-  const int V = int(part.size()) - 1;
-  return StageSpec{part[vs], part[vs + 1] - part[vs], vs == 0, vs == V - 1};
-}
-
 }  // namespace
 
 // The paper's unit costs and the budgets each schedule states (schedule.hpp).
@@ -83,7 +78,7 @@ ZeroBubbleCosts zero_bubble_costs(const ScheduleCostDeck& deck, const GridShape&
   const double gemm = 24 * C * C / tp, attn = 4 * T * C / tp, head = 2 * C * vocab / tp;
   ZeroBubbleCosts c;
   for (int vs = 0; vs < V; ++vs) {
-    const StageSpec spec = spec_of(part, vs);
+    const StageSpec spec = stage_spec_of(part, vs);
     const double blocks = spec.blocks(m.layers), h = spec.head ? head : 0;
     c.f.push_back(blocks * (gemm + attn) + h);
     c.b.push_back(blocks * (gemm + 2 * attn) + h);
@@ -97,7 +92,7 @@ ZeroBubbleCosts zero_bubble_costs(const ScheduleCostDeck& deck, const GridShape&
   const Partition one = V == p ? part : partition_uniform(m.layers, p);
   std::vector<double> one_f_one_b;
   for (int s = 0; s < p; ++s)
-    one_f_one_b.push_back(slot_bytes(deck, shape, spec_of(one, s)) + (s > 0 ? c.send_bytes : 0));
+    one_f_one_b.push_back(slot_bytes(deck, shape, stage_spec_of(one, s)) + (s > 0 ? c.send_bytes : 0));
   // A rank's chunks share one working buffer and scratch, as 1F1B's one
   // chunk has: the budget's slack covers that set too.
   const TensorParallelLayout tpl{shape.tp, 0, deck.parallel.sequence_parallel};

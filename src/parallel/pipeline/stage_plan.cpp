@@ -10,11 +10,6 @@
 namespace trident {
 namespace {
 
-StageSpec spec_of_virtual_stage(const Partition& part, int vs) {
-  const int V = int(part.size()) - 1;
-  return StageSpec{part[vs], part[vs + 1] - part[vs], vs == 0, vs == V - 1};
-}
-
 // This rank's actions; zero bubble also the replayed bubble of every rank's
 // lists, which are built together.
 void schedule_actions(StagePlan& plan, const Deck& deck, const GridShape& shape, int chunks) {
@@ -62,7 +57,7 @@ StagePlan make_stage_plan(const Deck& deck, const GridShape& shape, int pipe_ran
   for (int c = 0; c < chunks; ++c) {
     ChunkPlan chunk;
     chunk.virtual_stage = virtual_stage_of(places_chunks_in_v(plan.schedule), shape.pp, pipe_rank, c);
-    chunk.spec = spec_of_virtual_stage(plan.partition, chunk.virtual_stage);
+    chunk.spec = stage_spec_of(plan.partition, chunk.virtual_stage);
     chunk.activation_slots = activation_slots(plan.actions, c);
     chunk.weight_buffers = max_pending_weights(plan.actions, c);
     chunk.sends_input_grad = chunk.virtual_stage > 0;
