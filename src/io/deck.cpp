@@ -41,6 +41,48 @@ void apply_override(toml::table& root, const std::string& item, const std::strin
   sec->insert_or_assign(key, *parsed.get("v"));
 }
 
+// model.family sets the defaults of the architecture's choices; each key
+// read after it may still change one.
+void apply_family(DeckReader& r, GptConfig& m) {
+  ModelFamily family = ModelFamily::gpt2;
+  r.require(r.get_choice("model", "family", family), "model", "family",
+            not_a<ModelFamily>("model family"));
+  if (family == ModelFamily::llama) {
+    m.positions = PositionEncoding::rope;
+    m.norm = NormKind::rmsnorm;
+    m.norm_eps = 1e-5;
+    m.mlp = MlpKind::swiglu;
+    m.bias = false;
+    m.tied_embeddings = false;
+  }
+}
+
+void read_architecture(DeckReader& r, GptConfig& m) {
+  apply_family(r, m);
+  r.get("model", "kv_heads", m.kv_heads);
+  r.require(r.get_choice("model", "positions", m.positions), "model", "positions",
+            not_a<PositionEncoding>("position encoding"));
+  r.get("model", "rope_theta", m.rope_theta);
+  r.require(r.get_choice("model", "norm", m.norm), "model", "norm", not_a<NormKind>("norm"));
+  r.get("model", "norm_eps", m.norm_eps);
+  r.require(r.get_choice("model", "mlp", m.mlp), "model", "mlp", not_a<MlpKind>("MLP"));
+  r.get("model", "ffn_hidden", m.ffn_hidden);
+  r.get("model", "bias", m.bias);
+  r.get("model", "tied_embeddings", m.tied_embeddings);
+  r.require(m.rope_theta > 1, "model", "rope_theta", "must be greater than 1");
+  r.require(m.norm_eps > 0, "model", "norm_eps", "must be positive");
+  r.require(m.ffn_hidden >= 0, "model", "ffn_hidden", "must be >= 0 (0: 4·d_model)");
+  if (m.kv_heads == 0) m.kv_heads = m.heads;
+  if (m.kv_heads < 1 || m.heads % m.kv_heads != 0) {
+    std::vector<int> ok;
+    for (int h = 1; h <= m.heads; ++h)
+      if (m.heads % h == 0) ok.push_back(h);
+    r.fail("model", "kv_heads",
+           fmt::format("= {} does not divide model.heads = {}; choose kv_heads in {{{}}}",
+                       m.kv_heads, m.heads, fmt::join(ok, ", ")));
+  }
+}
+
 void read_model(DeckReader& r, GptConfig& m) {
   r.get("model", "layers", m.layers);
   r.get("model", "d_model", m.d_model);
@@ -66,6 +108,7 @@ void read_model(DeckReader& r, GptConfig& m) {
            fmt::format("= {} does not divide model.d_model = {}; choose heads in {{{}}}", m.heads,
                        m.d_model, fmt::join(ok, ", ")));
   }
+  read_architecture(r, m);
 }
 
 void read_train(DeckReader& r, TrainSection& t) {

@@ -9,6 +9,7 @@
 #include <string_view>
 
 #include "core/dtype.hpp"
+#include "model/gpt_config.hpp"
 
 namespace trident {
 
@@ -59,6 +60,15 @@ inline constexpr ChoiceName<CommBackend> kCommNames[] = {{CommBackend::automatic
 inline constexpr ChoiceName<OffloadTarget> kOffloadNames[] = {
     {OffloadTarget::none, "none"}, {OffloadTarget::cpu, "cpu"}, {OffloadTarget::nvme, "nvme"}};
 
+inline constexpr ChoiceName<ModelFamily> kFamilyNames[] = {{ModelFamily::gpt2, "gpt2"},
+                                                           {ModelFamily::llama, "llama"}};
+inline constexpr ChoiceName<PositionEncoding> kPositionNames[] = {
+    {PositionEncoding::learned, "learned"}, {PositionEncoding::rope, "rope"}};
+inline constexpr ChoiceName<NormKind> kNormNames[] = {{NormKind::layernorm, "layernorm"},
+                                                      {NormKind::rmsnorm, "rmsnorm"}};
+inline constexpr ChoiceName<MlpKind> kMlpNames[] = {{MlpKind::gelu, "gelu"},
+                                                    {MlpKind::swiglu, "swiglu"}};
+
 // The table of an enum, found by overload on a value of it.
 constexpr std::span<const ChoiceName<ScheduleKind>> choices(ScheduleKind) { return kScheduleNames; }
 constexpr std::span<const ChoiceName<Recompute>> choices(Recompute) { return kRecomputeNames; }
@@ -72,6 +82,12 @@ constexpr std::span<const ChoiceName<CommBackend>> choices(CommBackend) { return
 constexpr std::span<const ChoiceName<OffloadTarget>> choices(OffloadTarget) {
   return kOffloadNames;
 }
+constexpr std::span<const ChoiceName<ModelFamily>> choices(ModelFamily) { return kFamilyNames; }
+constexpr std::span<const ChoiceName<PositionEncoding>> choices(PositionEncoding) {
+  return kPositionNames;
+}
+constexpr std::span<const ChoiceName<NormKind>> choices(NormKind) { return kNormNames; }
+constexpr std::span<const ChoiceName<MlpKind>> choices(MlpKind) { return kMlpNames; }
 
 // The deck spelling of `value`.
 template <class E>

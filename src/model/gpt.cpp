@@ -4,6 +4,7 @@
 
 #include <stdexcept>
 
+#include "core/error.hpp"
 #include "model/gpt_params.hpp"
 
 namespace trident {
@@ -18,6 +19,10 @@ GptModel::GptModel(const GptConfig& c, int micro_batch, ComputeBackend& backend,
       stage_(o.stage),
       table_(build_gpt_param_table(c, o.tp, o.units, o.stage)),
       table_units_(table_units(table_, c.d_model)) {
+  if (!c.is_gpt2())
+    throw InputError("[model]: this build trains GPT-2's architecture only (family = \"gpt2\", "
+                     "kv_heads = heads, learned positions, layernorm, gelu, biases, tied "
+                     "embeddings); `trident estimate` and `trident plan` take the others");
   if (tp_.size > 1 && !o.tensor_group)
     throw std::logic_error("a model on one of several tensor ranks needs its tensor group");
   if (!o.attention) own_attention_ = std::make_unique<LocalAttention>(backend);

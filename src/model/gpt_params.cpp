@@ -9,14 +9,24 @@
 namespace trident {
 
 std::size_t gpt_num_parameters(const GptConfig& c) {
-  const std::size_t C = c.d_model, F = c.d_ff();
-  const std::size_t block = 2 * C + (3 * C * C + 3 * C) + (C * C + C) + 2 * C + (F * C + F) +
-                            (C * F + C);
-  return std::size_t(c.vocab) * C + std::size_t(c.seq_len) * C + c.layers * block + 2 * C;
+  const std::size_t C = c.d_model, F = c.d_ff(), QKV = c.qkv_width();
+  const std::size_t norm = c.norm == NormKind::layernorm ? 2 * C : C;
+  const std::size_t bias = c.bias ? 1 : 0;
+  const std::size_t ups = c.mlp == MlpKind::swiglu ? 2 : 1;  // SwiGLU's gate and up
+  const std::size_t block = 2 * norm + (QKV * C + bias * QKV) + (C * C + bias * C) +
+                            ups * (F * C + bias * F) + (C * F + bias * C);
+  const std::size_t tables = (c.tied_embeddings ? 1 : 2) * std::size_t(c.vocab) * C;
+  const std::size_t positions = c.positions == PositionEncoding::learned ? c.seq_len * C : 0;
+  return tables + positions + c.layers * block + norm;
 }
 
 double gpt_flops_per_token(const GptConfig& c, AttentionFlops attention) {
-  const double matmul_weights = gpt_num_parameters(c) - double(c.seq_len) * c.d_model;
+  // Every weight but the lookups' (the position table, an untied input table)
+  // is a GEMM's.
+  const double lookups = (c.positions == PositionEncoding::learned ? double(c.seq_len) : 0.0) *
+                             c.d_model +
+                         (c.tied_embeddings ? 0.0 : double(c.vocab) * c.d_model);
+  const double matmul_weights = gpt_num_parameters(c) - lookups;
   const double per_layer = attention == AttentionFlops::causal ? 6.0 : 12.0;
   return 6.0 * matmul_weights + per_layer * c.layers * c.d_model * c.seq_len;
 }
