@@ -24,7 +24,8 @@ nlohmann::json verdict(const std::string& deck_path, const std::vector<std::stri
     const GridShape s = resolve_layout(deck, ranks);
     return {{"valid", true},  {"ranks", ranks},
             {"dp", s.dp},     {"tp", s.tp},
-            {"pp", s.pp},     {"micro_batch", deck.train.micro_batch},
+            {"pp", s.pp},     {"cp", s.cp},
+            {"micro_batch", deck.train.micro_batch},
             {"micro_batches", deck.train.batch / (s.dp * deck.train.micro_batch)}};
   } catch (const InputError& e) {
     return {{"valid", false}, {"ranks", ranks}, {"error", e.what()}};

@@ -112,7 +112,8 @@ LoopTimes run_steps(const Deck& deck, Grid& grid, ComputeBackend& backend, Train
   double val_loss = -1;
   // Count communication from the first step on (set-up checks are not per step).
   for (Communicator* c : {&grid.world(), &grid.data(), &grid.tensor(), &grid.pipeline(),
-                          &grid.pipeline_grads(), &grid.model()})
+                          &grid.pipeline_grads(), &grid.model(), &grid.context(),
+                          &grid.data_context()})
     c->reset_stats();
   for (int step = first; step < steps; ++step) {
     StepStats s = trainer.step(step);

@@ -26,6 +26,7 @@
 #include <string>
 
 #include "compute/adamw_math.hpp"
+#include "compute/attention_block.hpp"
 #include "compute/backend_info.hpp"
 #include "core/dtype.hpp"
 
@@ -135,6 +136,13 @@ class ComputeBackend {
   virtual void attention_backward(float* dqkv, const float* dout, const float* qkv,
                                   const float* out, const float* lse, int B, int T, int C,
                                   int NH) = 0;
+
+  // ---- Context parallelism: ring attention's block (compute/attention_block.hpp) ----
+  // Merges the attention of b's queries against its keys and values into
+  // b.out and b.lse by log-sum-exp.
+  virtual void attention_block_forward(const AttentionBlock& b) = 0;
+  // Adds the block's share of dq, dk and dv, from the final out and lse.
+  virtual void attention_block_backward(const AttentionBlock& b, const AttentionBlockGrads& g) = 0;
 
   virtual void gelu_forward(float* out, const float* inp, std::size_t n) = 0;
   virtual void gelu_backward(float* dinp, const float* inp, const float* dout, std::size_t n) = 0;

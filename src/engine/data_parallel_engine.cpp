@@ -16,7 +16,7 @@ DataParallelEngine::DataParallelEngine(Grid& grid, ComputeBackend& backend, Memo
 void DataParallelEngine::attach(GptModel& model, std::uint64_t seed) {
   model_ = &model;
   comm_ = std::make_unique<DataParallelComm>(
-      grid_.data(), model.grads(),
+      grid_.data_context(), model.grads(),
       plan_grad_buckets(model.param_table(), bucket_bytes_, dtype_size(adam_.grads)));
   if (gather_mode_ && !comm_->is_root()) return;
   optimizer_ = std::make_unique<AdamW>(model.param_table(), backend_, ledger_, adam_);
@@ -46,7 +46,8 @@ GradSpan DataParallelEngine::tied_grads() {
 }
 
 double DataParallelEngine::grad_sum_squares() {
-  if (!optimizer_ || grid_.coord().dp != 0) return 0.0;  // the replicas hold the same sums
+  // The replicas (data x context) hold the same sums.
+  if (!optimizer_ || grid_.coord().replica(grid_.shape()) != 0) return 0.0;
   std::vector<std::pair<std::size_t, std::size_t>> counted;
   for (const TensorInfo& t : model_->param_table().tensors())
     if (counts_copy(t, grid_.coord(), true)) counted.emplace_back(t.offset, t.numel);
@@ -103,7 +104,8 @@ void DataParallelEngine::poison_gradient() {
 }
 
 bool counts_copy(const TensorInfo& t, const GridCoord& c, bool replicated_over_data) {
-  return t.primary && (t.split_dim >= 0 || c.tp == 0) && (!replicated_over_data || c.dp == 0);
+  return t.primary && (t.split_dim >= 0 || c.tp == 0) &&
+         (!replicated_over_data || (c.dp == 0 && c.cp == 0));
 }
 
 }  // namespace trident

@@ -27,7 +27,8 @@ std::unique_ptr<GradEngine> make_grad_engine(const EngineSetup& s, UnitLayout& u
                          float(d.train.weight_decay), s.weights, s.grads};
   const TensorParallelLayout tp{s.grid.shape().tp, s.grid.coord().tp,
                                 d.parallel.sequence_parallel};
-  units = zero_unit_layout(d.zero, d.model, s.grid.shape().dp, d.zero.stage, tp);
+  // ZeRO shards over every replica of the weights: data x context.
+  units = zero_unit_layout(d.zero, d.model, s.grid.shape().replicas(), d.zero.stage, tp);
   if (d.zero.stage > 0) return std::make_unique<ZeroEngine>(s, units, adam);
   return std::make_unique<DataParallelEngine>(
       s.grid, s.backend, s.ledger, adam, d.parallel.dp_mode == DpMode::gather,

@@ -21,12 +21,12 @@ ZeroEngine::ZeroEngine(const EngineSetup& s, const UnitLayout& units, AdamWConfi
           TensorParallelLayout{s.grid.shape().tp, s.grid.coord().tp,
                                s.sections.parallel.sequence_parallel},
           units, s.stage)),
-      plan_(table_, s.grid.shape().dp, s.grid.coord().dp,
+      plan_(table_, s.grid.shape().replicas(), s.grid.coord().replica(s.grid.shape()),
             std::size_t(s.sections.zero.persistence_threshold)) {
   // An offloaded parameter shard's swap file may fail on some nodes only: agreed.
   run_agreed(world_, [&] {
     storage_ = std::make_unique<ZeroStorage>(s.sections.zero.stage, table_, plan_, s.backend,
-                                             s.ledger, s.grid.data(), s.weights, s.grads,
+                                             s.ledger, s.grid.data_context(), s.weights, s.grads,
                                              offload_, world_.rank());
   });
 }

@@ -1,4 +1,4 @@
-// The process grid: where this rank sits in tensor x data x pipeline space
+// The process grid: where this rank sits in tensor x context x data x pipeline space
 // (its shape and coordinates: grid/grid_shape.hpp, free of MPI) and the
 // communicator of each group. Made once in main and passed by reference;
 // never global.
@@ -45,6 +45,12 @@ class Grid {
   Communicator& host() { return *host_; }
   Communicator& data() { return *data_; }
   Communicator& tensor() { return *tensor_; }
+  // The ranks that hold the parts of one sequence (ring attention's ring).
+  Communicator& context() { return *context_; }
+  // Data x context: the ranks holding the same weights, over which gradients
+  // are reduced and ZeRO shards (Megatron's data-parallel group with context
+  // parallelism). At cp 1 the data group's ranks, in the same order.
+  Communicator& data_context() { return *data_context_; }
   Communicator& pipeline() { return *pipeline_; }
   // The pipeline group again, for gradients flowing back (and evaluation's
   // activations): a backend without tags (NCCL) pairs the messages between two
@@ -52,7 +58,7 @@ class Grid {
   // between one pair in an order its receiver does not share; per direction
   // every schedule's receives come in send order (validate_schedule).
   Communicator& pipeline_grads() { return *pipeline_grads_; }
-  Communicator& model() { return *model_; }  // tensor x pipeline of one replica
+  Communicator& model() { return *model_; }  // tensor x pipeline of one (data, context) replica
   // First and last pipeline stage of one (tensor, data) position: they share
   // the tied token embedding. Null on middle stages and without pipelining.
   Communicator* embedding() { return embedding_.get(); }
@@ -62,7 +68,8 @@ class Grid {
   // calls it with the same kind of factory. Keeps the timeout.
   void use_communicators(const CommunicatorFactory& make);
   void set_timeout_seconds(double s);
-  std::string describe() const;  // "TP(2)-PP(2)-DP(2)-Rank(5)"
+  // "TP(2)-PP(2)-DP(2)-Rank(5)", with "-CP(2)" after TP where cp > 1.
+  std::string describe() const;
 
  private:
   void make_communicators(const CommunicatorFactory& make);
@@ -74,11 +81,12 @@ class Grid {
   MPI_Comm host_comm_ = MPI_COMM_NULL, world_comm_ = MPI_COMM_NULL, data_comm_ = MPI_COMM_NULL,
            tensor_comm_ = MPI_COMM_NULL, pipeline_comm_ = MPI_COMM_NULL,
            pipeline_grads_comm_ = MPI_COMM_NULL, model_comm_ = MPI_COMM_NULL,
-           embedding_comm_ = MPI_COMM_NULL;
+           embedding_comm_ = MPI_COMM_NULL, context_comm_ = MPI_COMM_NULL,
+           data_context_comm_ = MPI_COMM_NULL;
   std::unique_ptr<Communicator> host_, world_, data_, tensor_, pipeline_, pipeline_grads_, model_,
-      embedding_;
+      embedding_, context_, data_context_;
   // Every group's communicator but host_ (which use_communicators keeps).
-  std::array<std::unique_ptr<Communicator>*, 7> groups();
+  std::array<std::unique_ptr<Communicator>*, 9> groups();
 };
 
 }  // namespace trident

@@ -227,6 +227,7 @@ void read_rest(DeckReader& r, Deck& d) {
   r.get("parallel", "dp", p.dp);
   r.get("parallel", "tp", p.tp);
   r.get("parallel", "pp", p.pp);
+  r.get("parallel", "cp", p.cp);
   r.get("parallel", "sequence_parallel", p.sequence_parallel);
   const bool schedule_named = r.get_choice("parallel", "schedule", p.schedule);
   r.get("parallel", "virtual_stages", p.virtual_stages);
@@ -241,6 +242,7 @@ void read_rest(DeckReader& r, Deck& d) {
   r.require(p.dp >= 0, "parallel", "dp", "must be >= 0 (0 or absent: derived from the world)");
   r.require(p.tp >= 1, "parallel", "tp", "must be at least 1");
   r.require(p.pp >= 1, "parallel", "pp", "must be at least 1");
+  r.require(p.cp >= 1, "parallel", "cp", "must be at least 1");
   r.require(dp_mode_named, "parallel", "dp_mode", not_a<DpMode>("mode"));
   r.require(p.bucket_mb > 0, "parallel", "bucket_mb", "must be positive");
   r.get("zero", "stage", d.zero.stage);

@@ -1,4 +1,4 @@
-// The deck against the job: the layout (dp x tp x pp) for a world of N ranks,
+// The deck against the job: the layout (dp x tp x pp x cp) for a world of N ranks,
 // and every rule that ties the model, the batch and the schedule to it.
 #include <fmt/format.h>
 
@@ -9,6 +9,44 @@
 #include "io/deck.hpp"
 
 namespace trident {
+namespace {
+
+// Context parallelism's rules: Megatron's load-balanced split cuts each
+// sequence into 2·cp equal chunks, and the ring carries whole key/value heads.
+void check_context_layout(const Deck& d) {
+  const auto& p = d.parallel;
+  const auto& m = d.model;
+  const std::string& f = d.path;
+  if (p.cp == 1) return;
+  if (m.seq_len % (2 * p.cp) != 0)
+    throw InputError(fmt::format("{}: [parallel] cp = {} cuts each sequence into 2 * cp = {} "
+                                 "equal chunks, but model.seq_len = {} is not divisible by {}; "
+                                 "choose seq_len as a multiple of {}, or a smaller cp",
+                                 f, p.cp, 2 * p.cp, m.seq_len, 2 * p.cp, 2 * p.cp));
+  if (m.kv_head_count() != m.heads)
+    throw InputError(fmt::format("{}: [parallel] cp = {} needs model.kv_heads = model.heads "
+                                 "(ring attention passes whole key/value heads); set kv_heads = "
+                                 "{} or cp = 1", f, p.cp, m.heads));
+  if (p.schedule == ScheduleKind::pipedream)
+    throw InputError(fmt::format("{}: [parallel] cp = {} is not supported with schedule = "
+                                 "\"pipedream\" (each micro-batch's update would need the whole "
+                                 "context group's gradients); use another schedule, or cp = 1",
+                                 f, p.cp));
+  if (p.dp_mode != DpMode::allreduce)
+    throw InputError(fmt::format("{}: [parallel] cp = {} needs dp_mode = \"allreduce\" "
+                                 "(gradients are reduced over data x context)", f, p.cp));
+  const int rows = d.train.micro_batch * (m.seq_len / p.cp);
+  if (p.sequence_parallel && p.tp > 1 && rows % p.tp != 0)
+    throw InputError(fmt::format("{}: [parallel] sequence_parallel splits a context rank's "
+                                 "micro_batch * seq_len / cp = {} tokens over tp = {} ranks; "
+                                 "choose a micro_batch, seq_len or cp that makes it divisible",
+                                 f, rows, p.tp));
+  throw InputError(fmt::format("{}: [parallel] cp = {}: the trainer does not split sequences "
+                               "over a context group yet (ring attention is built, the "
+                               "trainer's wiring is not); set cp = 1", f, p.cp));
+}
+
+}  // namespace
 
 GridShape resolve_layout(Deck& d, int world) {
   auto& p = d.parallel;
@@ -68,15 +106,21 @@ GridShape resolve_layout(Deck& d, int world) {
   if (m.layers < p.pp * chunks)
     throw InputError(fmt::format("{}: [parallel] model.layers = {} is fewer than the {} pipeline "
                                  "stages; every stage needs a block", f, m.layers, p.pp * chunks));
-  if (world % (p.tp * p.pp) != 0)
-    throw InputError(fmt::format("{}: [parallel] tp * pp = {} does not divide the {} ranks of the "
-                                 "job; launch a multiple of {} ranks", f, p.tp * p.pp, world,
-                                 p.tp * p.pp));
-  if (p.dp == 0) p.dp = world / (p.tp * p.pp);
-  if (p.dp * p.tp * p.pp != world)
-    throw InputError(fmt::format("{}: [parallel] dp * tp * pp = {} * {} * {} = {} but the job has "
-                                 "{} ranks; launch {} ranks, or drop dp to derive it", f, p.dp,
-                                 p.tp, p.pp, p.dp * p.tp * p.pp, world, p.dp * p.tp * p.pp));
+  const int model_ranks = p.tp * p.pp * p.cp;  // one replica of the data
+  const std::string model_axes = p.cp == 1 ? "tp * pp" : "tp * pp * cp";
+  if (world % model_ranks != 0)
+    throw InputError(fmt::format("{}: [parallel] {} = {} does not divide the {} ranks of the "
+                                 "job; launch a multiple of {} ranks", f, model_axes,
+                                 model_ranks, world, model_ranks));
+  if (p.dp == 0) p.dp = world / model_ranks;
+  if (p.dp * model_ranks != world) {
+    const std::string product =
+        p.cp == 1 ? fmt::format("dp * tp * pp = {} * {} * {}", p.dp, p.tp, p.pp)
+                  : fmt::format("dp * tp * pp * cp = {} * {} * {} * {}", p.dp, p.tp, p.pp, p.cp);
+    throw InputError(fmt::format("{}: [parallel] {} = {} but the job has {} ranks; launch {} "
+                                 "ranks, or drop dp to derive it", f, product,
+                                 p.dp * model_ranks, world, p.dp * model_ranks));
+  }
   auto& t = d.train;
   if (t.micro_batch == 0) t.micro_batch = std::max(1, t.batch / p.dp);
   if (t.batch % (p.dp * t.micro_batch) != 0)
@@ -106,7 +150,8 @@ GridShape resolve_layout(Deck& d, int world) {
     throw InputError(fmt::format("{}: [train] eval_sequences = {} is not a multiple of dp * "
                                  "micro_batch = {}; choose a multiple of {}", f, t.eval_sequences,
                                  p.dp * t.micro_batch, p.dp * t.micro_batch));
-  return GridShape{p.tp, p.dp, p.pp};
+  check_context_layout(d);
+  return GridShape{p.tp, p.dp, p.pp, p.cp};
 }
 
 }  // namespace trident

@@ -61,6 +61,7 @@ const std::map<std::string, std::string>& meanings() {
       {"parallel.dp", "data-parallel ranks (0: ranks/(tp·pp)); dp·tp·pp must equal the number of ranks"},
       {"parallel.tp", "tensor-parallel ranks (Megatron); must divide `model.heads` and 4·d_model"},
       {"parallel.pp", "pipeline stages"},
+      {"parallel.cp", "context-parallel ranks: each sequence split into 2·cp chunks, rank i holding chunks i and 2·cp−1−i, attention as a ring over them; seq_len divisible by 2·cp"},
       {"parallel.sequence_parallel", "with tp > 1: norms and residuals hold 1/tp of the tokens (all-gather / reduce-scatter instead of all-reduce); micro_batch·seq_len divisible by tp"},
       {"parallel.schedule", "`naive`, `gpipe`, `1f1b` (PipeDream-Flush), `interleaved` (virtual_stages chunks per rank; micro-batches a multiple of pp), `zb-h1`, `zb-h2`, `zb-v` (zero bubble: backward split into B and W; pp ≥ 2; zb-v: two chunks per rank in a V, layers divisible by 2·pp), `pipedream` (asynchronous, weight stashing; not serial training)"},
       {"parallel.virtual_stages", "model chunks per pipeline rank (≥ 2 only with `interleaved`; layers divisible by pp·v)"},

@@ -49,6 +49,7 @@ struct ParallelSection {
   int dp = 0;  // 0: derived from the world size
   int tp = 1;
   int pp = 1;
+  int cp = 1;  // context parallelism: each sequence's tokens split over cp ranks (ring attention)
   bool sequence_parallel = false;     // shard norm/residual activations over the tensor group
   ScheduleKind schedule = ScheduleKind::one_f_one_b;
   int virtual_stages = 1;             // model chunks per pipeline rank (interleaved)

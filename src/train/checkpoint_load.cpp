@@ -35,7 +35,7 @@ struct LoadItem {
 // elements of a slice are those whose bytes start in the r-th range.
 std::vector<LoadItem> plan_set(Grid& grid, const TensorTable& global, const TensorSet& set,
                                std::vector<StagedSlice>& staged) {
-  const std::uint64_t dp = std::uint64_t(grid.shape().dp);
+  const std::uint64_t dp = std::uint64_t(grid.shape().replicas());  // data x context
   std::vector<LoadItem> items;
   const std::size_t esz = dtype_size(set.dtype);
   std::vector<std::uint64_t> shared_at;  // per item: byte offset among the set's shared bytes
@@ -95,7 +95,7 @@ CheckpointIo load_checkpoint(Grid& grid, const std::string& path, const GptConfi
   std::vector<std::vector<LoadItem>> items(sets.size());
   std::vector<const TensorSet*> to_close;  // offloaded state stored once the values are final
   ReplicaExchange exchange(grid);
-  const int me = grid.coord().dp;
+  const int me = grid.coord().replica(grid.shape());
   try {
     for (std::size_t k = 0; k < sets.size(); ++k) {
       // Planned set by set, so offloaded state is in memory one set at a time.

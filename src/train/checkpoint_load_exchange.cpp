@@ -15,8 +15,8 @@ void ReplicaExchange::add(const TensorSlice& whole, std::size_t elem_bytes,
 }
 
 void ReplicaExchange::post(const Shared& s) {
-  Communicator& data = grid_.data();
-  const int dp = data.size(), me = data.rank();  // data rank = the dp coordinate
+  Communicator& data = grid_.data_context();
+  const int dp = data.size(), me = data.rank();  // the replica index (data x context)
   const std::size_t esz = s.elem_bytes;
   const DType type = esz == 2 ? DType::u16 : DType::f32;
   // In messages of at most kMessageBytes: a message is copied whole inside
@@ -36,7 +36,7 @@ void ReplicaExchange::post(const Shared& s) {
 }
 
 void ReplicaExchange::progress() {
-  Communicator& data = grid_.data();
+  Communicator& data = grid_.data_context();
   pending_.erase(std::remove_if(pending_.begin(), pending_.end(),
                                 [&](Request& r) { return data.test(r); }),
                  pending_.end());
@@ -52,7 +52,7 @@ void ReplicaExchange::finish() {
   while (!empty()) {
     progress();
     if (pending_.empty()) continue;
-    grid_.data().wait(pending_.front());
+    grid_.data_context().wait(pending_.front());
     pending_.erase(pending_.begin());
   }
 }

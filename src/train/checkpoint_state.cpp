@@ -13,11 +13,12 @@
 
 namespace trident {
 
-TensorSlice replica_part(const TensorSlice& whole, const GridCoord& c, int dp, std::size_t esz) {
-  if (whole.empty() || dp == 1) return whole;
+TensorSlice replica_part(const TensorSlice& whole, const GridCoord& c, int dp, std::size_t esz,
+                         int cp) {
+  const std::size_t parts = std::size_t(dp) * cp, i = std::size_t(c.cp) + std::size_t(cp) * c.dp;
+  if (whole.empty() || parts == 1) return whole;
   const std::size_t n = whole.hi - whole.lo;
-  TensorSlice part = sub_slice(whole, whole.lo + n * std::size_t(c.dp) / std::size_t(dp),
-                               whole.lo + n * std::size_t(c.dp + 1) / std::size_t(dp), esz);
+  TensorSlice part = sub_slice(whole, whole.lo + n * i / parts, whole.lo + n * (i + 1) / parts, esz);
   part.counted = counts_copy(*whole.shard, c, false);
   return part;
 }
@@ -186,7 +187,8 @@ std::unique_ptr<CheckpointWriter> begin_checkpoint(Grid& grid, const std::string
 
 TensorSlice saved_slice(const TensorSet& set, const TensorInfo& g, const Grid& grid) {
   return set.replicated_over_data
-             ? replica_part(set.slice_of(g), grid.coord(), grid.shape().dp, dtype_size(set.dtype))
+             ? replica_part(set.slice_of(g), grid.coord(), grid.shape().dp, dtype_size(set.dtype),
+                            grid.shape().cp)
              : set.slice_of(g);
 }
 

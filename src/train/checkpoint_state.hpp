@@ -58,10 +58,11 @@ struct TensorSet {
   std::function<void(const void* at, std::size_t bytes, void* out)> read_reserved;
 };
 
-// Data rank `c.dp`'s part of a slice every one of the `dp` data ranks holds
-// (see TensorSet::replicated_over_data), counted.
+// Replica c's part of a slice every one of the dp x cp (data x context)
+// replicas holds (see TensorSet::replicated_over_data), counted; replicas in
+// the data-context group's order (context fastest).
 TensorSlice replica_part(const TensorSlice& whole, const GridCoord& c, int dp,
-                         std::size_t elem_bytes);
+                         std::size_t elem_bytes, int cp = 1);
 
 // Whole shards of an arena laid out by `table` (arena null: this rank holds
 // none of the set, e.g. Adam moments off data rank 0 in gather mode).

@@ -106,11 +106,13 @@ void report_memory(Grid& grid, const MemoryLedger& ledger, const ComputeBackend&
 }
 
 void report_communication(Grid& grid, int steps) {
-  // The pipeline's two communicators (activations, gradients) count as one group.
-  const std::array<std::pair<const char*, std::vector<Communicator*>>, 4> groups{
-      {{"data", {&grid.data()}}, {"tensor", {&grid.tensor()}},
+  // The pipeline's two communicators (activations, gradients) count as one
+  // group; gradients travel on data x context, counted as data.
+  const std::array<std::pair<const char*, std::vector<Communicator*>>, 5> groups{
+      {{"data", {&grid.data(), &grid.data_context()}}, {"tensor", {&grid.tensor()}},
+       {"context", {&grid.context()}},
        {"pipeline", {&grid.pipeline(), &grid.pipeline_grads()}}, {"world", {&grid.world()}}}};
-  std::array<double, 12> v{};  // calls, payload bytes, bus bytes per group
+  std::array<double, 15> v{};  // calls, payload bytes, bus bytes per group
   for (std::size_t i = 0; i < groups.size(); ++i)
     for (Communicator* comm : groups[i].second) {
       std::uint64_t calls = 0;

@@ -122,10 +122,11 @@ void ScheduledRunner::step(StepStats& s) {
     TraceScope ts(ctx_.trace, "all-reduce", "allreduce");
     for (ModelChunk& c : ctx_.chunks) c.engine->finish_backward();
     sum_tied_embedding();
-    // Only the last stage computed the loss: sum over the pipeline, then data.
+    // Only the last stage computed the loss: sum over the pipeline, then data
+    // x context (each context rank's tokens counted once).
     if (ctx_.grid.pipeline().size() > 1)
       ctx_.grid.pipeline().all_reduce(&loss_sum, 1, DType::f64, ReduceOp::sum);
-    ctx_.grid.data().all_reduce(&loss_sum, 1, DType::f64, ReduceOp::sum);
+    ctx_.grid.data_context().all_reduce(&loss_sum, 1, DType::f64, ReduceOp::sum);
   }
   s.loss = loss_sum / (double(t.batch) * ctx_.deck.model.seq_len);
   update(float(s.lr), s);

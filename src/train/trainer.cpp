@@ -187,7 +187,7 @@ double Trainer::evaluate() {
     sends.clear();
   }
   if (grid_.pipeline().size() > 1) grid_.pipeline().all_reduce(&sum, 1, DType::f64, ReduceOp::sum);
-  grid_.data().all_reduce(&sum, 1, DType::f64, ReduceOp::sum);
+  grid_.data_context().all_reduce(&sum, 1, DType::f64, ReduceOp::sum);
   return sum / (double(t.eval_sequences) * deck_.model.seq_len);
 }
 

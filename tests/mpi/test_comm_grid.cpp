@@ -275,10 +275,25 @@ TEST(Grid, MappingIsTensorFastestThenDataThenPipeline) {
   for (int r = 0; r < s.size(); ++r) EXPECT_EQ(grid_rank_of(s, grid_coord_of(s, r)), r);
 }
 
+TEST(Grid, ContextSitsBetweenTensorAndData) {
+  const GridShape s{2, 3, 2, 4};  // tp 2, dp 3, pp 2, cp 4
+  EXPECT_EQ(s.size(), 48);
+  EXPECT_EQ(grid_rank_of(s, {1, 2, 1, 3}), 1 + 2 * (3 + 4 * (2 + 3 * 1)));
+  for (int r = 0; r < s.size(); ++r) EXPECT_EQ(grid_rank_of(s, grid_coord_of(s, r)), r);
+  const GridCoord c = grid_coord_of(s, 2);  // the next rank after a tensor group: context 1
+  EXPECT_EQ(c.tp, 0);
+  EXPECT_EQ(c.cp, 1);
+  EXPECT_EQ(c.dp, 0);
+  EXPECT_EQ(c.replica(s), 1);
+  EXPECT_EQ(grid_coord_of(s, 8).dp, 1);  // after tp * cp ranks, the next replica of the data
+}
+
 TEST(Grid, GroupsHoldTheRanksTheirAxisVaries) {
   const int n = world_size();
   std::vector<GridShape> shapes = {{1, n, 1}};
-  if (n == 4) shapes = {{1, 4, 1}, {2, 2, 1}, {2, 1, 2}, {1, 2, 2}, {4, 1, 1}, {1, 1, 4}};
+  if (n == 4)
+    shapes = {{1, 4, 1},    {2, 2, 1},    {2, 1, 2},    {1, 2, 2},    {4, 1, 1},
+              {1, 1, 4},    {1, 1, 1, 4}, {2, 1, 1, 2}, {1, 2, 1, 2}, {1, 1, 2, 2}};
   for (const GridShape& s : shapes) {
     Grid g(MPI_COMM_WORLD, s);
     const GridCoord me = g.coord();
@@ -293,16 +308,27 @@ TEST(Grid, GroupsHoldTheRanksTheirAxisVaries) {
       auto m = members(c);
       for (int i = 0; i < len; ++i) EXPECT_EQ(m[i], grid_rank_of(s, coord_at(i))) << g.describe();
     };
-    expect_axis(g.tensor(), s.tp, [&](int i) { return GridCoord{i, me.dp, me.pp}; });
-    expect_axis(g.data(), s.dp, [&](int i) { return GridCoord{me.tp, i, me.pp}; });
-    expect_axis(g.pipeline(), s.pp, [&](int i) { return GridCoord{me.tp, me.dp, i}; });
+    expect_axis(g.tensor(), s.tp, [&](int i) { return GridCoord{i, me.dp, me.pp, me.cp}; });
+    expect_axis(g.context(), s.cp, [&](int i) { return GridCoord{me.tp, me.dp, me.pp, i}; });
+    expect_axis(g.data(), s.dp, [&](int i) { return GridCoord{me.tp, i, me.pp, me.cp}; });
+    expect_axis(g.pipeline(), s.pp, [&](int i) { return GridCoord{me.tp, me.dp, i, me.cp}; });
     expect_axis(g.model(), s.tp * s.pp,
-                [&](int i) { return GridCoord{i % s.tp, me.dp, i / s.tp}; });
+                [&](int i) { return GridCoord{i % s.tp, me.dp, i / s.tp, me.cp}; });
+    // Gradients' group: every (data, context) replica, context fastest; at
+    // cp 1 exactly the data group.
+    expect_axis(g.data_context(), s.dp * s.cp,
+                [&](int i) { return GridCoord{me.tp, i / s.cp, me.pp, i % s.cp}; });
+    EXPECT_EQ(g.data_context().rank(), me.replica(s));
+    if (s.cp == 1) EXPECT_EQ(members(g.data_context()), members(g.data()));
     EXPECT_EQ(g.world().size(), n);
   }
   Grid g(MPI_COMM_WORLD, {1, n, 1});
   EXPECT_EQ(g.describe(), fmt::format("TP(1)-PP(1)-DP({})-Rank({})", n, g.rank()));
   EXPECT_EQ(g.local_size(), n);  // one node
+  if (n % 2 == 0) {
+    Grid c(MPI_COMM_WORLD, GridShape{1, n / 2, 1, 2});
+    EXPECT_EQ(c.describe(), fmt::format("TP(1)-CP(2)-PP(1)-DP({})-Rank({})", n / 2, c.rank()));
+  }
 }
 
 TEST(GradNorm, SumsEveryRanksCountedSquaresOverTheGroups) {

@@ -15,6 +15,7 @@
 
 #include "compute/backend.hpp"
 #include "compute/cpu/amx_gemm.hpp"
+#include "compute/cpu/attention_block.hpp"
 #include "compute/cpu/blas.hpp"
 #include "compute/cpu/cpu_bf16_operands.hpp"
 #include "compute/cpu/cpu_peak.hpp"
@@ -183,6 +184,12 @@ class CpuBackend final : public ComputeBackend, public BackendInfo {
   void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
                           const float* lse, int B, int T, int C, int NH) override {
     cpu::attention_backward(dqkv, dout, qkv, out, lse, B, T, C, NH);
+  }
+  void attention_block_forward(const AttentionBlock& b) override {
+    cpu::attention_block_forward(b);
+  }
+  void attention_block_backward(const AttentionBlock& b, const AttentionBlockGrads& g) override {
+    cpu::attention_block_backward(b, g);
   }
   void gelu_forward(float* out, const float* inp, std::size_t n) override {
     cpu::gelu_forward(out, inp, n);

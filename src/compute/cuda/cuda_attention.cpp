@@ -13,7 +13,9 @@
 // probabilities, the GEMM path the normalised ones).
 #include <cmath>
 #include <cstdint>
+#include <stdexcept>
 
+#include "compute/cuda/attention_block_launch.hpp"
 #include "compute/cuda/cuda_backend.hpp"
 #include "compute/cuda/launch.hpp"
 
@@ -140,6 +142,19 @@ void CudaBackend::attention_backward_rounded(float* dqkv, std::uint16_t* bits, M
     gpu::flash_attention_backward(dqkv, qkv.bf16, dout.bf16, dout.values, out, lse, dots, B, T,
                                   C, NH, true, bits, stream_);
   });
+}
+
+// Ring attention's blocks (context parallelism): the simple f32 kernels.
+void CudaBackend::attention_block_forward(const AttentionBlock& b) {
+  if (!gpu::attention_block_fits(b.width, b.heads))
+    throw std::invalid_argument("attention_block_forward: head size above the kernels' 256");
+  run("attention_block_forward", [&] { gpu::attention_block_forward(b, stream_); });
+}
+
+void CudaBackend::attention_block_backward(const AttentionBlock& b, const AttentionBlockGrads& g) {
+  if (!gpu::attention_block_fits(b.width, b.heads))
+    throw std::invalid_argument("attention_block_backward: head size above the kernels' 256");
+  run("attention_block_backward", [&] { gpu::attention_block_backward(b, g, stream_); });
 }
 
 }  // namespace trident

@@ -126,6 +126,8 @@ class CudaBackend final : public ComputeBackend, public Bf16Operands, public Bac
   void attention_backward_rounded(float* dqkv, std::uint16_t* bits, MatrixIn dout, MatrixIn qkv,
                                   const float* out, const float* lse, int B, int T, int C,
                                   int NH) override;
+  void attention_block_forward(const AttentionBlock& b) override;
+  void attention_block_backward(const AttentionBlock& b, const AttentionBlockGrads& g) override;
   void gelu_forward(float* out, const float* inp, std::size_t n) override;
   void gelu_backward(float* dinp, const float* inp, const float* dout, std::size_t n) override;
   void gelu_forward_rounded(float* out, std::uint16_t* bits, float* inp, std::uint16_t* inp_bits,

@@ -1,0 +1,187 @@
+#include "parallel/context/ring_attention.hpp"
+
+#include <limits>
+#include <stdexcept>
+#include <string>
+#include <utility>
+
+namespace trident {
+
+RingAttention::RingAttention(ComputeBackend& backend, Communicator& ring, int seq_len)
+    : backend_(backend),
+      bf16_ops_(backend),
+      ring_(ring),
+      chunks_(ring.size(), ring.rank(), seq_len) {}
+
+RingAttention::~RingAttention() {
+  for (Buffer* b : {&kv_[0], &kv_[1], &dkv_[0], &dkv_[1], &dkv_in_, &values_})
+    if (b->data) backend_.release(b->data, b->bytes);
+}
+
+std::size_t RingAttention::buffer_floats(int batch, int rows, int width) {
+  return 5 * std::size_t(batch) * rows * 2 * width;
+}
+
+float* RingAttention::buffer(Buffer& b, std::size_t floats) {
+  const std::size_t bytes = floats * sizeof(float);
+  if (b.bytes < bytes) {
+    if (b.data) backend_.release(b.data, b.bytes);
+    b.data = static_cast<float*>(backend_.allocate(bytes));
+    b.bytes = bytes;
+  }
+  return b.data;
+}
+
+// q, k and v as f32 values: given, or widened from the bf16 bits a backend
+// with bf16 kernels may hand over alone.
+const float* RingAttention::qkv_values(MatrixIn qkv, std::size_t n) {
+  if (qkv.values) return qkv.values;
+  float* v = buffer(values_, n);
+  backend_.convert(v, DType::f32, qkv.bf16, DType::bf16, n);
+  return v;
+}
+
+void RingAttention::check(const AttentionShape& s) const {
+  if (s.seq_len != chunks_.rows() || s.width % s.heads != 0)
+    throw std::logic_error("ring attention: " + std::to_string(s.seq_len) +
+                           " rows per sequence, but this context rank holds " +
+                           std::to_string(chunks_.rows()));
+}
+
+AttentionBlock RingAttention::block(const AttentionShape& s, const float* q, const float* kv,
+                                    float* out, float* lse) const {
+  const std::size_t T = s.seq_len, C = s.width;
+  AttentionBlock b;
+  b.batch = s.batch, b.width = s.width, b.heads = s.heads;
+  b.q = {q, 3 * C, T * 3 * C};
+  b.k = {kv, 2 * C, T * 2 * C};
+  b.v = {kv + C, 2 * C, T * 2 * C};
+  b.out = {out, C, T * C};
+  b.lse = lse, b.lse_head = T, b.lse_seq = T * s.heads;
+  return b;
+}
+
+// Rank r holds chunks (r, 2cp-1-r); block j holds (j, 2cp-1-j). Own block:
+// each chunk sees itself causally, the second chunk sees the first in full.
+// An earlier rank's block: its first chunk precedes both of ours, its second
+// follows both. A later rank's: both its chunks precede our second only.
+template <class Fn>
+void RingAttention::each_visible(int j, int rows, Fn&& fn) const {
+  const int r = chunks_.rank, half = rows / 2;
+  if (j == r) {
+    fn(0, 0, half, half, true);
+    fn(half, 0, half, half, false);
+    fn(half, half, half, half, true);
+  } else if (j < r) {
+    fn(0, 0, rows, half, false);
+  } else {
+    fn(half, 0, half, rows, false);
+  }
+}
+
+void RingAttention::forward(float* out, float* lse, MatrixIn qkv, const AttentionShape& s,
+                            bool) {
+  check(s);
+  const std::size_t rows = std::size_t(s.batch) * s.seq_len, C = s.width;
+  const float* q = qkv_values(qkv, rows * 3 * C);
+  const int cp = ring_.size(), r = ring_.rank();
+  float* kv = buffer(kv_[0], rows * 2 * C);
+  float* next = cp > 1 ? buffer(kv_[1], rows * 2 * C) : nullptr;
+  backend_.copy_2d(kv, 2 * C, q + C, 3 * C, rows, 2 * C);
+  backend_.zero(out, rows * C * sizeof(float));
+  minus_inf_.assign(std::size_t(s.batch) * s.heads * s.seq_len,
+                    -std::numeric_limits<float>::infinity());
+  backend_.copy_from_host(lse, minus_inf_.data(), minus_inf_.size() * sizeof(float));
+  for (int step = 0; step < cp; ++step) {
+    ContextComm::Shift shift;
+    if (step + 1 < cp) shift = ring_.start_shift(kv, next, rows * 2 * C, ContextComm::kKeysValues);
+    const AttentionBlock whole = block(s, q, kv, out, lse);
+    each_visible((r - step + cp) % cp, s.seq_len, [&](int qi, int ki, int nq, int nk, bool causal) {
+      AttentionBlock b = whole.from(qi, ki);
+      b.queries = nq, b.keys = nk, b.causal = causal;
+      backend_.attention_block_forward(b);
+    });
+    if (step + 1 < cp) {
+      ring_.finish(shift);
+      std::swap(kv, next);
+    }
+  }
+}
+
+// Block j's key/value gradients follow its keys around the ring, one step
+// behind: each rank adds its queries' share to what the previous ranks
+// summed, and after cp steps the sum reaches j. The share is computed into a
+// fresh buffer while the sum so far is still arriving, then the two are added.
+void RingAttention::backward(float* dqkv, MatrixIn dout, MatrixIn qkv, const float* out,
+                             const float* lse, const AttentionShape& s, bool) {
+  check(s);
+  const std::size_t rows = std::size_t(s.batch) * s.seq_len, C = s.width, n = rows * 2 * C;
+  const float* q = qkv_values(qkv, rows * 3 * C);
+  const int cp = ring_.size(), r = ring_.rank();
+  float* kv = buffer(kv_[0], n);
+  float* next = cp > 1 ? buffer(kv_[1], n) : nullptr;
+  float* share[2] = {buffer(dkv_[0], n), cp > 1 ? buffer(dkv_[1], n) : nullptr};
+  float* arriving = cp > 1 ? buffer(dkv_in_, n) : nullptr;
+  backend_.copy_2d(kv, 2 * C, q + C, 3 * C, rows, 2 * C);
+  const std::size_t T = s.seq_len;
+  AttentionBlockGrads grads{{dout.values, C, T * C}, {dqkv, 3 * C, T * 3 * C}, {}, {}};
+  ContextComm::Shift grads_in_flight;
+  for (int step = 0; step < cp; ++step) {
+    ContextComm::Shift shift;
+    if (step + 1 < cp) shift = ring_.start_shift(kv, next, n, ContextComm::kKeysValues);
+    float* mine = share[step % 2];
+    backend_.zero(mine, n * sizeof(float));
+    grads.dk = {mine, 2 * C, T * 2 * C};
+    grads.dv = {mine + C, 2 * C, T * 2 * C};
+    const AttentionBlock whole = block(s, q, kv, const_cast<float*>(out),
+                                       const_cast<float*>(lse));
+    each_visible((r - step + cp) % cp, s.seq_len, [&](int qi, int ki, int nq, int nk, bool causal) {
+      AttentionBlock b = whole.from(qi, ki);
+      b.queries = nq, b.keys = nk, b.causal = causal;
+      backend_.attention_block_backward(b, grads.from(qi, ki));
+    });
+    if (step > 0) {  // the sum of the ranks before this one
+      ring_.finish(grads_in_flight);
+      backend_.add(mine, mine, arriving, n);
+    }
+    if (cp > 1)
+      grads_in_flight = ring_.start_shift(mine, arriving, n, ContextComm::kKeyValueGrads);
+    if (step + 1 < cp) {
+      ring_.finish(shift);
+      std::swap(kv, next);
+    }
+  }
+  const float* own = share[0];
+  if (cp > 1) {
+    ring_.finish(grads_in_flight);
+    own = arriving;
+  }
+  add_key_value_grads(dqkv, own, s);
+}
+
+// dqkv's k and v columns += dkv (rows of 2C): through a contiguous copy, the
+// backend having no strided add.
+void RingAttention::add_key_value_grads(float* dqkv, const float* dkv, const AttentionShape& s) {
+  const std::size_t rows = std::size_t(s.batch) * s.seq_len, C = s.width;
+  float* tmp = buffer(kv_[1], rows * 2 * C);
+  backend_.copy_2d(tmp, 2 * C, dqkv + C, 3 * C, rows, 2 * C);
+  backend_.add(tmp, tmp, dkv, rows * 2 * C);
+  backend_.copy_2d(dqkv + C, 3 * C, tmp, 2 * C, rows, 2 * C);
+}
+
+void RingAttention::forward_rounded(float* out, std::uint16_t* bits, float* lse, MatrixIn qkv,
+                                    const AttentionShape& s) {
+  forward(out, lse, qkv, s, true);
+  bf16_ops_->round_to_bf16(out, bits, out, std::size_t(s.batch) * s.seq_len * s.width);
+}
+
+void RingAttention::backward_rounded(float* dqkv, std::uint16_t* bits, MatrixIn dout,
+                                     MatrixIn qkv, const float* out, const float* lse,
+                                     const AttentionShape& s) {
+  const std::size_t n = std::size_t(s.batch) * s.seq_len * 3 * s.width;
+  backend_.zero(dqkv, n * sizeof(float));
+  backward(dqkv, dout, qkv, out, lse, s, true);
+  bf16_ops_->round_to_bf16(dqkv, bits, dqkv, n);
+}
+
+}  // namespace trident

@@ -1,0 +1,69 @@
+// Ring attention (Liu et al. 2023) as the model's AttentionOp: each rank of a
+// context group holds its two load-balanced chunks of every sequence
+// (context_split.hpp); keys and values travel once around the group while
+// each block is computed against the local queries (the next block's
+// transfer in flight), and the partial outputs merge exactly by log-sum-exp.
+// Backward passes the key/value gradients around behind the blocks, so each
+// comes home summed over every rank's queries. Causally hidden blocks are
+// skipped: with the load balance every rank computes the same number of
+// products at every step.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "compute/bf16_operands.hpp"
+#include "model/attention_op.hpp"
+#include "parallel/context/context_comm.hpp"
+#include "parallel/context/context_split.hpp"
+
+namespace trident {
+
+class RingAttention final : public AttentionOp {
+ public:
+  // `ring`: the context group (grid.context()); seq_len: whole sequences'.
+  RingAttention(ComputeBackend& backend, Communicator& ring, int seq_len);
+  ~RingAttention() override;
+  RingAttention(const RingAttention&) = delete;
+  RingAttention& operator=(const RingAttention&) = delete;
+
+  const ContextChunks& chunks() const { return chunks_; }
+  // s.seq_len: this rank's rows of each sequence (chunks().rows()). bf16:
+  // q, k and v hold bf16 values; the products run in f32.
+  void forward(float* out, float* lse, MatrixIn qkv, const AttentionShape& s, bool bf16) override;
+  void backward(float* dqkv, MatrixIn dout, MatrixIn qkv, const float* out, const float* lse,
+                const AttentionShape& s, bool bf16) override;
+  void forward_rounded(float* out, std::uint16_t* bits, float* lse, MatrixIn qkv,
+                       const AttentionShape& s) override;
+  void backward_rounded(float* dqkv, std::uint16_t* bits, MatrixIn dout, MatrixIn qkv,
+                        const float* out, const float* lse, const AttentionShape& s) override;
+
+  // Floats of the ring's buffers for a micro-batch of `batch` sequences of
+  // `width` features per tensor rank: two key/value blocks travelling in
+  // forward, and two more blocks of their gradients plus one arriving in
+  // backward (what the memory estimate counts).
+  static std::size_t buffer_floats(int batch, int rows, int width);
+
+ private:
+  struct Buffer {
+    float* data = nullptr;
+    std::size_t bytes = 0;
+  };
+  float* buffer(Buffer& b, std::size_t floats);
+  const float* qkv_values(MatrixIn qkv, std::size_t n);
+  void check(const AttentionShape& s) const;
+  AttentionBlock block(const AttentionShape& s, const float* q, const float* kv, float* out,
+                       float* lse) const;
+  // The blocks of block `j`'s keys and values that this rank's queries see.
+  template <class Fn>
+  void each_visible(int j, int rows, Fn&& fn) const;
+  void add_key_value_grads(float* dqkv, const float* dkv, const AttentionShape& s);
+
+  ComputeBackend& backend_;
+  Bf16OperandsFor bf16_ops_;
+  ContextComm ring_;
+  ContextChunks chunks_;
+  Buffer kv_[2], dkv_[2], dkv_in_, values_;
+  std::vector<float> minus_inf_;  // host: lse's starting value
+};
+
+}  // namespace trident

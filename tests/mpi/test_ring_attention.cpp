@@ -1,0 +1,130 @@
+// Ring attention (parallel/context) on context groups of 1, 2 and 4 ranks
+// against the backend's attention over the whole sequence: each rank's rows
+// of the output, the log-sum-exp and the q, k, v gradients equal the whole
+// sequence's at those positions within f32 rounding. Also the load-balanced
+// split itself, and a rank's tokens.
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <vector>
+
+#include "compute/backend.hpp"
+#include "grid/grid.hpp"
+#include "model/attention_op.hpp"
+#include "parallel/context/ring_attention.hpp"
+#include "support/random_values.hpp"
+
+using namespace trident;
+
+namespace {
+
+using Vec = std::vector<float>;
+
+int world_size() {
+  int n = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &n);
+  return n;
+}
+
+// max |a - b| over max(1, max |b|).
+double relative_gap(const Vec& a, const Vec& b) {
+  double gap = 0, size = 1;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    gap = std::max(gap, double(std::abs(a[i] - b[i])));
+    size = std::max(size, double(std::abs(b[i])));
+  }
+  return gap / size;
+}
+
+// The rows of (B, T, width) `all` at this rank's positions.
+Vec rank_rows(const ContextChunks& c, const Vec& all, int B, int width) {
+  Vec mine(std::size_t(B) * c.rows() * width);
+  for (int b = 0; b < B; ++b)
+    for (int r = 0; r < c.rows(); ++r)
+      std::copy_n(&all[(std::size_t(b) * c.seq_len + c.position(r)) * width], width,
+                  &mine[(std::size_t(b) * c.rows() + r) * width]);
+  return mine;
+}
+
+// lse (B, NH, T) at this rank's positions.
+Vec rank_lse(const ContextChunks& c, const Vec& all, int B, int NH) {
+  Vec mine(std::size_t(B) * NH * c.rows());
+  for (int bh = 0; bh < B * NH; ++bh)
+    for (int r = 0; r < c.rows(); ++r)
+      mine[std::size_t(bh) * c.rows() + r] = all[std::size_t(bh) * c.seq_len + c.position(r)];
+  return mine;
+}
+
+struct Whole {
+  Vec qkv, dout, out, lse, dqkv;
+};
+
+// Attention over whole sequences, as LocalAttention computes it.
+Whole whole_attention(ComputeBackend& backend, int B, int T, int C, int NH) {
+  Whole w;
+  w.qkv = trident::testing::random_normals(std::size_t(B) * T * 3 * C, 7);
+  w.dout = trident::testing::random_normals(std::size_t(B) * T * C, 8);
+  w.out.resize(std::size_t(B) * T * C);
+  w.lse.resize(std::size_t(B) * NH * T);
+  w.dqkv.assign(w.qkv.size(), 0.f);
+  LocalAttention local(backend);
+  const AttentionShape s{B, T, C, NH};
+  local.forward(w.out.data(), w.lse.data(), w.qkv.data(), s, false);
+  local.backward(w.dqkv.data(), w.dout.data(), w.qkv.data(), w.out.data(), w.lse.data(), s, false);
+  return w;
+}
+
+void expect_ring_equals_whole(Communicator& ring, ComputeBackend& backend) {
+  const int B = 2, T = 160, C = 32, NH = 4;
+  const Whole w = whole_attention(backend, B, T, C, NH);
+  RingAttention op(backend, ring, T);
+  const ContextChunks& c = op.chunks();
+  const AttentionShape s{B, c.rows(), C, NH};
+  const Vec qkv = rank_rows(c, w.qkv, B, 3 * C), dout = rank_rows(c, w.dout, B, C);
+  Vec out(std::size_t(B) * c.rows() * C), lse(std::size_t(B) * NH * c.rows());
+  op.forward(out.data(), lse.data(), qkv.data(), s, false);
+  EXPECT_LT(relative_gap(out, rank_rows(c, w.out, B, C)), 2e-6) << "cp " << ring.size();
+  EXPECT_LT(relative_gap(lse, rank_lse(c, w.lse, B, NH)), 2e-6) << "cp " << ring.size();
+  Vec dqkv(qkv.size(), 1.0f);  // backward adds to what is there
+  op.backward(dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(), s, false);
+  Vec expected = rank_rows(c, w.dqkv, B, 3 * C);
+  for (float& x : expected) x += 1.0f;
+  EXPECT_LT(relative_gap(dqkv, expected), 1e-5) << "cp " << ring.size();
+  // Rounded: written (not added to), each value a bf16 value.
+  std::vector<std::uint16_t> bits(dqkv.size());
+  op.backward_rounded(dqkv.data(), bits.data(), dout.data(), qkv.data(), out.data(), lse.data(),
+                      s);
+  EXPECT_LT(relative_gap(dqkv, rank_rows(c, w.dqkv, B, 3 * C)), 1e-2) << "cp " << ring.size();
+}
+
+}  // namespace
+
+TEST(ContextChunks, LoadBalancedSplit) {
+  const ContextChunks c(4, 1, 32);  // 8 chunks of 4: rank 1 holds chunks 1 and 6
+  EXPECT_EQ(c.rows(), 8);
+  EXPECT_EQ(c.position(0), 4);
+  EXPECT_EQ(c.position(3), 7);
+  EXPECT_EQ(c.position(4), 24);
+  EXPECT_EQ(c.position(7), 27);
+  const std::vector<int> tokens = {0, 1, 2, 3, 4, 5, 6, 7, 10, 11, 12, 13, 14, 15, 16, 17};
+  std::vector<int> mine(8);  // two sequences of 8 in chunks of 2: rank 1 holds chunks 1 and 2
+  take_context_rows(ContextChunks(2, 1, 8), tokens.data(), mine.data(), 2);
+  EXPECT_EQ(mine, (std::vector<int>{2, 3, 4, 5, 12, 13, 14, 15}));
+  std::vector<int> r0(8);  // rank 0: chunks 0 and 3
+  take_context_rows(ContextChunks(2, 0, 8), tokens.data(), r0.data(), 2);
+  EXPECT_EQ(r0, (std::vector<int>{0, 1, 6, 7, 10, 11, 16, 17}));
+  EXPECT_THROW(ContextChunks(3, 0, 16), std::invalid_argument);
+}
+
+TEST(RingAttention, EqualsWholeSequenceAttention) {
+  auto backend = make_cpu_backend(0);
+  const int n = world_size();
+  for (int cp : {1, 2, 4}) {
+    if (n % cp != 0) continue;
+    Grid grid(MPI_COMM_WORLD, GridShape{1, n / cp, 1, cp});
+    expect_ring_equals_whole(grid.context(), *backend);
+  }
+}
