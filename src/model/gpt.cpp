@@ -29,20 +29,23 @@ GptModel::GptModel(const GptConfig& c, int micro_batch, ComputeBackend& backend,
   attention_ = o.attention ? o.attention : own_attention_.get();
   if (!o.storage) own_storage_ = std::make_unique<FullStorage>(table_, backend, ledger, o.weights, o.grads);
   storage_ = o.storage ? o.storage : own_storage_.get();
-  all_tokens_ = B_ * c.seq_len;
+  tokens_ = o.tokens.empty() ? TokenLayout(B_, c.seq_len) : o.tokens;
+  if (tokens_.batch() != B_ || tokens_.seq_len() != c.seq_len)
+    throw std::logic_error("GptModelOptions::tokens: another micro-batch or sequence length");
+  all_tokens_ = tokens_.rows();
   local_tokens_ = tp_.local_tokens(all_tokens_);
   first_token_ = tp_.first_local_token(all_tokens_);
   policy_ = o.activations;
-  saved_ = saved_activation_table(c, B_, tp_, stage_, policy_);
+  saved_ = saved_activation_table(c, tokens_, tp_, stage_, policy_);
   saved_.align_end(TensorTable::kAlign);  // pools of them: each starts vector-aligned
-  saved16_ = saved_16bit_table(c, B_, tp_, stage_, policy_);
+  saved16_ = saved_16bit_table(c, tokens_, tp_, stage_, policy_);
   saved16_.align_end(2 * TensorTable::kAlign);
-  work_ = work_table(c, B_, tp_, policy_);
-  scratch_ = scratch_table(c, B_, tp_, policy_);
+  work_ = work_table(c, tokens_, tp_, policy_);
+  scratch_ = scratch_table(c, tokens_, tp_, policy_);
   if (!o.workspace) own_workspace_ = std::make_unique<ModelWorkspace>();
   workspace_ = o.workspace ? o.workspace : own_workspace_.get();
   allocate_workspace(ledger);
-  weight_layout_ = weight_input_layout(c, B_, tp_, stage_, policy_);
+  weight_layout_ = weight_input_layout(c, tokens_, tp_, stage_, policy_);
   host_losses_.resize(all_tokens_);
   resolve_handles();
   if (packs_bits())  // the linears' weights reach the GEMMs as bits only (weight())
@@ -176,12 +179,12 @@ MatrixIn GptModel::attention_operand(const Block& a, MatrixIn qkv) {
   const std::size_t n = std::size_t(all_tokens_) * Cl;
   // The output's bits may not go to gemm_bits while qkv's are read there.
   if (!packs_bits() || !(a.atty_16 || a.qkv_16)) {
-    attention_->forward(a.atty, a.lse, qkv, {B_, cfg_.seq_len, Cl, NHl},
+    attention_->forward(a.atty, a.lse, qkv, {B_, tokens_.rows_per_sequence(), Cl, NHl},
                         policy_.store == DType::bf16);
     return gemm_operand(a.atty, n, a.atty_16);
   }
   std::uint16_t* bits = a.atty_16 ? a.atty_16 : gemm_bits();
-  attention_->forward_rounded(a.atty, bits, a.lse, qkv, {B_, cfg_.seq_len, Cl, NHl});
+  attention_->forward_rounded(a.atty, bits, a.lse, qkv, {B_, tokens_.rows_per_sequence(), Cl, NHl});
   return {a.atty, bits};
 }
 
@@ -191,7 +194,7 @@ MatrixIn GptModel::attention_grad_operand(const Block& a, MatrixIn d_att, float*
   const MatrixIn qkv = saved_input(a.qkv, a.qkv_16);
   if (!packs_bits()) {
     backend_.zero(d_3c, n * sizeof(float));
-    attention_->backward(d_3c, d_att, qkv, a.atty, a.lse, {B_, cfg_.seq_len, Cl, NHl},
+    attention_->backward(d_3c, d_att, qkv, a.atty, a.lse, {B_, tokens_.rows_per_sequence(), Cl, NHl},
                          policy_.store == DType::bf16);
     return gemm_operand(d_3c, n);
   }
@@ -199,7 +202,7 @@ MatrixIn GptModel::attention_grad_operand(const Block& a, MatrixIn d_att, float*
   // sizes it for both).
   std::uint16_t* bits = gemm_bits() + std::size_t(all_tokens_) * Cl;
   attention_->backward_rounded(d_3c, bits, d_att, qkv, a.atty, a.lse,
-                               {B_, cfg_.seq_len, Cl, NHl});
+                               {B_, tokens_.rows_per_sequence(), Cl, NHl});
   return {d_3c, bits};
 }
 
