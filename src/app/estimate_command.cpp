@@ -125,9 +125,11 @@ int estimate_command(const EstimateOptions& o) {
     const GridShape shape = resolve_layout(deck, o.world);
     const double limit = o.memory.empty() ? 0 : parse_size(o.memory);
     const auto& m = deck.model;
-    fmt::print("trident estimate | deck {} | {} ranks | layout TP({})-PP({})-DP({}) | micro_batch "
-               "{} x seq_len {}\n", deck.path, o.world, shape.tp, shape.pp, shape.dp,
-               deck.train.micro_batch, m.seq_len);
+    const std::string cp = shape.cp > 1 ? fmt::format("-CP({})", shape.cp) : "";
+    fmt::print("trident estimate | deck {} | {} ranks | layout TP({}){}-PP({})-DP({}) | "
+               "micro_batch {} x seq_len {}{}\n", deck.path, o.world, shape.tp, cp, shape.pp,
+               shape.dp, deck.train.micro_batch, m.seq_len,
+               shape.cp > 1 ? fmt::format(" ({} per rank)", m.seq_len / shape.cp) : "");
     const MemoryEstimate base = estimate_memory(deck, shape, 0);
     const auto& pr = deck.precision;
     fmt::print("model: {:.2f} M parameters (global); bytes per rank below are Trident's arenas "

@@ -58,7 +58,8 @@ void Grid::make_communicators(const CommunicatorFactory& make) {
   pipeline_grads_ = make(pipeline_grads_comm_, "pipeline-grads");
   model_ = make(model_comm_, "model");
   context_ = make(context_comm_, "context");
-  data_context_ = make(data_context_comm_, "data-context");
+  // At cp 1 the data group's ranks: named as it, so messages read as before.
+  data_context_ = make(data_context_comm_, shape_.cp > 1 ? "data-context" : "data");
   if (embedding_comm_ != MPI_COMM_NULL) embedding_ = make(embedding_comm_, "embedding");
   for (auto* c : groups())
     if (*c) (*c)->set_wait_observer(board_.get());

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "engine/grad_engine.hpp"
+#include "parallel/context/ring_attention.hpp"
 #include "parallel/pipeline/schedule_costs.hpp"
 #include "memory/working_copies.hpp"
 #include "model/gpt.hpp"
@@ -120,7 +121,7 @@ void add_optimizer_home(EstimateContext& x, const ZeroPlan& plan, bool params_of
 // offload.params only the persistent units' slices stay, and the home's
 // staging joins the buffers.
 void add_sharded_state(EstimateContext& x, const TensorTable& table, const ZeroPlan& plan) {
-  const int stage = x.zero_stage, dp = x.shape.dp;
+  const int stage = x.zero_stage, dp = x.shape.replicas();  // ZeRO shards over data x context
   const double n = double(table.size()), w = x.w, g = x.g, f = x.f;
   const double shard = double(plan.shard_size());
   const double large = double(ZeroStorage::large_slot_elements(plan));
@@ -161,10 +162,21 @@ void add_activations(EstimateContext& x, const ChunkPlan& chunk, bool first) {
                              tp.sp(), deck.precision.dtype);
   const int B = deck.train.micro_batch > 0 ? deck.train.micro_batch : deck.train.batch / shape.dp;
   x.at(MemCategory::activations) += chunk.activation_slots * slot_bytes(schedule_cost_deck(deck), shape, chunk.spec);
-  if (first)
+  // Context parallelism: the rank's seq_len / cp rows of each sequence.
+  const int rows = deck.model.seq_len / shape.cp;
+  const TokenLayout layout(B, deck.model.seq_len, {{0, 0, rows}});
+  if (first) {
     x.at(MemCategory::activations) +=
-        (double(GptModel::work_table(deck.model, TokenLayout(B, deck.model.seq_len), tp, policy).size()) +
-         double(GptModel::scratch_table(deck.model, TokenLayout(B, deck.model.seq_len), tp, policy).size())) * x.f;
+        (double(GptModel::work_table(deck.model, layout, tp, policy).size()) +
+         double(GptModel::scratch_table(deck.model, layout, tp, policy).size())) * x.f;
+    // The ring's key/value blocks and their gradients, shared by the chunks
+    // (bf16: with q, k and v widened from bits, as bf16 kernels give them).
+    if (shape.cp > 1)
+      x.at(MemCategory::buffers) +=
+          double(RingAttention::buffer_floats(B, rows, tp.local_width(deck.model),
+                                              deck.precision.dtype == Precision::bf16)) *
+          sizeof(float);
+  }
   // Zero bubble: the W buffers, kept from B for W.
   x.at(MemCategory::activations) +=
       chunk.weight_buffers * weight_buffer_bytes(schedule_cost_deck(deck), shape, chunk.spec);
@@ -178,11 +190,11 @@ MemoryEstimate estimate_memory(const Deck& deck, const GridShape& shape, int zer
   EstimateContext x{deck, shape, zero_stage, e};
   const GptConfig& m = deck.model;
   const TensorParallelLayout tp{shape.tp, 0, deck.parallel.sequence_parallel};
-  const UnitLayout units = zero_unit_layout(deck.zero, deck.model, shape.dp, zero_stage, tp);
+  const UnitLayout units = zero_unit_layout(deck.zero, deck.model, shape.replicas(), zero_stage, tp);
   // The rank's chunks: virtual stages r + c * pp, or the V's r and 2pp - 1 - r.
   for (const ChunkPlan& chunk : stage_plan.chunks) {
     const TensorTable table = build_gpt_param_table(m, tp, units, chunk.spec);
-    const ZeroPlan plan(table, zero_stage > 0 ? shape.dp : 1, 0,
+    const ZeroPlan plan(table, zero_stage > 0 ? shape.replicas() : 1, 0,
                         zero_stage > 0 ? std::size_t(deck.zero.persistence_threshold) : 0);
     add_working_copies(x, table);
     if (zero_stage == 0) add_replicated_state(x, table, chunk.spec, stage_plan.stage);

@@ -40,7 +40,8 @@ double formula_activations(const Prediction& p, const Deck& deck, const GridShap
   const GptConfig& m = deck.model;
   const int t = shape.tp, pp = shape.pp, v = deck.parallel.virtual_stages;
   const int w = precision_dtype(deck.precision.dtype) == DType::f32 ? 4 : 2;
-  const double tokens = double(p.micro_batch) * m.seq_len;
+  // Context parallelism: each rank holds seq_len / cp tokens of a sequence.
+  const double tokens = double(p.micro_batch) * m.seq_len / shape.cp;
   const double kept = layer_activation_bytes(m, tokens, t, p.sequence_parallel, Recompute::none,
                                              false, w, stored_attention);
   const double per_layer = layer_activation_bytes(m, tokens, t, p.sequence_parallel, p.recompute,

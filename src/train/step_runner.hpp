@@ -23,6 +23,9 @@ struct ModelChunk;
 struct PhaseTimes {  // backward: B and W, together or split
   double data = 0, forward = 0, backward = 0, comm = 0, optimizer = 0, eval = 0;
   double pipeline = 0;  // wall time of the schedules (compute + waiting)
+  // Context parallelism: ring attention's blocks, and its waits for
+  // transfers that attention did not hide (parallel/context, RingTimes).
+  double ring_compute = 0, ring_exposed = 0;
 };
 
 struct StepStats {

@@ -40,6 +40,10 @@ Trainer::Trainer(const Deck& deck, Grid& grid, ComputeBackend& backend, MemoryLe
   // The stage plan (partition -> stage costs -> schedule -> slots -> send
   // pool): make_stage_plan, the one `trident estimate` and `plan` count with.
   plan_ = make_stage_plan(deck, grid.shape(), grid.coord().pp, partition_costs());
+  if (grid.shape().cp > 1) {
+    ring_ = std::make_unique<RingAttention>(backend, ledger, grid.context(), deck.model.seq_len);
+    rows_ = context_token_layout(ring_->chunks(), deck.train.micro_batch);
+  }
   chunks_.resize(plan_.chunks.size());
   for (std::size_t c = 0; c < chunks_.size(); ++c) {
     const ChunkPlan& planned = plan_.chunks[c];
@@ -50,8 +54,13 @@ Trainer::Trainer(const Deck& deck, Grid& grid, ComputeBackend& backend, MemoryLe
   }
   make_runner(ledger);
   const std::size_t bt = std::size_t(deck.train.micro_batch) * deck.model.seq_len;
-  tokens_.resize(bt);
-  targets_.resize(bt);
+  const std::size_t rows = ring_ ? std::size_t(rows_.rows()) : bt;
+  tokens_.resize(rows);
+  targets_.resize(rows);
+  if (ring_) {
+    window_tokens_.resize(bt);
+    window_targets_.resize(bt);
+  }
 }
 
 Trainer::~Trainer() = default;
@@ -73,6 +82,10 @@ void Trainer::build_chunk(ModelChunk& ch, MemoryLedger& ledger, int slots, int w
   o.tp = tp;
   if (!tensor_group_) tensor_group_ = std::make_unique<TensorComm>(&grid_.tensor(), tp);
   o.tensor_group = tensor_group_.get();
+  if (ring_) {
+    o.tokens = rows_;
+    o.attention = ring_.get();
+  }
   o.stage = ch.spec;
   o.activations = make_activation_policy(t.recompute, t.partition_activations, tp.size, tp.sp(),
                                          deck_.precision.dtype);
@@ -110,10 +123,14 @@ std::uint64_t Trainer::window_of(std::uint64_t batch_index, int sequences, int k
 
 void Trainer::load_micro_batch(const TokenDataset& data, std::uint64_t first_window) {
   ScopedTimer t(times_.data);
-  const int T = deck_.model.seq_len;
-  for (int i = 0; i < deck_.train.micro_batch; ++i)
-    data.read_window(first_window + i, tokens_.data() + std::size_t(i) * T,
-                     targets_.data() + std::size_t(i) * T);
+  const int T = deck_.model.seq_len, B = deck_.train.micro_batch;
+  std::int32_t* tokens = ring_ ? window_tokens_.data() : tokens_.data();
+  std::int32_t* targets = ring_ ? window_targets_.data() : targets_.data();
+  for (int i = 0; i < B; ++i)
+    data.read_window(first_window + i, tokens + std::size_t(i) * T, targets + std::size_t(i) * T);
+  if (!ring_) return;
+  take_context_rows(ring_->chunks(), tokens, tokens_.data(), B);  // this context rank's chunks
+  take_context_rows(ring_->chunks(), targets, targets_.data(), B);
 }
 
 StepContext Trainer::step_context() {
@@ -145,6 +162,7 @@ StepStats Trainer::step(int step) {
   s.step = step;
   s.lr = lr_at(step, t.steps, t.warmup, t.lr, t.min_lr);
   runner_->step(s);
+  if (ring_) times_.ring_compute = ring_->times().compute, times_.ring_exposed = ring_->times().exposed;
   s.seconds = now_seconds() - t0;
   return s;
 }

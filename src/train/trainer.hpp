@@ -19,6 +19,7 @@
 #include "parallel/pipeline/partition.hpp"
 #include "parallel/pipeline/pipeline_comm.hpp"
 #include "parallel/pipeline/schedule.hpp"
+#include "parallel/context/ring_attention.hpp"
 #include "parallel/pipeline/stage_plan.hpp"
 #include "parallel/tensor/tensor_comm.hpp"
 #include "train/activation_slots.hpp"
@@ -113,7 +114,13 @@ class Trainer {
   ModelWorkspace workspace_;  // the chunks' shared working buffer and scratch
   std::unique_ptr<TensorComm> tensor_group_;  // the chunks' TP/SP boundary operations
   std::vector<ModelChunk> chunks_;
-  std::vector<std::int32_t> tokens_, targets_;
+  // Context parallelism (cp > 1): attention as a ring over the context
+  // group, the rank's rows of each sequence, and the whole windows they are
+  // taken from.
+  std::unique_ptr<RingAttention> ring_;
+  TokenLayout rows_;
+  std::vector<std::int32_t> window_tokens_, window_targets_;
+  std::vector<std::int32_t> tokens_, targets_;  // the model's rows of the micro-batch
   PhaseTimes times_;
   DType weights_ = DType::f32;
   DType grads_ = DType::f32;  // precision.reduce_dtype: how gradients are stored and reduced

@@ -31,13 +31,16 @@ AXES = [
     # Outside the cover too: async_pairs() runs checkpoints every 2 steps
     # written in the background beside the same layout saving synchronously.
     ("checkpoints", ["end", "every2", "every2-async"]),
+    # Context parallelism, outside the cover too: context_layouts() crosses it
+    # with the other axes, each against the serial run.
+    ("cp", [1, 2, 4]),
 ]
 NAMES = [a for a, _ in AXES]
-COVERED = len(AXES) - 2  # the axes whose value pairs the CI subset covers
+COVERED = len(AXES) - 3  # the axes whose value pairs the CI subset covers
 INDEX = {a: i for i, a in enumerate(NAMES)}
 DEFAULT = dict(dp=1, tp=1, pp=1, schedule="1f1b", sp=False, zero=0, dp_mode="allreduce",
                micro_batches=1, recompute="none", precision="fp32", persistence="low",
-               bucket="large", offload="none", checkpoints="end")
+               bucket="large", offload="none", checkpoints="end", cp=1)
 MAX_RANKS = 8
 SWAP_DIR = "/tmp"  # offload.nvme_path of nvme layouts (run_matrix sets a scratch directory)
 EXTRA_SETS = []  # --set options every run adds (run_matrix --set), e.g. system.device=cuda
@@ -66,7 +69,7 @@ def get(layout, axis):
 
 
 def ranks(layout):
-    return get(layout, "dp") * get(layout, "tp") * get(layout, "pp")
+    return get(layout, "dp") * get(layout, "tp") * get(layout, "pp") * get(layout, "cp")
 
 
 def overrides(layout, batch):
@@ -76,6 +79,7 @@ def overrides(layout, batch):
     # A fractional micro_batch is passed as it is, for the validator to refuse.
     micro = int(per_rank) if per_rank == int(per_rank) else per_rank
     out = [f"parallel.dp={v['dp']}", f"parallel.tp={v['tp']}", f"parallel.pp={v['pp']}",
+           f"parallel.cp={v['cp']}",
            f"parallel.schedule={v['schedule']}",
            f"parallel.virtual_stages={2 if v['schedule'] == 'interleaved' else 1}",
            f"parallel.sequence_parallel={'true' if v['sp'] else 'false'}",
@@ -106,7 +110,8 @@ def overrides(layout, batch):
 def describe(layout):
     """A compact name: the grid and schedule always, other axes when not default."""
     v = dict(zip(NAMES, layout))
-    s = f"dp{v['dp']} tp{v['tp']} pp{v['pp']} {v['schedule']}"
+    s = f"dp{v['dp']} tp{v['tp']} pp{v['pp']}" + (f" cp{v['cp']}" if v["cp"] > 1 else "") + \
+        f" {v['schedule']}"
     extra = {"sp": "sp" if v["sp"] else None, "zero": f"z{v['zero']}" if v["zero"] else None,
              "dp_mode": v["dp_mode"] if v["dp_mode"] != "allreduce" else None,
              "micro_batches": f"m{v['micro_batches']}",
@@ -284,4 +289,34 @@ def whole_matrix():
             for value in dict(AXES)[axis]:
                 if value != centre.get(axis, DEFAULT[axis]):
                     out.append(make(**dict(centre, **{axis: value})))
+    return list(dict.fromkeys(out))
+
+
+def context_layouts(every=False):
+    """Context parallelism (cp 2 and 4) crossed with the other axes, each
+    against the serial run of its precision. Quick: a few rows, each putting
+    the ring beside one other parallelism or setting. --all: cp x dp x tp x pp
+    (at most MAX_RANKS ranks) x schedule x sp x zero with 4 micro-batches per
+    rank, in fp32 and, at zero 0, bf16 and fp16; then one-axis variations of
+    recompute and precision around cp2 tp2 pp2 sp."""
+    if not every:
+        return [make(cp=2, micro_batches=2), make(cp=4),
+                make(cp=2, dp=2, zero=1, micro_batches=2), make(cp=2, tp=2, sp=True),
+                make(cp=2, pp=2, schedule="zb-h1", micro_batches=2),
+                make(cp=2, recompute="full", precision="bf16"),
+                make(cp=2, dp=2, zero=3, precision="fp16", micro_batches=2)]
+    out = []
+    for cp in (2, 4):
+        for dp, tp, pp in itertools.product([1, 2, 4], [1, 2], [1, 2]):
+            if cp * dp * tp * pp > MAX_RANKS:
+                continue
+            for sched in (dict(AXES)["schedule"] if pp > 1 else ["1f1b"]):
+                for sp in ([False, True] if tp > 1 else [False]):
+                    base = dict(cp=cp, dp=dp, tp=tp, pp=pp, schedule=sched, sp=sp, micro_batches=4)
+                    out += [make(**base, zero=z) for z in range(4)]
+                    out += [make(**base, precision=p) for p in ("bf16", "fp16")]
+    centre = dict(cp=2, tp=2, pp=2, schedule="1f1b", sp=True, micro_batches=4)
+    for axis in ("recompute", "precision"):
+        for value in dict(AXES)[axis]:
+            out.append(make(**dict(centre, **{axis: value})))
     return list(dict.fromkeys(out))

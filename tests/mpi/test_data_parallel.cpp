@@ -58,7 +58,8 @@ TrainedRun train_on(MPI_Comm comm, const std::vector<std::string>& sets) {
   for (int s = 0; s < kSteps; ++s) run.losses.push_back(tr.step(s).loss);
   const Arena& p = tr.model().params();
   run.params.assign(p.f32(), p.f32() + p.numel());
-  run.data_all_reduces = grid.data().stats().calls_of(CommOp::all_reduce);
+  // Gradients and the loss are reduced over data x context (at cp 1, the data ranks).
+  run.data_all_reduces = grid.data_context().stats().calls_of(CommOp::all_reduce);
   run.table = tr.model().param_table();
   return run;
 }

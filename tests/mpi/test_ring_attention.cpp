@@ -80,7 +80,8 @@ Whole whole_attention(ComputeBackend& backend, int B, int T, int C, int NH) {
 void expect_ring_equals_whole(Communicator& ring, ComputeBackend& backend) {
   const int B = 2, T = 160, C = 32, NH = 4;
   const Whole w = whole_attention(backend, B, T, C, NH);
-  RingAttention op(backend, ring, T);
+  MemoryLedger ledger;
+  RingAttention op(backend, ledger, ring, T);
   const ContextChunks& c = op.chunks();
   const AttentionShape s{B, c.rows(), C, NH};
   const Vec qkv = rank_rows(c, w.qkv, B, 3 * C), dout = rank_rows(c, w.dout, B, C);
@@ -98,6 +99,11 @@ void expect_ring_equals_whole(Communicator& ring, ComputeBackend& backend) {
   op.backward_rounded(dqkv.data(), bits.data(), dout.data(), qkv.data(), out.data(), lse.data(),
                       s);
   EXPECT_LT(relative_gap(dqkv, rank_rows(c, w.dqkv, B, 3 * C)), 1e-2) << "cp " << ring.size();
+  // The ring's buffers, as the memory estimate counts them: five blocks of
+  // keys and values (two travelling, two gradient shares, one arriving); one
+  // rank alone needs three (no transfers).
+  const std::size_t five = RingAttention::buffer_floats(B, c.rows(), C) * sizeof(float);
+  EXPECT_EQ(ledger.peak(MemCategory::buffers), ring.size() > 1 ? five : five / 5 * 3);
 }
 
 }  // namespace

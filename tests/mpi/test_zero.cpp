@@ -52,10 +52,10 @@ void run(MPI_Comm comm, const std::vector<std::string>& sets, ZeroRun& out, int 
   auto be = make_cpu_backend(1);
   TokenDataset data(d.data.train, d.model.seq_len, "data.train");
   Trainer tr(d, grid, *be, out.ledger, data, nullptr);
-  grid.data().reset_stats();
+  grid.data_context().reset_stats();  // gradients travel on data x context
   grid.world().reset_stats();
   for (int s = 0; s < steps; ++s) out.losses.push_back(tr.step(s).loss);
-  out.data = grid.data().stats();
+  out.data = grid.data_context().stats();
   out.world = grid.world().stats();
   out.estimate = estimate_memory(d, shape, d.zero.stage);
   if (auto* engine = dynamic_cast<ZeroEngine*>(&tr.engine())) {

@@ -7,6 +7,9 @@
 #include <cstddef>
 #include <stdexcept>
 #include <string>
+#include <vector>
+
+#include "model/token_layout.hpp"
 
 namespace trident {
 
@@ -29,6 +32,12 @@ struct ContextChunks {
     return r < c ? first() * c + r : second() * c + (r - c);
   }
 };
+
+// The model's rows for a micro-batch of `batch` sequences: the two chunks.
+inline TokenLayout context_token_layout(const ContextChunks& c, int batch) {
+  const int n = c.chunk();
+  return TokenLayout(batch, c.seq_len, {{0, c.first() * n, n}, {n, c.second() * n, n}});
+}
 
 // This rank's rows of `batch` sequences of seq_len values each (tokens or
 // targets), in row order: batch x rows() values into `mine`.

@@ -5,31 +5,25 @@
 #include <string>
 #include <utility>
 
+#include "core/timer.hpp"
+
 namespace trident {
 
-RingAttention::RingAttention(ComputeBackend& backend, Communicator& ring, int seq_len)
+RingAttention::RingAttention(ComputeBackend& backend, MemoryLedger& ledger, Communicator& ring,
+                             int seq_len)
     : backend_(backend),
+      ledger_(ledger),
       bf16_ops_(backend),
       ring_(ring),
       chunks_(ring.size(), ring.rank(), seq_len) {}
 
-RingAttention::~RingAttention() {
-  for (Buffer* b : {&kv_[0], &kv_[1], &dkv_[0], &dkv_[1], &dkv_in_, &values_})
-    if (b->data) backend_.release(b->data, b->bytes);
+std::size_t RingAttention::buffer_floats(int batch, int rows, int width, bool widened) {
+  return (widened ? 13 : 10) * std::size_t(batch) * rows * width;
 }
 
-std::size_t RingAttention::buffer_floats(int batch, int rows, int width) {
-  return 5 * std::size_t(batch) * rows * 2 * width;
-}
-
-float* RingAttention::buffer(Buffer& b, std::size_t floats) {
-  const std::size_t bytes = floats * sizeof(float);
-  if (b.bytes < bytes) {
-    if (b.data) backend_.release(b.data, b.bytes);
-    b.data = static_cast<float*>(backend_.allocate(bytes));
-    b.bytes = bytes;
-  }
-  return b.data;
+float* RingAttention::buffer(Arena& b, std::size_t floats) {
+  if (b.numel() < floats) b = Arena(backend_, ledger_, MemCategory::buffers, floats);
+  return b.f32();
 }
 
 // q, k and v as f32 values: given, or widened from the bf16 bits a backend
@@ -39,6 +33,11 @@ const float* RingAttention::qkv_values(MatrixIn qkv, std::size_t n) {
   float* v = buffer(values_, n);
   backend_.convert(v, DType::f32, qkv.bf16, DType::bf16, n);
   return v;
+}
+
+void RingAttention::finish(ContextComm::Shift& shift) {
+  ScopedTimer wait(times_.exposed);
+  ring_.finish(shift);
 }
 
 void RingAttention::check(const AttentionShape& s) const {
@@ -96,13 +95,17 @@ void RingAttention::forward(float* out, float* lse, MatrixIn qkv, const Attentio
     ContextComm::Shift shift;
     if (step + 1 < cp) shift = ring_.start_shift(kv, next, rows * 2 * C, ContextComm::kKeysValues);
     const AttentionBlock whole = block(s, q, kv, out, lse);
-    each_visible((r - step + cp) % cp, s.seq_len, [&](int qi, int ki, int nq, int nk, bool causal) {
-      AttentionBlock b = whole.from(qi, ki);
-      b.queries = nq, b.keys = nk, b.causal = causal;
-      backend_.attention_block_forward(b);
-    });
+    {
+      ScopedTimer compute(times_.compute);
+      each_visible((r - step + cp) % cp, s.seq_len,
+                   [&](int qi, int ki, int nq, int nk, bool causal) {
+                     AttentionBlock b = whole.from(qi, ki);
+                     b.queries = nq, b.keys = nk, b.causal = causal;
+                     backend_.attention_block_forward(b);
+                   });
+    }
     if (step + 1 < cp) {
-      ring_.finish(shift);
+      finish(shift);
       std::swap(kv, next);
     }
   }
@@ -135,25 +138,29 @@ void RingAttention::backward(float* dqkv, MatrixIn dout, MatrixIn qkv, const flo
     grads.dv = {mine + C, 2 * C, T * 2 * C};
     const AttentionBlock whole = block(s, q, kv, const_cast<float*>(out),
                                        const_cast<float*>(lse));
-    each_visible((r - step + cp) % cp, s.seq_len, [&](int qi, int ki, int nq, int nk, bool causal) {
-      AttentionBlock b = whole.from(qi, ki);
-      b.queries = nq, b.keys = nk, b.causal = causal;
-      backend_.attention_block_backward(b, grads.from(qi, ki));
-    });
+    {
+      ScopedTimer compute(times_.compute);
+      each_visible((r - step + cp) % cp, s.seq_len,
+                   [&](int qi, int ki, int nq, int nk, bool causal) {
+                     AttentionBlock b = whole.from(qi, ki);
+                     b.queries = nq, b.keys = nk, b.causal = causal;
+                     backend_.attention_block_backward(b, grads.from(qi, ki));
+                   });
+    }
     if (step > 0) {  // the sum of the ranks before this one
-      ring_.finish(grads_in_flight);
+      finish(grads_in_flight);
       backend_.add(mine, mine, arriving, n);
     }
     if (cp > 1)
       grads_in_flight = ring_.start_shift(mine, arriving, n, ContextComm::kKeyValueGrads);
     if (step + 1 < cp) {
-      ring_.finish(shift);
+      finish(shift);
       std::swap(kv, next);
     }
   }
   const float* own = share[0];
   if (cp > 1) {
-    ring_.finish(grads_in_flight);
+    finish(grads_in_flight);
     own = arriving;
   }
   add_key_value_grads(dqkv, own, s);

@@ -12,21 +12,31 @@
 #include <vector>
 
 #include "compute/bf16_operands.hpp"
+#include "memory/arena.hpp"
 #include "model/attention_op.hpp"
 #include "parallel/context/context_comm.hpp"
 #include "parallel/context/context_split.hpp"
 
 namespace trident {
 
+// Seconds on the host: the blocks' kernels, and waits for the ring's
+// transfers after them (the part of the communication not hidden behind
+// attention). A device backend's kernels run asynchronously: there the
+// compute time is what enqueuing took.
+struct RingTimes {
+  double compute = 0, exposed = 0;
+};
+
 class RingAttention final : public AttentionOp {
  public:
   // `ring`: the context group (grid.context()); seq_len: whole sequences'.
-  RingAttention(ComputeBackend& backend, Communicator& ring, int seq_len);
-  ~RingAttention() override;
+  // The ring's buffers are charged to the ledger's buffers when first used.
+  RingAttention(ComputeBackend& backend, MemoryLedger& ledger, Communicator& ring, int seq_len);
   RingAttention(const RingAttention&) = delete;
   RingAttention& operator=(const RingAttention&) = delete;
 
   const ContextChunks& chunks() const { return chunks_; }
+  const RingTimes& times() const { return times_; }
   // s.seq_len: this rank's rows of each sequence (chunks().rows()). bf16:
   // q, k and v hold bf16 values; the products run in f32.
   void forward(float* out, float* lse, MatrixIn qkv, const AttentionShape& s, bool bf16) override;
@@ -40,17 +50,15 @@ class RingAttention final : public AttentionOp {
   // Floats of the ring's buffers for a micro-batch of `batch` sequences of
   // `width` features per tensor rank: two key/value blocks travelling in
   // forward, and two more blocks of their gradients plus one arriving in
-  // backward (what the memory estimate counts).
-  static std::size_t buffer_floats(int batch, int rows, int width);
+  // backward (what the memory estimate counts); `widened`: and f32 values of
+  // q, k and v given as bf16 bits alone (a bf16 run on bf16 kernels).
+  static std::size_t buffer_floats(int batch, int rows, int width, bool widened = false);
 
  private:
-  struct Buffer {
-    float* data = nullptr;
-    std::size_t bytes = 0;
-  };
-  float* buffer(Buffer& b, std::size_t floats);
+  float* buffer(Arena& b, std::size_t floats);
   const float* qkv_values(MatrixIn qkv, std::size_t n);
   void check(const AttentionShape& s) const;
+  void finish(ContextComm::Shift& shift);  // waits, timed as exposed
   AttentionBlock block(const AttentionShape& s, const float* q, const float* kv, float* out,
                        float* lse) const;
   // The blocks of block `j`'s keys and values that this rank's queries see.
@@ -59,11 +67,13 @@ class RingAttention final : public AttentionOp {
   void add_key_value_grads(float* dqkv, const float* dkv, const AttentionShape& s);
 
   ComputeBackend& backend_;
+  MemoryLedger& ledger_;
   Bf16OperandsFor bf16_ops_;
   ContextComm ring_;
   ContextChunks chunks_;
-  Buffer kv_[2], dkv_[2], dkv_in_, values_;
+  Arena kv_[2], dkv_[2], dkv_in_, values_;
   std::vector<float> minus_inf_;  // host: lse's starting value
+  RingTimes times_;
 };
 
 }  // namespace trident

@@ -12,6 +12,12 @@ int micro_batch_of(const ScheduleCostDeck& deck, const GridShape& shape) {
   return deck.train.micro_batch > 0 ? deck.train.micro_batch : deck.train.batch / shape.dp;
 }
 
+// A micro-batch's rows on one rank: whole sequences, or 1/cp of each under
+// context parallelism (the tables' sizes depend on the row count alone).
+TokenLayout rank_rows(int B, const GptConfig& m, const GridShape& shape) {
+  return TokenLayout(B, m.seq_len, {{0, 0, m.seq_len / shape.cp}});
+}
+
 }  // namespace
 
 // The paper's unit costs and the budgets each schedule states (schedule.hpp).
@@ -41,17 +47,17 @@ double slot_bytes(const ScheduleCostDeck& deck, const GridShape& shape, const St
   const ActivationPolicy policy =
       make_activation_policy(deck.train.recompute, deck.train.partition_activations, shape.tp,
                              tp.sp(), deck.precision.dtype);
-  TensorTable saved = GptModel::saved_activation_table(m, TokenLayout(B, m.seq_len), tp, spec, policy);
+  TensorTable saved = GptModel::saved_activation_table(m, rank_rows(B, m, shape), tp, spec, policy);
   saved.align_end(TensorTable::kAlign);
-  TensorTable saved16 = GptModel::saved_16bit_table(m, TokenLayout(B, m.seq_len), tp, spec, policy);
+  TensorTable saved16 = GptModel::saved_16bit_table(m, rank_rows(B, m, shape), tp, spec, policy);
   saved16.align_end(2 * TensorTable::kAlign);
   return double(saved.size()) * sizeof(float) + double(saved16.size()) * 2 +
-         2.0 * B * m.seq_len * sizeof(std::int32_t);
+         2.0 * B * (m.seq_len / shape.cp) * sizeof(std::int32_t);
 }
 
 double send_buffer_bytes(const ScheduleCostDeck& deck, const GridShape& shape) {
   const TensorParallelLayout tp{shape.tp, 0, deck.parallel.sequence_parallel};
-  const int tokens = micro_batch_of(deck, shape) * deck.model.seq_len;
+  const int tokens = micro_batch_of(deck, shape) * (deck.model.seq_len / shape.cp);
   return double(tp.local_tokens(tokens)) * deck.model.d_model * sizeof(float);
 }
 
@@ -62,7 +68,7 @@ double weight_buffer_bytes(const ScheduleCostDeck& deck, const GridShape& shape,
                              tp.sp(), deck.precision.dtype);
   const WeightInputLayout kept =
       GptModel::weight_input_layout(
-          deck.model, TokenLayout(micro_batch_of(deck, shape), deck.model.seq_len), tp, spec, policy);
+          deck.model, rank_rows(micro_batch_of(deck, shape), deck.model, shape), tp, spec, policy);
   return double(kept.buffer.size()) * sizeof(float);
 }
 
@@ -101,8 +107,8 @@ ZeroBubbleCosts zero_bubble_costs(const ScheduleCostDeck& deck, const GridShape&
       make_activation_policy(deck.train.recompute, deck.train.partition_activations, shape.tp,
                              tpl.sp(), deck.precision.dtype);
   const int B = micro_batch_of(deck, shape);
-  const double fixed = double(GptModel::work_table(m, TokenLayout(B, m.seq_len), tpl, policy).size() +
-                              GptModel::scratch_table(m, TokenLayout(B, m.seq_len), tpl, policy).size()) * sizeof(float);
+  const double fixed = double(GptModel::work_table(m, rank_rows(B, m, shape), tpl, policy).size() +
+                              GptModel::scratch_table(m, rank_rows(B, m, shape), tpl, policy).size()) * sizeof(float);
   for (int s = 0; s < p; ++s) {
     const double b = zero_bubble_budget(kind, s, one_f_one_b);
     c.budget.push_back(b > 0 ? b + (kZeroBubbleSlack - 1) * fixed : 0);
