@@ -30,20 +30,23 @@ GptModel::GptModel(const GptConfig& c, int micro_batch, ComputeBackend& backend,
   attention_ = o.attention ? o.attention : own_attention_.get();
   if (!o.storage) own_storage_ = std::make_unique<FullStorage>(table_, backend, ledger, o.weights, o.grads);
   storage_ = o.storage ? o.storage : own_storage_.get();
-  all_tokens_ = B_ * c.seq_len;
+  tokens_ = o.tokens.empty() ? TokenLayout(B_, c.seq_len) : o.tokens;
+  if (tokens_.batch() != B_ || tokens_.seq_len() != c.seq_len)
+    throw std::logic_error("GptModelOptions::tokens: another micro-batch or sequence length");
+  all_tokens_ = tokens_.rows();
   local_tokens_ = tp_.local_tokens(all_tokens_);
   first_token_ = tp_.first_local_token(all_tokens_);
   policy_ = o.activations;
-  saved_ = saved_activation_table(c, B_, tp_, stage_, policy_);
+  saved_ = saved_activation_table(c, tokens_, tp_, stage_, policy_);
   saved_.align_end(TensorTable::kAlign);  // pools of them: each starts vector-aligned
-  saved16_ = saved_16bit_table(c, B_, tp_, stage_, policy_);
+  saved16_ = saved_16bit_table(c, tokens_, tp_, stage_, policy_);
   saved16_.align_end(2 * TensorTable::kAlign);
-  work_ = work_table(c, B_, tp_, policy_);
-  scratch_ = scratch_table(c, B_, tp_, policy_);
+  work_ = work_table(c, tokens_, tp_, policy_);
+  scratch_ = scratch_table(c, tokens_, tp_, policy_);
   if (!o.workspace) own_workspace_ = std::make_unique<ModelWorkspace>();
   workspace_ = o.workspace ? o.workspace : own_workspace_.get();
   allocate_workspace(ledger);
-  weight_layout_ = weight_input_layout(c, B_, tp_, stage_, policy_);
+  weight_layout_ = weight_input_layout(c, tokens_, tp_, stage_, policy_);
   host_losses_.resize(all_tokens_);
   resolve_handles();
   if (packs_bits())  // the linears' weights reach the GEMMs as bits only (weight())

@@ -27,6 +27,7 @@
 #include "model/param_table.hpp"
 #include "model/stage_spec.hpp"
 #include "model/tensor_group.hpp"
+#include "model/token_layout.hpp"
 #include "parallel/tensor/tensor_layout.hpp"
 
 namespace trident {
@@ -46,6 +47,8 @@ struct GptModelOptions {
   DType weights = DType::f32;       // the full arenas' parameter type (bf16/f16: 16-bit weights)
   DType grads = DType::f32;         // and gradient type (precision.reduce_dtype)
   StageSpec stage;                  // default: the whole model
+  // The micro-batch's rows this rank computes (default: whole sequences).
+  TokenLayout tokens;
   ActivationPolicy activations;     // what is saved for backward, and in which type
   // Not owned; null: the model's own. Models of one rank with the same config
   // and micro-batch may share one (the first built allocates it).
@@ -71,6 +74,7 @@ class GptModel {
   const TensorParallelLayout& tensor_layout() const { return tp_; }
   const StageSpec& stage() const { return stage_; }
   int micro_batch() const { return B_; }
+  const TokenLayout& tokens() const { return tokens_; }
   const TensorTable& param_table() const { return table_; }
   // The default full arenas (throws std::logic_error under another storage).
   Arena& params() { return full().params(); }
@@ -88,15 +92,15 @@ class GptModel {
   // The layouts of the saved activations of one micro-batch (f32, and those
   // stored in 16 bits), of the one-block working buffer and of the shared
   // scratch (the estimator sizes them too).
-  static TensorTable saved_activation_table(const GptConfig& c, int micro_batch,
+  static TensorTable saved_activation_table(const GptConfig& c, const TokenLayout& tokens,
                                             const TensorParallelLayout& tp, const StageSpec& st,
                                             const ActivationPolicy& policy = {});
-  static TensorTable saved_16bit_table(const GptConfig& c, int micro_batch,
+  static TensorTable saved_16bit_table(const GptConfig& c, const TokenLayout& tokens,
                                        const TensorParallelLayout& tp, const StageSpec& st,
                                        const ActivationPolicy& policy);
-  static TensorTable work_table(const GptConfig& c, int micro_batch,
+  static TensorTable work_table(const GptConfig& c, const TokenLayout& tokens,
                                 const TensorParallelLayout& tp, const ActivationPolicy& policy);
-  static TensorTable scratch_table(const GptConfig& c, int micro_batch,
+  static TensorTable scratch_table(const GptConfig& c, const TokenLayout& tokens,
                                    const TensorParallelLayout& tp,
                                    const ActivationPolicy& policy);
   // What B keeps for W per micro-batch: the output gradient of every linear
@@ -104,17 +108,17 @@ class GptModel {
   // itself), B to W; and
   // where (gpt_weight_inputs.cpp): weight_inputs holds only what the saved
   // activations' dead room cannot.
-  static TensorTable weight_input_table(const GptConfig& c, int micro_batch,
+  static TensorTable weight_input_table(const GptConfig& c, const TokenLayout& tokens,
                                         const TensorParallelLayout& tp, const StageSpec& st);
-  static WeightInputLayout weight_input_layout(const GptConfig& c, int micro_batch,
+  static WeightInputLayout weight_input_layout(const GptConfig& c, const TokenLayout& tokens,
                                                const TensorParallelLayout& tp,
                                                const StageSpec& st, const ActivationPolicy& policy);
   const ActivationPolicy& activation_policy() const { return policy_; }
   // What MicroBatchActs points to, for this model.
   MicroBatchSizes micro_batch_sizes() const;
 
-  // Forward over one micro-batch of B x T tokens (host arrays, all tokens on
-  // every tensor rank) into `acts`. A stage without the embeddings reads its
+  // Forward over one micro-batch's rows (tokens(): host arrays of
+  // tokens().rows() ids, the same on every tensor rank) into `acts`. A stage without the embeddings reads its
   // input from input_buffer(acts). Returns the sum of the per-token losses on
   // the stage with the head (0 elsewhere); with dloss != 0 the head also
   // leaves dloss * dLoss/dlogits for backward().
@@ -303,6 +307,10 @@ class GptModel {
   static std::vector<TableUnit> table_units(const TensorTable& table, int d_model);
   bool table_cut() const { return table_units_.size() > 1; }
   void lookup_tokens(float* out, const std::int32_t* tokens);  // the embedding's lookup
+  // The learned positions of this rank's rows (local_tokens_ from
+  // first_token_) added to enc, and their gradient from d_enc.
+  void add_positions(float* enc);
+  void position_grads(float* dwpe, const float* d_enc);
   // The tied head: logits = lnf wte^T; a whole table stays held for backward.
   void logits_forward(float* logits, const float* lnf);
   // d_lnf += dlogits wte (if d_lnf), and with weight_grads dwte += dlogits^T lnf.
@@ -338,7 +346,10 @@ class GptModel {
   std::unique_ptr<ModelWorkspace> own_workspace_;
   ModelWorkspace* workspace_;  // the own one, or shared
   std::vector<float> host_losses_;
-  int all_tokens_, local_tokens_, first_token_;  // all tokens, this rank's tokens, its first
+  TokenLayout tokens_;
+  // The micro-batch's rows, those whose norm/residual activations this rank
+  // holds (all without SP), and the first of them.
+  int all_tokens_, local_tokens_, first_token_;
 };
 
 }  // namespace trident

@@ -23,13 +23,13 @@ struct ActSpec {
 };
 
 // Every activation one block's backward reads, in forward order.
-std::vector<ActSpec> block_activations(const GptConfig& c, int micro_batch,
+std::vector<ActSpec> block_activations(const GptConfig& c, const TokenLayout& tokens,
                                        const TensorParallelLayout& tp) {
-  const std::int64_t BT = std::int64_t(micro_batch) * c.seq_len, BTl = tp.local_tokens(int(BT));
+  const std::int64_t BT = tokens.rows(), BTl = tp.local_tokens(int(BT));
   const std::int64_t C = c.d_model, Cl = tp.local_width(c), Fl = tp.local_ff(c);
   const std::int64_t QKVl = tp.local_qkv_width(c), FCl = tp.local_fc_width(c);
   // Attention keeps one log-sum-exp per query and head, not the T x T probabilities.
-  const std::int64_t lse = std::int64_t(micro_batch) * tp.local_heads(c) * c.seq_len;
+  const std::int64_t lse = BT * tp.local_heads(c);
   // Residual stream and norms: this rank's tokens. Everything between the
   // column- and row-parallel layers: all tokens, this rank's features. RMSNorm
   // keeps no mean; qkv is the rotated q and k (RoPE's backward needs no
@@ -70,10 +70,10 @@ void add_flat(TensorTable& t, std::string name, std::int64_t n) {
 
 }  // namespace
 
-TensorTable GptModel::saved_activation_table(const GptConfig& c, int micro_batch,
+TensorTable GptModel::saved_activation_table(const GptConfig& c, const TokenLayout& tokens,
                                              const TensorParallelLayout& tp, const StageSpec& st,
                                              const ActivationPolicy& policy) {
-  const std::int64_t BT = std::int64_t(micro_batch) * c.seq_len, BTl = tp.local_tokens(int(BT));
+  const std::int64_t BT = tokens.rows(), BTl = tp.local_tokens(int(BT));
   const std::int64_t C = c.d_model;
   const bool sp = tp.sp();
   const int end = st.first_block + st.blocks(c.layers);
@@ -82,7 +82,7 @@ TensorTable GptModel::saved_activation_table(const GptConfig& c, int micro_batch
   add("encoded", BTl * C);  // the embeddings' output, or the previous stage's
   for (int l = st.first_block; l < end; ++l) {
     const std::string p = fmt::format("h.{}.", l);
-    for (const ActSpec& a : block_activations(c, micro_batch, tp)) {
+    for (const ActSpec& a : block_activations(c, tokens, tp)) {
       if (!kept_f32(a, policy)) continue;
       // Partitioned: a block's output is the next block's input; the stage's
       // output stays whole (the head and the next stage read it).
@@ -101,32 +101,32 @@ TensorTable GptModel::saved_activation_table(const GptConfig& c, int micro_batch
   return t;
 }
 
-TensorTable GptModel::saved_16bit_table(const GptConfig& c, int micro_batch,
+TensorTable GptModel::saved_16bit_table(const GptConfig& c, const TokenLayout& tokens,
                                         const TensorParallelLayout& tp, const StageSpec& st,
                                         const ActivationPolicy& policy) {
   TensorTable t;
   if (policy.store == DType::f32) return t;
   for (int l = st.first_block; l < st.first_block + st.blocks(c.layers); ++l)
-    for (const ActSpec& a : block_activations(c, micro_batch, tp))
+    for (const ActSpec& a : block_activations(c, tokens, tp))
       if (kept(a, policy.recompute) && !kept_f32(a, policy))
         add_flat(t, fmt::format("h.{}.{}", l, a.name), a.n);
   return t;
 }
 
-TensorTable GptModel::work_table(const GptConfig& c, int micro_batch,
+TensorTable GptModel::work_table(const GptConfig& c, const TokenLayout& tokens,
                                  const TensorParallelLayout& tp, const ActivationPolicy& policy) {
   TensorTable t;
-  for (const ActSpec& a : block_activations(c, micro_batch, tp))
+  for (const ActSpec& a : block_activations(c, tokens, tp))
     if (!kept_f32(a, policy) || (policy.partition && std::string(a.name) == "res3"))
       add_flat(t, a.name, a.n);
   return t;
 }
 
-TensorTable GptModel::scratch_table(const GptConfig& c, int micro_batch,
+TensorTable GptModel::scratch_table(const GptConfig& c, const TokenLayout& tokens,
                                     const TensorParallelLayout& tp, const ActivationPolicy& policy) {
   // Reused layer after layer and micro-batch after micro-batch: activation
   // gradients are never kept for the whole stack. Counted as activations.
-  const std::int64_t BT = std::int64_t(micro_batch) * c.seq_len, BTl = tp.local_tokens(int(BT));
+  const std::int64_t BT = tokens.rows(), BTl = tp.local_tokens(int(BT));
   const std::int64_t C = c.d_model, Cl = tp.local_width(c), Fl = tp.local_ff(c);
   const std::int64_t QKVl = tp.local_qkv_width(c), FCl = tp.local_fc_width(c);
   TensorTable t;

@@ -129,14 +129,23 @@ void GptModel::finish_block_grads(int l, bool finalize) {
   st.done_grads(h.unit, finalize);
 }
 
+void GptModel::position_grads(float* dwpe, const float* d_enc) {
+  const int C = cfg_.d_model;
+  if (tokens_.whole_sequences()) {
+    backend_.position_backward(dwpe, d_enc, local_tokens_, cfg_.seq_len, first_token_, C);
+    return;
+  }
+  for (const PositionRun& r : tokens_.runs_of_rows(first_token_, local_tokens_))
+    backend_.position_backward(dwpe, d_enc + std::size_t(r.row) * C, r.count, cfg_.seq_len,
+                               r.position, C);
+}
+
 void GptModel::embedding_grads(const MicroBatchActs& acts, const float* d_emb, bool finalize) {
-  ComputeBackend& be = backend_;
   ModelStorage& st = *storage_;
   const TensorInfo* wpe = ends_.wpe;  // null with rotary positions
   if (wpe) {
     st.need_grads(wpe->unit);
-    be.position_backward(grad(wpe), d_emb, local_tokens_, cfg_.seq_len, first_token_,
-                         cfg_.d_model);
+    position_grads(grad(wpe), d_emb);
     if ((finalize || st.grads_leave_each_backward()) && tp_.sp())
       group_->all_reduce(grad(wpe), wpe->numel);
   }

@@ -34,9 +34,20 @@ void GptModel::block_forward(const Block& a, const float* x, int l, bool recompu
   be.add(a.res3, a.res2, reduce_row_parallel(full), std::size_t(BTl) * C);
 }
 
+void GptModel::add_positions(float* enc) {
+  const int C = cfg_.d_model;
+  if (tokens_.whole_sequences()) {  // one pass: row r is position r mod seq_len
+    backend_.position_forward(enc, param(ends_.wpe), local_tokens_, cfg_.seq_len, first_token_, C);
+    return;
+  }
+  for (const PositionRun& r : tokens_.runs_of_rows(first_token_, local_tokens_))
+    backend_.position_forward(enc + std::size_t(r.row) * C, param(ends_.wpe), r.count,
+                              cfg_.seq_len, r.position, C);
+}
+
 double GptModel::forward(const MicroBatchActs& acts, const std::int32_t* tokens, const std::int32_t* targets,
                          float dloss) {
-  const int T = cfg_.seq_len, C = cfg_.d_model, BT = all_tokens_, BTl = local_tokens_;
+  const int C = cfg_.d_model, BT = all_tokens_, BTl = local_tokens_;
   std::int32_t* tok = acts.tokens;
   std::int32_t* tgt = tok + BT;
   backend_.copy_from_host(tok, tokens, BT * sizeof(std::int32_t));
@@ -59,7 +70,7 @@ double GptModel::forward(const MicroBatchActs& acts, const std::int32_t* tokens,
     }
     if (e.wpe) {  // learned positions (rotary ones act on q and k in each block)
       st.need_params(e.wpe->unit, Pass::forward);
-      be.position_forward(enc, param(e.wpe), BTl, T, first_token_, C);
+      add_positions(enc);
       st.done_params(e.wpe->unit);
     }
   }

@@ -20,9 +20,9 @@ std::size_t aligned(std::size_t n) {
 
 }  // namespace
 
-TensorTable GptModel::weight_input_table(const GptConfig& c, int micro_batch,
+TensorTable GptModel::weight_input_table(const GptConfig& c, const TokenLayout& tokens,
                                          const TensorParallelLayout& tp, const StageSpec& st) {
-  const std::int64_t BT = std::int64_t(micro_batch) * c.seq_len, BTl = tp.local_tokens(int(BT));
+  const std::int64_t BT = tokens.rows(), BTl = tp.local_tokens(int(BT));
   const std::int64_t C = c.d_model, FCl = tp.local_fc_width(c), QKVl = tp.local_qkv_width(c);
   TensorTable t;
   auto add = [&t](std::string name, std::int64_t n) {
@@ -41,12 +41,12 @@ TensorTable GptModel::weight_input_table(const GptConfig& c, int micro_batch,
   return t;
 }
 
-WeightInputLayout GptModel::weight_input_layout(const GptConfig& c, int micro_batch,
+WeightInputLayout GptModel::weight_input_layout(const GptConfig& c, const TokenLayout& tokens,
                                                 const TensorParallelLayout& tp,
                                                 const StageSpec& st,
                                                 const ActivationPolicy& policy) {
-  const TensorTable saved = saved_activation_table(c, micro_batch, tp, st, policy);
-  const TensorTable all = weight_input_table(c, micro_batch, tp, st);
+  const TensorTable saved = saved_activation_table(c, tokens, tp, st, policy);
+  const TensorTable all = weight_input_table(c, tokens, tp, st);
   WeightInputLayout out;
   // Dead regions of the saved activations (offset, elements), in the order B is done with them.
   std::vector<std::pair<std::size_t, std::size_t>> dead;

@@ -26,18 +26,26 @@ void GptModel::norm_backward(float* dx, const TensorInfo* w, const TensorInfo* b
 }
 
 AttentionShape GptModel::attention_shape() const {
-  return {B_, cfg_.seq_len, tp_.local_width(cfg_), tp_.local_heads(cfg_),
+  return {B_, tokens_.rows_per_sequence(), tp_.local_width(cfg_), tp_.local_heads(cfg_),
           tp_.local_kv_heads(cfg_)};
 }
 
 void GptModel::rotate(float* qkv, bool backward) {
   if (cfg_.positions != PositionEncoding::rope) return;
   // q and k are adjacent in each row: one pass over NH + KVH heads. Every
-  // tensor rank rotates all tokens of its heads, each sequence from position 0.
+  // tensor rank rotates all rows of its heads, each run of rows by its own
+  // positions (a context-parallel rank's chunks are not contiguous).
   const int heads = tp_.local_heads(cfg_) + tp_.local_kv_heads(cfg_), hs = cfg_.head_size();
   const std::size_t ld = std::size_t(tp_.local_qkv_width(cfg_));
-  if (backward) llama_.rope_backward(qkv, *rotary_, B_, cfg_.seq_len, heads, hs, ld, 0);
-  else llama_.rope_forward(qkv, *rotary_, B_, cfg_.seq_len, heads, hs, ld, 0);
+  auto apply = [&](float* x, int batch, int rows, int pos0) {
+    if (backward) llama_.rope_backward(x, *rotary_, batch, rows, heads, hs, ld, pos0);
+    else llama_.rope_forward(x, *rotary_, batch, rows, heads, hs, ld, pos0);
+  };
+  if (tokens_.whole_sequences()) return apply(qkv, B_, cfg_.seq_len, 0);
+  const int per_sequence = tokens_.rows_per_sequence();
+  for (int b = 0; b < B_; ++b)
+    for (const PositionRun& r : tokens_.sequence_runs())
+      apply(qkv + (std::size_t(b) * per_sequence + r.row) * ld, 1, r.count, r.position);
 }
 
 MatrixIn GptModel::llama_qkv_operand(const Block& a, MatrixIn ln1, const BlockHandles& h) {
