@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "compute/bf16_operands.hpp"
+#include "compute/llama_ops.hpp"
 #include "memory/arena.hpp"
 #include "memory/ledger.hpp"
 #include "memory/tensor_table.hpp"
@@ -180,8 +181,9 @@ class GptModel {
   void unpack_block(const MicroBatchActs& acts, int l);  // 16-bit copies into the working buffer
   void regather_norms(const Block& a);  // SP: the norms' outputs over the tensor group again
   float* scratch(const TensorInfo* t) { return workspace_->scratch.f32(*t); }
-  float* param(const TensorInfo* t) { return storage_->param(*t); }
-  float* grad(const TensorInfo* t) { return storage_->grad(*t); }
+  // Null for a tensor the model's shape has not (a bias, LayerNorm's .b).
+  float* param(const TensorInfo* t) { return t ? storage_->param(*t) : nullptr; }
+  float* grad(const TensorInfo* t) { return t ? storage_->grad(*t) : nullptr; }
   // Handles resolved once at construction (gpt_handles.cpp).
   BlockHandles resolve_block(int l) const;
   void resolve_handles();
@@ -216,6 +218,25 @@ class GptModel {
   // and packs in the norm's pass where it can.
   MatrixIn norm_operand(float* out, float* full, std::uint16_t* home, float* mean, float* rstd,
                         const float* x, const TensorInfo* w, const TensorInfo* b);
+  // The chosen norm (LayerNorm, or RMSNorm: no mean, no bias) on this rank's tokens.
+  void norm_forward(float* out, float* mean, float* rstd, const float* x, const TensorInfo* w,
+                    const TensorInfo* b);
+  void norm_backward(float* dx, const TensorInfo* w, const TensorInfo* b, const float* dout,
+                     const float* x, const float* mean, const float* rstd);
+  // The Llama family's attention (rotary positions, or fewer key/value heads
+  // than query heads): qkv as values, rotated, and attention through f32 ops
+  // on values (llama_block.cpp); GPT-2's runs the paths above.
+  bool llama_attention() const {
+    return cfg_.positions == PositionEncoding::rope || cfg_.kv_head_count() != cfg_.heads;
+  }
+  AttentionShape attention_shape() const;
+  MatrixIn llama_qkv_operand(const Block& a, MatrixIn ln1, const BlockHandles& h);
+  MatrixIn llama_attention_grad_operand(const Block& a, MatrixIn d_att, float* d_3c);
+  void rotate(float* qkv, bool backward);  // RoPE on q and k of the fused qkv (or its gradient)
+  // SwiGLU's hidden activation silu(gate) * up as the projection's operand, and
+  // the gradient of [gate | up] (into d_fc, from d_hidden: scratch) as fc's output gradient.
+  MatrixIn swiglu_hidden(const Block& a, MatrixIn ln2, const BlockHandles& h, bool recompute);
+  MatrixIn swiglu_grad_operand(float* d_fc, float* d_hidden, const float* fch);
   // Attention of the block's qkv into a.atty as the projection's operand, and
   // its gradient into d_3c as the qkv layer's output gradient (the bits of
   // d_att, in gemm_bits, stay valid while they are read).
@@ -243,6 +264,10 @@ class GptModel {
   const std::uint16_t* table_bits() {
     return packs_bits() ? storage_->table_bf16(*ends_.wte) : nullptr;
   }
+  bool tied() const { return cfg_.tied_embeddings; }
+  // The untied head: logits = lnf lm_head^T, one unit held from forward to backward.
+  void untied_logits_backward(const MicroBatchActs& acts, float* d_lnf, const float* lnf_all,
+                              bool weight_grads);
   // Values a bf16 run holds as bf16 values (rounded activations, its weights).
   MatrixIn bf16_valued(const float* x) const {
     return MatrixIn(x).as_bf16_values(policy_.store == DType::bf16);
@@ -300,6 +325,8 @@ class GptModel {
   int B_;
   ComputeBackend& backend_;
   Bf16OperandsFor bf16_ops_{backend_};  // the backend's 16-bit operand ops, or rounded f32 ones
+  LlamaOps& llama_{backend_.llama_ops()};
+  std::unique_ptr<RotaryTable> rotary_;  // rotary positions: built once
   TensorParallelLayout tp_;
   SoloTensorGroup solo_group_;
   TensorGroupOps* group_;  // the given one, or solo_group_

@@ -23,7 +23,7 @@ std::size_t aligned(std::size_t n) {
 TensorTable GptModel::weight_input_table(const GptConfig& c, const TokenLayout& tokens,
                                          const TensorParallelLayout& tp, const StageSpec& st) {
   const std::int64_t BT = tokens.rows(), BTl = tp.local_tokens(int(BT));
-  const std::int64_t C = c.d_model, Cl = tp.local_width(c), Fl = tp.local_ff(c);
+  const std::int64_t C = c.d_model, FCl = tp.local_fc_width(c), QKVl = tp.local_qkv_width(c);
   TensorTable t;
   auto add = [&t](std::string name, std::int64_t n) {
     TensorInfo info;
@@ -34,8 +34,8 @@ TensorTable GptModel::weight_input_table(const GptConfig& c, const TokenLayout& 
   // The head's own gradient is the saved logits.
   for (int l = st.first_block + st.blocks(c.layers) - 1; l >= st.first_block; --l) {
     const std::string p = fmt::format("h.{}.", l);
-    add(p + "d_proj", BT * C), add(p + "d_fc", BT * Fl), add(p + "d_attn", BT * C);
-    add(p + "d_qkv", BT * 3 * Cl);
+    add(p + "d_proj", BT * C), add(p + "d_fc", BT * FCl), add(p + "d_attn", BT * C);
+    add(p + "d_qkv", BT * QKVl);
   }
   if (st.embedding) add("d_embed", BTl * C);
   return t;
