@@ -12,7 +12,7 @@ namespace trident {
 namespace {
 
 // Context parallelism's rules: Megatron's load-balanced split cuts each
-// sequence into 2·cp equal chunks, and the ring carries whole key/value heads.
+// sequence into 2·cp equal chunks.
 void check_context_layout(const Deck& d) {
   const auto& p = d.parallel;
   const auto& m = d.model;
@@ -23,10 +23,6 @@ void check_context_layout(const Deck& d) {
                                  "equal chunks, but model.seq_len = {} is not divisible by {}; "
                                  "choose seq_len as a multiple of {}, or a smaller cp",
                                  f, p.cp, 2 * p.cp, m.seq_len, 2 * p.cp, 2 * p.cp));
-  if (m.kv_head_count() != m.heads)
-    throw InputError(fmt::format("{}: [parallel] cp = {} needs model.kv_heads = model.heads "
-                                 "(ring attention passes whole key/value heads); set kv_heads = "
-                                 "{} or cp = 1", f, p.cp, m.heads));
   if (p.schedule == ScheduleKind::pipedream)
     throw InputError(fmt::format("{}: [parallel] cp = {} is not supported with schedule = "
                                  "\"pipedream\" (each micro-batch's update would need the whole "

@@ -171,10 +171,12 @@ void add_activations(EstimateContext& x, const ChunkPlan& chunk, bool first) {
          double(GptModel::scratch_table(deck.model, layout, tp, policy).size())) * x.f;
     // The ring's key/value blocks and their gradients, shared by the chunks
     // (bf16: with q, k and v widened from bits, as bf16 kernels give them).
+    const GptConfig& m = deck.model;
     if (shape.cp > 1)
       x.at(MemCategory::buffers) +=
-          double(RingAttention::buffer_floats(B, rows, tp.local_width(deck.model),
-                                              deck.precision.dtype == Precision::bf16)) *
+          double(RingAttention::buffer_floats(
+              B, rows, tp.local_kv_heads(m) * m.head_size(),
+              deck.precision.dtype == Precision::bf16 ? tp.local_qkv_width(m) : 0)) *
           sizeof(float);
   }
   // Zero bubble: the W buffers, kept from B for W.

@@ -1,7 +1,8 @@
 // Ring attention (parallel/context) on context groups of 1, 2 and 4 ranks
 // against the backend's attention over the whole sequence: each rank's rows
 // of the output, the log-sum-exp and the q, k, v gradients equal the whole
-// sequence's at those positions within f32 rounding. Also the load-balanced
+// sequence's at those positions within f32 rounding, with as many key/value
+// heads as query heads, half as many and one. Also the load-balanced
 // split itself, and a rank's tokens.
 #include <gtest/gtest.h>
 #include <mpi.h>
@@ -9,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "compute/backend.hpp"
@@ -62,47 +64,49 @@ struct Whole {
   Vec qkv, dout, out, lse, dqkv;
 };
 
-// Attention over whole sequences, as LocalAttention computes it.
-Whole whole_attention(ComputeBackend& backend, int B, int T, int C, int NH) {
+// Attention over whole sequences, as LocalAttention computes it (KV key/value heads).
+Whole whole_attention(ComputeBackend& backend, int B, int T, int C, int NH, int KV) {
+  const int row = C + 2 * KV * (C / NH);
   Whole w;
-  w.qkv = trident::testing::random_normals(std::size_t(B) * T * 3 * C, 7);
+  w.qkv = trident::testing::random_normals(std::size_t(B) * T * row, 7);
   w.dout = trident::testing::random_normals(std::size_t(B) * T * C, 8);
   w.out.resize(std::size_t(B) * T * C);
   w.lse.resize(std::size_t(B) * NH * T);
   w.dqkv.assign(w.qkv.size(), 0.f);
   LocalAttention local(backend);
-  const AttentionShape s{B, T, C, NH};
+  const AttentionShape s{B, T, C, NH, KV};
   local.forward(w.out.data(), w.lse.data(), w.qkv.data(), s, false);
   local.backward(w.dqkv.data(), w.dout.data(), w.qkv.data(), w.out.data(), w.lse.data(), s, false);
   return w;
 }
 
-void expect_ring_equals_whole(Communicator& ring, ComputeBackend& backend) {
-  const int B = 2, T = 160, C = 32, NH = 4;
-  const Whole w = whole_attention(backend, B, T, C, NH);
+void expect_ring_equals_whole(Communicator& ring, ComputeBackend& backend, int KV) {
+  const int B = 2, T = 160, C = 32, NH = 4, row = C + 2 * KV * (C / NH);
+  const Whole w = whole_attention(backend, B, T, C, NH, KV);
   MemoryLedger ledger;
   RingAttention op(backend, ledger, ring, T);
   const ContextChunks& c = op.chunks();
-  const AttentionShape s{B, c.rows(), C, NH};
-  const Vec qkv = rank_rows(c, w.qkv, B, 3 * C), dout = rank_rows(c, w.dout, B, C);
+  const AttentionShape s{B, c.rows(), C, NH, KV};
+  const Vec qkv = rank_rows(c, w.qkv, B, row), dout = rank_rows(c, w.dout, B, C);
   Vec out(std::size_t(B) * c.rows() * C), lse(std::size_t(B) * NH * c.rows());
   op.forward(out.data(), lse.data(), qkv.data(), s, false);
-  EXPECT_LT(relative_gap(out, rank_rows(c, w.out, B, C)), 2e-6) << "cp " << ring.size();
-  EXPECT_LT(relative_gap(lse, rank_lse(c, w.lse, B, NH)), 2e-6) << "cp " << ring.size();
+  const std::string at = "cp " + std::to_string(ring.size()) + ", kv heads " + std::to_string(KV);
+  EXPECT_LT(relative_gap(out, rank_rows(c, w.out, B, C)), 2e-6) << at;
+  EXPECT_LT(relative_gap(lse, rank_lse(c, w.lse, B, NH)), 2e-6) << at;
   Vec dqkv(qkv.size(), 1.0f);  // backward adds to what is there
   op.backward(dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(), s, false);
-  Vec expected = rank_rows(c, w.dqkv, B, 3 * C);
+  Vec expected = rank_rows(c, w.dqkv, B, row);
   for (float& x : expected) x += 1.0f;
-  EXPECT_LT(relative_gap(dqkv, expected), 1e-5) << "cp " << ring.size();
+  EXPECT_LT(relative_gap(dqkv, expected), 1e-5) << at;
   // Rounded: written (not added to), each value a bf16 value.
   std::vector<std::uint16_t> bits(dqkv.size());
   op.backward_rounded(dqkv.data(), bits.data(), dout.data(), qkv.data(), out.data(), lse.data(),
                       s);
-  EXPECT_LT(relative_gap(dqkv, rank_rows(c, w.dqkv, B, 3 * C)), 1e-2) << "cp " << ring.size();
+  EXPECT_LT(relative_gap(dqkv, rank_rows(c, w.dqkv, B, row)), 1e-2) << at;
   // The ring's buffers, as the memory estimate counts them: five blocks of
   // keys and values (two travelling, two gradient shares, one arriving); one
   // rank alone needs three (no transfers).
-  const std::size_t five = RingAttention::buffer_floats(B, c.rows(), C) * sizeof(float);
+  const std::size_t five = RingAttention::buffer_floats(B, c.rows(), KV * (C / NH)) * sizeof(float);
   EXPECT_EQ(ledger.peak(MemCategory::buffers), ring.size() > 1 ? five : five / 5 * 3);
 }
 
@@ -131,6 +135,8 @@ TEST(RingAttention, EqualsWholeSequenceAttention) {
   for (int cp : {1, 2, 4}) {
     if (n % cp != 0) continue;
     Grid grid(MPI_COMM_WORLD, GridShape{1, n / cp, 1, cp});
-    expect_ring_equals_whole(grid.context(), *backend);
+    expect_ring_equals_whole(grid.context(), *backend, 4);
+    expect_ring_equals_whole(grid.context(), *backend, 2);  // grouped-query: 2 query heads each
+    expect_ring_equals_whole(grid.context(), *backend, 1);  // multi-query
   }
 }

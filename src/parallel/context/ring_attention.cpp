@@ -17,8 +17,8 @@ RingAttention::RingAttention(ComputeBackend& backend, MemoryLedger& ledger, Comm
       ring_(ring),
       chunks_(ring.size(), ring.rank(), seq_len) {}
 
-std::size_t RingAttention::buffer_floats(int batch, int rows, int width, bool widened) {
-  return (widened ? 13 : 10) * std::size_t(batch) * rows * width;
+std::size_t RingAttention::buffer_floats(int batch, int rows, int kv_width, int widened_width) {
+  return std::size_t(batch) * rows * (10 * std::size_t(kv_width) + widened_width);
 }
 
 float* RingAttention::buffer(Arena& b, std::size_t floats) {
@@ -49,15 +49,39 @@ void RingAttention::check(const AttentionShape& s) const {
 
 AttentionBlock RingAttention::block(const AttentionShape& s, const float* q, const float* kv,
                                     float* out, float* lse) const {
-  const std::size_t T = s.seq_len, C = s.width;
+  const std::size_t T = s.seq_len, C = s.width, row = qkv_row(s), kvw = kv_width(s);
   AttentionBlock b;
   b.batch = s.batch, b.width = s.width, b.heads = s.heads;
-  b.q = {q, 3 * C, T * 3 * C};
-  b.k = {kv, 2 * C, T * 2 * C};
-  b.v = {kv + C, 2 * C, T * 2 * C};
+  b.q = {q, row, T * row};
+  b.k = {kv, 2 * kvw, T * 2 * kvw};
+  b.v = {kv + kvw, 2 * kvw, T * 2 * kvw};
   b.out = {out, C, T * C};
   b.lse = lse, b.lse_head = T, b.lse_seq = T * s.heads;
   return b;
+}
+
+// Grouped-query attention: one head at a time, query head h against key/value
+// head h / group, so the heads sharing a key/value head add their dK and dV
+// in head order (the kernels take as many key/value heads as query heads).
+template <class Run>
+void RingAttention::each_head(const AttentionShape& s, const AttentionBlock& b,
+                              const AttentionBlockGrads* g, Run&& run) const {
+  if (!s.grouped()) return run(b, g);
+  const int hs = s.head_size(), group = s.heads / s.kv_heads;
+  for (int h = 0; h < s.heads; ++h) {
+    const std::size_t qc = std::size_t(h) * hs, kc = std::size_t(h / group) * hs;
+    AttentionBlock one = b;
+    one.heads = 1, one.width = hs;
+    one.q.data += qc, one.out.data += qc, one.lse += h * b.lse_head;
+    one.k.data += kc, one.v.data += kc;
+    if (!g) {
+      run(one, nullptr);
+      continue;
+    }
+    AttentionBlockGrads gh = *g;
+    gh.dout.data += qc, gh.dq.data += qc, gh.dk.data += kc, gh.dv.data += kc;
+    run(one, &gh);
+  }
 }
 
 // Rank r holds chunks (r, 2cp-1-r); block j holds (j, 2cp-1-j). Own block:
@@ -82,18 +106,19 @@ void RingAttention::forward(float* out, float* lse, MatrixIn qkv, const Attentio
                             bool) {
   check(s);
   const std::size_t rows = std::size_t(s.batch) * s.seq_len, C = s.width;
-  const float* q = qkv_values(qkv, rows * 3 * C);
+  const std::size_t row = qkv_row(s), n = rows * 2 * kv_width(s);
+  const float* q = qkv_values(qkv, s.qkv_elements());
   const int cp = ring_.size(), r = ring_.rank();
-  float* kv = buffer(kv_[0], rows * 2 * C);
-  float* next = cp > 1 ? buffer(kv_[1], rows * 2 * C) : nullptr;
-  backend_.copy_2d(kv, 2 * C, q + C, 3 * C, rows, 2 * C);
+  float* kv = buffer(kv_[0], n);
+  float* next = cp > 1 ? buffer(kv_[1], n) : nullptr;
+  backend_.copy_2d(kv, 2 * kv_width(s), q + C, row, rows, 2 * kv_width(s));
   backend_.zero(out, rows * C * sizeof(float));
   minus_inf_.assign(std::size_t(s.batch) * s.heads * s.seq_len,
                     -std::numeric_limits<float>::infinity());
   backend_.copy_from_host(lse, minus_inf_.data(), minus_inf_.size() * sizeof(float));
   for (int step = 0; step < cp; ++step) {
     ContextComm::Shift shift;
-    if (step + 1 < cp) shift = ring_.start_shift(kv, next, rows * 2 * C, ContextComm::kKeysValues);
+    if (step + 1 < cp) shift = ring_.start_shift(kv, next, n, ContextComm::kKeysValues);
     const AttentionBlock whole = block(s, q, kv, out, lse);
     {
       ScopedTimer compute(times_.compute);
@@ -101,7 +126,10 @@ void RingAttention::forward(float* out, float* lse, MatrixIn qkv, const Attentio
                    [&](int qi, int ki, int nq, int nk, bool causal) {
                      AttentionBlock b = whole.from(qi, ki);
                      b.queries = nq, b.keys = nk, b.causal = causal;
-                     backend_.attention_block_forward(b);
+                     each_head(s, b, nullptr, [&](const AttentionBlock& one,
+                                                  const AttentionBlockGrads*) {
+                       backend_.attention_block_forward(one);
+                     });
                    });
     }
     if (step + 1 < cp) {
@@ -118,24 +146,25 @@ void RingAttention::forward(float* out, float* lse, MatrixIn qkv, const Attentio
 void RingAttention::backward(float* dqkv, MatrixIn dout, MatrixIn qkv, const float* out,
                              const float* lse, const AttentionShape& s, bool) {
   check(s);
-  const std::size_t rows = std::size_t(s.batch) * s.seq_len, C = s.width, n = rows * 2 * C;
-  const float* q = qkv_values(qkv, rows * 3 * C);
+  const std::size_t rows = std::size_t(s.batch) * s.seq_len, C = s.width, kvw = kv_width(s);
+  const std::size_t row = qkv_row(s), n = rows * 2 * kvw;
+  const float* q = qkv_values(qkv, s.qkv_elements());
   const int cp = ring_.size(), r = ring_.rank();
   float* kv = buffer(kv_[0], n);
   float* next = cp > 1 ? buffer(kv_[1], n) : nullptr;
   float* share[2] = {buffer(dkv_[0], n), cp > 1 ? buffer(dkv_[1], n) : nullptr};
   float* arriving = cp > 1 ? buffer(dkv_in_, n) : nullptr;
-  backend_.copy_2d(kv, 2 * C, q + C, 3 * C, rows, 2 * C);
+  backend_.copy_2d(kv, 2 * kvw, q + C, row, rows, 2 * kvw);
   const std::size_t T = s.seq_len;
-  AttentionBlockGrads grads{{dout.values, C, T * C}, {dqkv, 3 * C, T * 3 * C}, {}, {}};
+  AttentionBlockGrads grads{{dout.values, C, T * C}, {dqkv, row, T * row}, {}, {}};
   ContextComm::Shift grads_in_flight;
   for (int step = 0; step < cp; ++step) {
     ContextComm::Shift shift;
     if (step + 1 < cp) shift = ring_.start_shift(kv, next, n, ContextComm::kKeysValues);
     float* mine = share[step % 2];
     backend_.zero(mine, n * sizeof(float));
-    grads.dk = {mine, 2 * C, T * 2 * C};
-    grads.dv = {mine + C, 2 * C, T * 2 * C};
+    grads.dk = {mine, 2 * kvw, T * 2 * kvw};
+    grads.dv = {mine + kvw, 2 * kvw, T * 2 * kvw};
     const AttentionBlock whole = block(s, q, kv, const_cast<float*>(out),
                                        const_cast<float*>(lse));
     {
@@ -144,7 +173,11 @@ void RingAttention::backward(float* dqkv, MatrixIn dout, MatrixIn qkv, const flo
                    [&](int qi, int ki, int nq, int nk, bool causal) {
                      AttentionBlock b = whole.from(qi, ki);
                      b.queries = nq, b.keys = nk, b.causal = causal;
-                     backend_.attention_block_backward(b, grads.from(qi, ki));
+                     const AttentionBlockGrads g = grads.from(qi, ki);
+                     each_head(s, b, &g, [&](const AttentionBlock& one,
+                                             const AttentionBlockGrads* gh) {
+                       backend_.attention_block_backward(one, *gh);
+                     });
                    });
     }
     if (step > 0) {  // the sum of the ranks before this one
@@ -166,14 +199,15 @@ void RingAttention::backward(float* dqkv, MatrixIn dout, MatrixIn qkv, const flo
   add_key_value_grads(dqkv, own, s);
 }
 
-// dqkv's k and v columns += dkv (rows of 2C): through a contiguous copy, the
-// backend having no strided add.
+// dqkv's k and v columns += dkv (rows of 2 kv_width): through a contiguous
+// copy, the backend having no strided add.
 void RingAttention::add_key_value_grads(float* dqkv, const float* dkv, const AttentionShape& s) {
-  const std::size_t rows = std::size_t(s.batch) * s.seq_len, C = s.width;
-  float* tmp = buffer(kv_[1], rows * 2 * C);
-  backend_.copy_2d(tmp, 2 * C, dqkv + C, 3 * C, rows, 2 * C);
-  backend_.add(tmp, tmp, dkv, rows * 2 * C);
-  backend_.copy_2d(dqkv + C, 3 * C, tmp, 2 * C, rows, 2 * C);
+  const std::size_t rows = std::size_t(s.batch) * s.seq_len, C = s.width, row = qkv_row(s);
+  const std::size_t kv = 2 * kv_width(s);
+  float* tmp = buffer(kv_[1], rows * kv);
+  backend_.copy_2d(tmp, kv, dqkv + C, row, rows, kv);
+  backend_.add(tmp, tmp, dkv, rows * kv);
+  backend_.copy_2d(dqkv + C, row, tmp, kv, rows, kv);
 }
 
 void RingAttention::forward_rounded(float* out, std::uint16_t* bits, float* lse, MatrixIn qkv,
@@ -185,7 +219,7 @@ void RingAttention::forward_rounded(float* out, std::uint16_t* bits, float* lse,
 void RingAttention::backward_rounded(float* dqkv, std::uint16_t* bits, MatrixIn dout,
                                      MatrixIn qkv, const float* out, const float* lse,
                                      const AttentionShape& s) {
-  const std::size_t n = std::size_t(s.batch) * s.seq_len * 3 * s.width;
+  const std::size_t n = s.qkv_elements();
   backend_.zero(dqkv, n * sizeof(float));
   backward(dqkv, dout, qkv, out, lse, s, true);
   bf16_ops_->round_to_bf16(dqkv, bits, dqkv, n);

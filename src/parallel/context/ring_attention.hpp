@@ -47,17 +47,26 @@ class RingAttention final : public AttentionOp {
   void backward_rounded(float* dqkv, std::uint16_t* bits, MatrixIn dout, MatrixIn qkv,
                         const float* out, const float* lse, const AttentionShape& s) override;
 
-  // Floats of the ring's buffers for a micro-batch of `batch` sequences of
-  // `width` features per tensor rank: two key/value blocks travelling in
-  // forward, and two more blocks of their gradients plus one arriving in
-  // backward (what the memory estimate counts); `widened`: and f32 values of
-  // q, k and v given as bf16 bits alone (a bf16 run on bf16 kernels).
-  static std::size_t buffer_floats(int batch, int rows, int width, bool widened = false);
+  // Floats of the ring's buffers for a micro-batch of `batch` sequences,
+  // keys and values `kv_width` features each per tensor rank: two key/value
+  // blocks travelling in forward, two more blocks of their gradients plus
+  // one arriving in backward (what the memory estimate counts); and
+  // `widened_width` f32 values per row where q, k and v come as bf16 bits
+  // alone (a bf16 run on bf16 kernels: the qkv width).
+  static std::size_t buffer_floats(int batch, int rows, int kv_width, int widened_width = 0);
 
  private:
   float* buffer(Arena& b, std::size_t floats);
   const float* qkv_values(MatrixIn qkv, std::size_t n);
   void check(const AttentionShape& s) const;
+  // Features of k (and of v) per row, and of a row of qkv.
+  static std::size_t kv_width(const AttentionShape& s) {
+    return std::size_t(s.kv_heads > 0 ? s.kv_heads : s.heads) * s.head_size();
+  }
+  static std::size_t qkv_row(const AttentionShape& s) { return s.width + 2 * kv_width(s); }
+  template <class Run>
+  void each_head(const AttentionShape& s, const AttentionBlock& b, const AttentionBlockGrads* g,
+                 Run&& run) const;
   void finish(ContextComm::Shift& shift);  // waits, timed as exposed
   AttentionBlock block(const AttentionShape& s, const float* q, const float* kv, float* out,
                        float* lse) const;
