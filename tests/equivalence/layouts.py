@@ -146,7 +146,7 @@ def post_validation_runs():
     the synchronous step and post-validation each against the serial run, and
     post-validation against the synchronous step bit for bit (its rolled-back
     steps redone exactly). Plus dp2 tp2 pp2 bf16 zb-v, whose larger send pool
-    once deadlocked."""
+    once deadlocked, and gather mode."""
     out = []
     for schedule in ("zb-h1", "zb-h2", "zb-v"):
         for precision in ("fp32", "bf16", "fp16"):
@@ -155,10 +155,12 @@ def post_validation_runs():
                         step="clip-some", dp=2 if precision == "bf16" else 1)
             pv = with_values(sync, {INDEX["step"]: "pv-clip-some"})
             out += [(sync, serial, precision), (pv, serial, precision), (pv, sync, "exact")]
-    sync = make(dp=2, tp=2, pp=2, schedule="zb-v", micro_batches=4, precision="bf16",
-                step="clip-some")
-    pv = with_values(sync, {INDEX["step"]: "pv-clip-some"})
-    out += [(pv, make(precision="bf16", step="clip-some"), "bf16"), (pv, sync, "exact")]
+    # Gather mode: every data rank steps ahead (the root's broadcast is a collective).
+    for grid in (dict(dp=2, tp=2, pp=2, schedule="zb-v"),
+                 dict(dp=2, pp=2, schedule="zb-h1", dp_mode="gather")):
+        sync = make(micro_batches=4, precision="bf16", step="clip-some", **grid)
+        pv = with_values(sync, {INDEX["step"]: "pv-clip-some"})
+        out += [(pv, make(precision="bf16", step="clip-some"), "bf16"), (pv, sync, "exact")]
     return out
 
 

@@ -287,9 +287,8 @@ std::vector<std::vector<PipelineAction>> zero_bubble_schedule(ScheduleKind kind,
                                    Candidate{extra, reserve * w_max, alternate, per_slot})
                             .run();
             if (o.ranks.empty()) continue;
-            // Judged with `c`: a list built under equal durations may, under
-            // c, reach a send buffer before the gradient last sent from it is
-            // received; it was not built around that receive and is dropped.
+            // Timed with `c`, a list built under equal durations may reach a
+            // send buffer before its last gradient is received: dropped.
             const ScheduleReplay timed = replay_schedule(o.ranks, v_shape ? 2 : 1, v_shape, &c);
             if (!timed.early_reuse.empty()) continue;
             o.makespan = timed.time;
