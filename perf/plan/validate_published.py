@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """trident plan against published training runs (perf/plan/published_runs.csv).
 
-For every row: a deck with the row's model (GPT-2's shape, or with family =
-llama the Llama family's: GQA's kv_heads, a SwiGLU MLP of ffn_hidden, an
-untied head) and global batch, then `trident plan --layout` with the row's
+For every row: a deck with the row's model (GPT-2's shape and the row's
+model_keys: GQA's kv_heads, rotary positions, no biases, an untied head, the
+Llama family's) and global batch, then `trident plan --layout` with the row's
 layout on the row's cluster. Compares the predicted TFLOP/s per GPU with the
 published figure on the same basis (model FLOPs, or hardware FLOPs counting
 the recomputed forward) and the predicted fit with the published one (rows
@@ -38,12 +38,10 @@ MEDIAN_LIMIT, ROW_LIMIT = 0.10, 0.35
 def deck_text(row):
     layers, pp, v = int(row["layers"]), int(row["pp"]), int(row["v"])
     partition = "uniform" if layers % (pp * v) == 0 else "parameters"
-    llama = ""
-    if row["family"] == "llama":  # Llama's shape: GQA, SwiGLU of its own width, untied head
-        llama = (f'family = "llama"\nkv_heads = {row["kv_heads"]}\n'
-                 f'ffn_hidden = {row["ffn_hidden"]}\n')
+    # Keys beyond GPT-2's shape (GQA, RoPE, the Llama family's), "; " between them.
+    extra = "".join(key.strip() + "\n" for key in row["model_keys"].split(";") if key.strip())
     return (f'[model]\nlayers = {layers}\nd_model = {row["d_model"]}\nheads = {row["heads"]}\n'
-            f'seq_len = {row["seq_len"]}\nvocab = {row["vocab"]}\n{llama}'
+            f'seq_len = {row["seq_len"]}\nvocab = {row["vocab"]}\n{extra}'
             f'[data]\ntrain = "unused.bin"\n[train]\nbatch = {row["batch"]}\n'
             f'[precision]\ndtype = "bf16"\nreduce_dtype = "{row["reduce_dtype"] or "fp32"}"\n'
             f'[parallel]\npartition = "{partition}"\n')
@@ -79,7 +77,7 @@ def main():
 
     errors = {"fit": [], "holdout": []}
     failures, notes = [], []
-    print(f"{'run':<18}{'layout':<52}{'basis':>9}{'published':>10}{'predicted':>10}"
+    print(f"{'run':<22}{'layout':<52}{'basis':>9}{'published':>10}{'predicted':>10}"
           f"{'error':>8}  {'fits (pub/pred)':<16}{'split'}")
     with open(args.csv, newline="") as f:
         for row in csv.DictReader(f):
@@ -101,7 +99,7 @@ def main():
             elif predicted_fit != row["published_fits"]:
                 failures.append(f"{row['id']}: published fits={row['published_fits']}, predicted "
                                 f"{predicted_fit} ({p['memory_bytes'] / 2**30:.1f} GiB)")
-            print(f"{row['id']:<18}{p['layout']:<52}{row['basis']:>9}"
+            print(f"{row['id']:<22}{p['layout']:<52}{row['basis']:>9}"
                   f"{row['measured_tflops'] or '-':>10}{p[key]:>10.1f}{err_text:>8}  "
                   f"{row['published_fits'] + '/' + predicted_fit:<16}{row['split']}")
 
