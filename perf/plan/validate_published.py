@@ -78,7 +78,7 @@ def main():
     errors = {"fit": [], "holdout": []}
     failures, notes = [], []
     print(f"{'run':<22}{'layout':<52}{'basis':>9}{'published':>10}{'predicted':>10}"
-          f"{'error':>8}  {'fits (pub/pred)':<16}{'split'}")
+          f"{'error':>8}  {'fits (pub/pred)':<16}{'split':<9}{'bound'}")
     with open(args.csv, newline="") as f:
         for row in csv.DictReader(f):
             p = predict(args.trident, row, workdir)
@@ -101,7 +101,8 @@ def main():
                                 f"{predicted_fit} ({p['memory_bytes'] / 2**30:.1f} GiB)")
             print(f"{row['id']:<22}{p['layout']:<52}{row['basis']:>9}"
                   f"{row['measured_tflops'] or '-':>10}{p[key]:>10.1f}{err_text:>8}  "
-                  f"{row['published_fits'] + '/' + predicted_fit:<16}{row['split']}")
+                  f"{row['published_fits'] + '/' + predicted_fit:<16}{row['split']:<9}"
+                  f"{p['largest_cost']}")
 
     every = errors["fit"] + errors["holdout"]
     for name, errs in (("fit", errors["fit"]), ("holdout", errors["holdout"]), ("all", every)):
