@@ -46,7 +46,7 @@ std::string zero3(int dp, int mb) {
 // Fixed global batch, twice the GPUs, half the micro-batch: the gathers of
 // the whole model stay the same per micro-batch while the compute behind
 // them halves, so each GPU's throughput falls once they no longer hide.
-TEST(CostComm, ZeroThreeAtScaleIsBoundByItsGathers) {
+TEST(PlanComm, ZeroThreeAtScaleIsBoundByItsGathers) {
   Cluster c = find_cluster("dgx-a100-80gb");
   c.nics_per_group = 1;
   const std::string text = deck_text(256);
@@ -63,7 +63,7 @@ TEST(CostComm, ZeroThreeAtScaleIsBoundByItsGathers) {
 // A data group whose members sit one a node (tp = 8) drives one NIC however
 // many the cluster lets a group share; one with eight members a node drives
 // up to nics_per_group of them.
-TEST(CostComm, AGroupSharesItsNodesNics) {
+TEST(PlanComm, AGroupSharesItsNodesNics) {
   Cluster one = find_cluster("dgx-h100"), eight = one;
   one.nics_per_group = 1;
   eight.nics_per_group = 8;
@@ -78,7 +78,7 @@ TEST(CostComm, AGroupSharesItsNodesNics) {
 
 // Reduce-scatter and all-gather chain n - 1 steps; all-reduce across nodes
 // runs on trees, 2 log2(n).
-TEST(CostComm, RingStepsGrowWithTheRanksTreeStepsWithTheirLog) {
+TEST(PlanComm, RingStepsGrowWithTheRanksTreeStepsWithTheirLog) {
   const Cluster c = find_cluster("dgx-h100");
   const std::string text = deck_text(512);
   const double ring_64 = cost(plan(c, text, 64, zero3(64, 1)), "dp-latency");
@@ -95,7 +95,7 @@ TEST(CostComm, RingStepsGrowWithTheRanksTreeStepsWithTheirLog) {
 
 // GQA's K and V narrower than Q, and SwiGLU's three matrices of its own width,
 // change the linears' time as they change the parameter count.
-TEST(CostComm, LlamaBlocksTimeTheirOwnLinears) {
+TEST(PlanComm, LlamaBlocksTimeTheirOwnLinears) {
   const Cluster c = find_cluster("dgx-h100");
   const std::string layout = "tp=1,pp=1,dp=8,v=1,mb=1,zero=1,sp=0,recompute=selective";
   const double mha = cost(plan(c, deck_text(8), 8, layout), "gemm");
@@ -109,7 +109,7 @@ TEST(CostComm, LlamaBlocksTimeTheirOwnLinears) {
 }
 
 // A site states its own collectives; without them a group drives all its NICs.
-TEST(CostComm, SiteTomlSetsItsCollectives) {
+TEST(PlanComm, SiteTomlSetsItsCollectives) {
   const std::string site =
       "gpus_per_node = 4\npeak_tflops_bf16 = 312\nhbm_gib = 80\nhbm_gbps = 2039\n"
       "intra_node_gbps = 100\ninter_node_gbps = 25\n";
