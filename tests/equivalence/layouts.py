@@ -31,16 +31,30 @@ AXES = [
     # Outside the cover too: async_pairs() runs checkpoints every 2 steps
     # written in the background beside the same layout saving synchronously.
     ("checkpoints", ["end", "every2", "every2-async"]),
+    # The model: deck.toml's GPT-2, or the Llama configuration (MODEL_KEYS);
+    # llama.py chooses its layouts, each against the serial Llama run.
+    ("model", ["gpt2", "llama"]),
 ]
 NAMES = [a for a, _ in AXES]
-COVERED = len(AXES) - 2  # the axes whose value pairs the CI subset covers
+COVERED = len(AXES) - 3  # the axes whose value pairs the CI subset covers
 INDEX = {a: i for i, a in enumerate(NAMES)}
 DEFAULT = dict(dp=1, tp=1, pp=1, schedule="1f1b", sp=False, zero=0, dp_mode="allreduce",
                micro_batches=1, recompute="none", precision="fp32", persistence="low",
-               bucket="large", offload="none", checkpoints="end")
+               bucket="large", offload="none", checkpoints="end", model="gpt2")
 MAX_RANKS = 8
 SWAP_DIR = "/tmp"  # offload.nvme_path of nvme layouts (run_matrix sets a scratch directory)
 EXTRA_SETS = []  # --set options every run adds (run_matrix --set), e.g. system.device=cuda
+
+# Llama's whole configuration (RoPE, RMSNorm, SwiGLU, no biases, an untied head)
+# with grouped-query attention: 8 query heads share 4 key/value heads, so tp 4
+# still gives each rank a key/value head of its own (kv_heads must divide tp's
+# shards). d_model 64 keeps the heads 8 wide; ffn_hidden 176 is 8/3 d_model
+# rounded up to 8 (Llama's rule, scaled down), not 4 d_model, and tp 4 divides it.
+MODEL_KEYS = {
+    "gpt2": [],
+    "llama": ["model.family=llama", "model.d_model=64", "model.heads=8", "model.kv_heads=4",
+              "model.ffn_hidden=176"],
+}
 
 PRECISION_KEYS = {
     "fp32": ["precision.dtype=fp32"],
@@ -100,13 +114,13 @@ def overrides(layout, batch):
     if v["checkpoints"] != "end":  # every checkpoint kept, for async_pairs
         out += ["checkpoint.every=2", "checkpoint.keep=0",
                 f"checkpoint.async={'true' if v['checkpoints'].endswith('async') else 'false'}"]
-    return out + PRECISION_KEYS[v["precision"]] + EXTRA_SETS
+    return out + PRECISION_KEYS[v["precision"]] + MODEL_KEYS[v["model"]] + EXTRA_SETS
 
 
 def describe(layout):
     """A compact name: the grid and schedule always, other axes when not default."""
     v = dict(zip(NAMES, layout))
-    s = f"dp{v['dp']} tp{v['tp']} pp{v['pp']} {v['schedule']}"
+    s = f"{'llama ' if v['model'] == 'llama' else ''}dp{v['dp']} tp{v['tp']} pp{v['pp']} {v['schedule']}"
     extra = {"sp": "sp" if v["sp"] else None, "zero": f"z{v['zero']}" if v["zero"] else None,
              "dp_mode": v["dp_mode"] if v["dp_mode"] != "allreduce" else None,
              "micro_batches": f"m{v['micro_batches']}",

@@ -66,9 +66,10 @@ def default_mpiexec():
     return "mpirun --oversubscribe" if "Open MPI" in version.stdout else "mpirun"
 
 
-def run_trident(mpiexec, env, binary, deck, data, workdir, rank_count, sets, log):
+def run_trident(mpiexec, env, binary, deck, data, workdir, rank_count, sets, log, extra=()):
     """Trains and returns (metrics records, checkpoint path) or raises RunFailed.
-    mpiexec: the launcher and its options, as one string."""
+    mpiexec: the launcher and its options, as one string; extra: more options
+    of train (--resume PATH)."""
     if os.path.exists(workdir):
         shutil.rmtree(workdir)
     os.makedirs(workdir)
@@ -78,6 +79,7 @@ def run_trident(mpiexec, env, binary, deck, data, workdir, rank_count, sets, log
                              "--set", f"output.metrics={metrics}"]
     for s in sets:
         cmd += ["--set", s]
+    cmd += list(extra)
     with open(log, "w") as out:
         out.write(" ".join(cmd) + "\n")
         out.flush()
@@ -142,6 +144,15 @@ def read_tensors(path):
                     x = np.delete(x, 1, axis=0)
                 out[f"{group}/{name}"] = x
     return out
+
+
+def compare_resumed(ref, got, precision, saved_step):
+    """compare() for a run resumed from the checkpoint of saved_step: its
+    steps against the reference's after that one (no more, no fewer), its
+    final state against the reference's."""
+    ref_metrics, ref_tensors = ref
+    return compare(([r for r in ref_metrics if r[STEPS_KEY] > saved_step], ref_tensors), got,
+                   precision)
 
 
 def compare(ref, got, precision):
