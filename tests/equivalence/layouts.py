@@ -45,11 +45,9 @@ MAX_RANKS = 8
 SWAP_DIR = "/tmp"  # offload.nvme_path of nvme layouts (run_matrix sets a scratch directory)
 EXTRA_SETS = []  # --set options every run adds (run_matrix --set), e.g. system.device=cuda
 
-# Llama's whole configuration (RoPE, RMSNorm, SwiGLU, no biases, an untied head)
-# with grouped-query attention: 8 query heads share 4 key/value heads, so tp 4
-# still gives each rank a key/value head of its own (kv_heads must divide tp's
-# shards). d_model 64 keeps the heads 8 wide; ffn_hidden 176 is 8/3 d_model
-# rounded up to 8 (Llama's rule, scaled down), not 4 d_model, and tp 4 divides it.
+# Llama's whole configuration (RoPE, RMSNorm, SwiGLU, no biases, untied) with 8
+# query heads sharing 4 key/value heads, so tp 4 still gives each rank one of
+# its own; heads 8 wide; ffn_hidden 176 (8/3 d_model rounded up to 8, as Llama).
 MODEL_KEYS = {
     "gpt2": [],
     "llama": ["model.family=llama", "model.d_model=64", "model.heads=8", "model.kv_heads=4",
