@@ -78,6 +78,19 @@ std::vector<SliceBox> slice_boxes(const TensorInfo& t, std::size_t lo, std::size
   const int split = t.split_dim;
   for (SliceBox& b : boxes) {
     b.global_start = b.local_start;
+    if (split >= 0 && !t.segments.empty()) {
+      // One box per segment it crosses (split_dim is 0: the boxes stay in flat order).
+      for (std::int64_t at = b.local_start[0], end = at + b.count[0]; at < end;) {
+        const std::int64_t n = std::min(t.segment_run(at), end - at);
+        SliceBox part = b;
+        part.local_start[0] = at;
+        part.global_start[0] = t.global_split_index(at);
+        part.count[0] = n;
+        out.push_back(std::move(part));
+        at += n;
+      }
+      continue;
+    }
     if (split >= 0) {
       // Shift to the shard's place along split_dim and clip the padding off.
       const std::int64_t g0 = b.local_start[split] + std::int64_t(t.shard_rank) * shape[split];

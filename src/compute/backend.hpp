@@ -10,7 +10,9 @@
 // since every backend must have them. What is not: GEMM operands given as
 // bf16 bits and the ops fused with bf16 rounding (Bf16Operands,
 // compute/bf16_operands.hpp), which a backend has only where it has bf16
-// kernels (bf16_operands()); and what a backend says about itself (name, peak,
+// kernels (bf16_operands()); the Llama family's block ops (LlamaOps,
+// compute/llama_ops.hpp: every backend has them, but apart, as GPT-2 runs
+// never call them); and what a backend says about itself (name, peak,
 // kernel times: BackendInfo, compute/backend_info.hpp).
 //
 // Conventions: row-major; linear weights are (out, in) as in PyTorch, so
@@ -37,6 +39,7 @@ namespace trident {
 enum class InputGrad { add, write };
 
 class Bf16Operands;
+class LlamaOps;
 
 class ComputeBackend {
  public:
@@ -49,6 +52,8 @@ class ComputeBackend {
   // then computes on f32 values rounded as 16-bit storage would: see
   // Bf16OperandsFor in compute/bf16_operands.hpp).
   virtual Bf16Operands* bf16_operands() { return nullptr; }
+  // The Llama family's ops (compute/llama_ops.hpp): every backend has them.
+  virtual LlamaOps& llama_ops() = 0;
 
   // Memory on the backend's device.
   virtual void* allocate(std::size_t bytes) = 0;

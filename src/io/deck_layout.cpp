@@ -24,10 +24,22 @@ GridShape resolve_layout(Deck& d, int world) {
     throw InputError(fmt::format("{}: [parallel] tp = {} does not divide model.heads = {} (each "
                                  "tensor rank owns whole heads); choose tp in {{{}}}",
                                  f, p.tp, m.heads, divisors(m.heads)));
+  // Each tensor rank owns whole key/value heads too; replicating them where
+  // tp > kv_heads (as Megatron does) is not supported.
+  if (m.kv_head_count() % p.tp != 0)
+    throw InputError(fmt::format("{}: [parallel] tp = {} does not divide model.kv_heads = {} "
+                                 "(each tensor rank owns whole key/value heads; replicating them "
+                                 "is not supported); choose tp in {{{}}}",
+                                 f, p.tp, m.kv_head_count(), divisors(m.kv_head_count())));
   if (m.d_ff() % p.tp != 0)
-    throw InputError(fmt::format("{}: [parallel] tp = {} does not divide the MLP width 4 * "
-                                 "model.d_model = {}; choose tp in {{{}}}",
-                                 f, p.tp, m.d_ff(), divisors(m.d_ff())));
+    throw InputError(fmt::format("{}: [parallel] tp = {} does not divide the MLP width {} = {}; "
+                                 "choose tp in {{{}}}",
+                                 f, p.tp, m.ffn_hidden > 0 ? "model.ffn_hidden" : "4 * model.d_model",
+                                 m.d_ff(), divisors(m.d_ff())));
+  if (p.schedule == ScheduleKind::pipedream && p.pp >= 2 && !m.tied_embeddings)
+    throw InputError(fmt::format("{}: [parallel] schedule = \"pipedream\" keeps the tied "
+                                 "embedding's two copies in step; with model.tied_embeddings = "
+                                 "false choose another schedule", f));
   if (p.schedule == ScheduleKind::zb_v && p.pp >= 2) {
     // The V: two chunks per rank, whatever virtual_stages said (1 or 2).
     if (p.virtual_stages > 2)

@@ -12,14 +12,37 @@ std::int64_t TensorInfo::global_index(std::size_t i) const {
   for (int d = int(shape.size()) - 1; d >= 0; --d) {
     std::int64_t idx = rem % shape[d];
     rem /= shape[d];
-    if (d == split_dim) {
-      idx += std::int64_t(shard_rank) * shape[d];
-      if (idx >= global_shape[d]) return -1;
-    }
+    if (d == split_dim && (idx = global_split_index(idx)) < 0) return -1;
     g += idx * stride;
     stride *= global_shape[d];
   }
   return g;
+}
+
+std::int64_t TensorInfo::global_split_index(std::int64_t local) const {
+  const std::int64_t d = split_dim;
+  if (segments.empty()) {
+    const std::int64_t g = local + std::int64_t(shard_rank) * shape[d];
+    return g < global_shape[d] ? g : -1;
+  }
+  const std::int64_t ranks = global_shape[d] / shape[d];  // segments divide evenly, no padding
+  std::int64_t global_start = 0;
+  for (std::int64_t extent : segments) {
+    const std::int64_t mine = extent / ranks;
+    if (local < mine) return global_start + std::int64_t(shard_rank) * mine + local;
+    local -= mine, global_start += extent;
+  }
+  return -1;
+}
+
+std::int64_t TensorInfo::segment_run(std::int64_t local) const {
+  const std::int64_t d = split_dim;
+  if (segments.empty()) return shape[d] - local;
+  const std::int64_t ranks = global_shape[d] / shape[d];
+  std::int64_t end = 0;
+  for (std::int64_t extent : segments)
+    if ((end += extent / ranks) > local) return end - local;
+  return 0;
 }
 
 const TensorInfo& TensorTable::add(TensorInfo info) {

@@ -23,6 +23,11 @@ struct TensorInfo {
   std::vector<std::int64_t> global_shape;  // shape in the global model, no padding
   int split_dim = -1;                      // dim split across the tensor group; -1: whole
   int shard_rank = 0;                      // this rank's shard index along split_dim
+  // Where split_dim (then 0) is pieces of different extents each split over
+  // the group (grouped-query attention's fused [q | k | v] rows): their
+  // global extents, and each rank holds its slice of each, in order. Empty:
+  // one piece (and then padding may follow the global extent).
+  std::vector<std::int64_t> segments;
   int layer = -1;                          // transformer block index, -1 for the rest
   int unit = 0;  // partition unit (ZeRO slices and gathers whole units): a block, or one
                  // of the embedding table, position table and final norm
@@ -39,6 +44,11 @@ struct TensorInfo {
 
   // Global flat index of local element i, or -1 for padding.
   std::int64_t global_index(std::size_t i) const;
+  // The global index along split_dim of local index `local` there, or -1 for padding.
+  std::int64_t global_split_index(std::int64_t local) const;
+  // Local indices along split_dim from `local` that stay in one segment (all
+  // to the end of the shard without segments).
+  std::int64_t segment_run(std::int64_t local) const;
 };
 
 class TensorTable {

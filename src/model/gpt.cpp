@@ -19,36 +19,41 @@ GptModel::GptModel(const GptConfig& c, int micro_batch, ComputeBackend& backend,
       stage_(o.stage),
       table_(build_gpt_param_table(c, o.tp, o.units, o.stage)),
       table_units_(table_units(table_, c.d_model)) {
-  if (!c.is_gpt2())
-    throw InputError("[model]: this build trains GPT-2's architecture only (family = \"gpt2\", "
-                     "kv_heads = heads, learned positions, layernorm, gelu, biases, tied "
-                     "embeddings); `trident estimate` and `trident plan` take the others");
+  if (c.kv_head_count() % tp_.size != 0)
+    throw std::logic_error(fmt::format("{} key/value heads over {} tensor ranks",
+                                       c.kv_head_count(), tp_.size));
+  if (c.positions == PositionEncoding::rope)
+    rotary_ = llama_.make_rotary_table(c.seq_len, c.head_size(), c.rope_theta);
   if (tp_.size > 1 && !o.tensor_group)
     throw std::logic_error("a model on one of several tensor ranks needs its tensor group");
   if (!o.attention) own_attention_ = std::make_unique<LocalAttention>(backend);
   attention_ = o.attention ? o.attention : own_attention_.get();
   if (!o.storage) own_storage_ = std::make_unique<FullStorage>(table_, backend, ledger, o.weights, o.grads);
   storage_ = o.storage ? o.storage : own_storage_.get();
-  all_tokens_ = B_ * c.seq_len;
+  tokens_ = o.tokens.empty() ? TokenLayout(B_, c.seq_len) : o.tokens;
+  if (tokens_.batch() != B_ || tokens_.seq_len() != c.seq_len)
+    throw std::logic_error("GptModelOptions::tokens: another micro-batch or sequence length");
+  all_tokens_ = tokens_.rows();
   local_tokens_ = tp_.local_tokens(all_tokens_);
   first_token_ = tp_.first_local_token(all_tokens_);
   policy_ = o.activations;
-  saved_ = saved_activation_table(c, B_, tp_, stage_, policy_);
+  saved_ = saved_activation_table(c, tokens_, tp_, stage_, policy_);
   saved_.align_end(TensorTable::kAlign);  // pools of them: each starts vector-aligned
-  saved16_ = saved_16bit_table(c, B_, tp_, stage_, policy_);
+  saved16_ = saved_16bit_table(c, tokens_, tp_, stage_, policy_);
   saved16_.align_end(2 * TensorTable::kAlign);
-  work_ = work_table(c, B_, tp_, policy_);
-  scratch_ = scratch_table(c, B_, tp_, policy_);
+  work_ = work_table(c, tokens_, tp_, policy_);
+  scratch_ = scratch_table(c, tokens_, tp_, policy_);
   if (!o.workspace) own_workspace_ = std::make_unique<ModelWorkspace>();
   workspace_ = o.workspace ? o.workspace : own_workspace_.get();
   allocate_workspace(ledger);
-  weight_layout_ = weight_input_layout(c, B_, tp_, stage_, policy_);
+  weight_layout_ = weight_input_layout(c, tokens_, tp_, stage_, policy_);
   host_losses_.resize(all_tokens_);
   resolve_handles();
   if (packs_bits())  // the linears' weights reach the GEMMs as bits only (weight())
     for (const BlockHandles& h : blocks_)
       for (const TensorInfo* w : {h.qkv_w, h.attn_proj_w, h.fc_w, h.mlp_proj_w})
         storage_->read_as_bits(*w);
+  if (packs_bits() && ends_.lm_head) storage_->read_as_bits(*ends_.lm_head);
 }
 
 void GptModel::allocate_workspace(MemoryLedger& ledger) {
@@ -162,8 +167,8 @@ MatrixIn GptModel::norm_operand(float* out, float* full, std::uint16_t* home, fl
                                 const TensorInfo* norm_b) {
   const int N = local_tokens_, C = cfg_.d_model;
   const float *w = param(norm_w), *b = param(norm_b);
-  if (tp_.sp() || !packs_bits()) {
-    backend_.layernorm_forward(out, mean, rstd, x, w, b, N, C);
+  if (tp_.sp() || !packs_bits() || cfg_.norm != NormKind::layernorm) {
+    norm_forward(out, mean, rstd, x, norm_w, norm_b);
     return gathered_operand(out, full, std::size_t(N) * C, home);
   }
   std::uint16_t* bits = home ? home : gemm_bits();
@@ -172,34 +177,33 @@ MatrixIn GptModel::norm_operand(float* out, float* full, std::uint16_t* home, fl
 }
 
 MatrixIn GptModel::attention_operand(const Block& a, MatrixIn qkv) {
-  const int Cl = tp_.local_width(cfg_), NHl = tp_.local_heads(cfg_);
+  const int Cl = tp_.local_width(cfg_);
   const std::size_t n = std::size_t(all_tokens_) * Cl;
   // The output's bits may not go to gemm_bits while qkv's are read there.
   if (!packs_bits() || !(a.atty_16 || a.qkv_16)) {
-    attention_->forward(a.atty, a.lse, qkv, {B_, cfg_.seq_len, Cl, NHl},
-                        policy_.store == DType::bf16);
+    attention_->forward(a.atty, a.lse, qkv, attention_shape(), policy_.store == DType::bf16);
     return gemm_operand(a.atty, n, a.atty_16);
   }
   std::uint16_t* bits = a.atty_16 ? a.atty_16 : gemm_bits();
-  attention_->forward_rounded(a.atty, bits, a.lse, qkv, {B_, cfg_.seq_len, Cl, NHl});
+  attention_->forward_rounded(a.atty, bits, a.lse, qkv, attention_shape());
   return {a.atty, bits};
 }
 
 MatrixIn GptModel::attention_grad_operand(const Block& a, MatrixIn d_att, float* d_3c) {
-  const int Cl = tp_.local_width(cfg_), NHl = tp_.local_heads(cfg_);
+  if (llama_attention()) return llama_attention_grad_operand(a, d_att, d_3c);
+  const int Cl = tp_.local_width(cfg_);
   const std::size_t n = 3 * std::size_t(all_tokens_) * Cl;
   const MatrixIn qkv = saved_input(a.qkv, a.qkv_16);
   if (!packs_bits()) {
     backend_.zero(d_3c, n * sizeof(float));
-    attention_->backward(d_3c, d_att, qkv, a.atty, a.lse, {B_, cfg_.seq_len, Cl, NHl},
+    attention_->backward(d_3c, d_att, qkv, a.atty, a.lse, attention_shape(),
                          policy_.store == DType::bf16);
     return gemm_operand(d_3c, n);
   }
   // gemm_bits holds d_att's bits first, then this gradient's (scratch_table
   // sizes it for both).
   std::uint16_t* bits = gemm_bits() + std::size_t(all_tokens_) * Cl;
-  attention_->backward_rounded(d_3c, bits, d_att, qkv, a.atty, a.lse,
-                               {B_, cfg_.seq_len, Cl, NHl});
+  attention_->backward_rounded(d_3c, bits, d_att, qkv, a.atty, a.lse, attention_shape());
   return {d_3c, bits};
 }
 

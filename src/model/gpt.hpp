@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "compute/bf16_operands.hpp"
+#include "compute/llama_ops.hpp"
 #include "memory/arena.hpp"
 #include "memory/ledger.hpp"
 #include "memory/tensor_table.hpp"
@@ -26,6 +27,7 @@
 #include "model/param_table.hpp"
 #include "model/stage_spec.hpp"
 #include "model/tensor_group.hpp"
+#include "model/token_layout.hpp"
 #include "parallel/tensor/tensor_layout.hpp"
 
 namespace trident {
@@ -45,6 +47,8 @@ struct GptModelOptions {
   DType weights = DType::f32;       // the full arenas' parameter type (bf16/f16: 16-bit weights)
   DType grads = DType::f32;         // and gradient type (precision.reduce_dtype)
   StageSpec stage;                  // default: the whole model
+  // The micro-batch's rows this rank computes (default: whole sequences).
+  TokenLayout tokens;
   ActivationPolicy activations;     // what is saved for backward, and in which type
   // Not owned; null: the model's own. Models of one rank with the same config
   // and micro-batch may share one (the first built allocates it).
@@ -70,6 +74,7 @@ class GptModel {
   const TensorParallelLayout& tensor_layout() const { return tp_; }
   const StageSpec& stage() const { return stage_; }
   int micro_batch() const { return B_; }
+  const TokenLayout& tokens() const { return tokens_; }
   const TensorTable& param_table() const { return table_; }
   // The default full arenas (throws std::logic_error under another storage).
   Arena& params() { return full().params(); }
@@ -87,15 +92,15 @@ class GptModel {
   // The layouts of the saved activations of one micro-batch (f32, and those
   // stored in 16 bits), of the one-block working buffer and of the shared
   // scratch (the estimator sizes them too).
-  static TensorTable saved_activation_table(const GptConfig& c, int micro_batch,
+  static TensorTable saved_activation_table(const GptConfig& c, const TokenLayout& tokens,
                                             const TensorParallelLayout& tp, const StageSpec& st,
                                             const ActivationPolicy& policy = {});
-  static TensorTable saved_16bit_table(const GptConfig& c, int micro_batch,
+  static TensorTable saved_16bit_table(const GptConfig& c, const TokenLayout& tokens,
                                        const TensorParallelLayout& tp, const StageSpec& st,
                                        const ActivationPolicy& policy);
-  static TensorTable work_table(const GptConfig& c, int micro_batch,
+  static TensorTable work_table(const GptConfig& c, const TokenLayout& tokens,
                                 const TensorParallelLayout& tp, const ActivationPolicy& policy);
-  static TensorTable scratch_table(const GptConfig& c, int micro_batch,
+  static TensorTable scratch_table(const GptConfig& c, const TokenLayout& tokens,
                                    const TensorParallelLayout& tp,
                                    const ActivationPolicy& policy);
   // What B keeps for W per micro-batch: the output gradient of every linear
@@ -103,17 +108,17 @@ class GptModel {
   // itself), B to W; and
   // where (gpt_weight_inputs.cpp): weight_inputs holds only what the saved
   // activations' dead room cannot.
-  static TensorTable weight_input_table(const GptConfig& c, int micro_batch,
+  static TensorTable weight_input_table(const GptConfig& c, const TokenLayout& tokens,
                                         const TensorParallelLayout& tp, const StageSpec& st);
-  static WeightInputLayout weight_input_layout(const GptConfig& c, int micro_batch,
+  static WeightInputLayout weight_input_layout(const GptConfig& c, const TokenLayout& tokens,
                                                const TensorParallelLayout& tp,
                                                const StageSpec& st, const ActivationPolicy& policy);
   const ActivationPolicy& activation_policy() const { return policy_; }
   // What MicroBatchActs points to, for this model.
   MicroBatchSizes micro_batch_sizes() const;
 
-  // Forward over one micro-batch of B x T tokens (host arrays, all tokens on
-  // every tensor rank) into `acts`. A stage without the embeddings reads its
+  // Forward over one micro-batch's rows (tokens(): host arrays of
+  // tokens().rows() ids, the same on every tensor rank) into `acts`. A stage without the embeddings reads its
   // input from input_buffer(acts). Returns the sum of the per-token losses on
   // the stage with the head (0 elsewhere); with dloss != 0 the head also
   // leaves dloss * dLoss/dlogits for backward().
@@ -176,8 +181,9 @@ class GptModel {
   void unpack_block(const MicroBatchActs& acts, int l);  // 16-bit copies into the working buffer
   void regather_norms(const Block& a);  // SP: the norms' outputs over the tensor group again
   float* scratch(const TensorInfo* t) { return workspace_->scratch.f32(*t); }
-  float* param(const TensorInfo* t) { return storage_->param(*t); }
-  float* grad(const TensorInfo* t) { return storage_->grad(*t); }
+  // Null for a tensor the model's shape has not (a bias, LayerNorm's .b).
+  float* param(const TensorInfo* t) { return t ? storage_->param(*t) : nullptr; }
+  float* grad(const TensorInfo* t) { return t ? storage_->grad(*t) : nullptr; }
   // Handles resolved once at construction (gpt_handles.cpp).
   BlockHandles resolve_block(int l) const;
   void resolve_handles();
@@ -212,6 +218,25 @@ class GptModel {
   // and packs in the norm's pass where it can.
   MatrixIn norm_operand(float* out, float* full, std::uint16_t* home, float* mean, float* rstd,
                         const float* x, const TensorInfo* w, const TensorInfo* b);
+  // The chosen norm (LayerNorm, or RMSNorm: no mean, no bias) on this rank's tokens.
+  void norm_forward(float* out, float* mean, float* rstd, const float* x, const TensorInfo* w,
+                    const TensorInfo* b);
+  void norm_backward(float* dx, const TensorInfo* w, const TensorInfo* b, const float* dout,
+                     const float* x, const float* mean, const float* rstd);
+  // The Llama family's attention (rotary positions, or fewer key/value heads
+  // than query heads): qkv as values, rotated, and attention through f32 ops
+  // on values (llama_block.cpp); GPT-2's runs the paths above.
+  bool llama_attention() const {
+    return cfg_.positions == PositionEncoding::rope || cfg_.kv_head_count() != cfg_.heads;
+  }
+  AttentionShape attention_shape() const;
+  MatrixIn llama_qkv_operand(const Block& a, MatrixIn ln1, const BlockHandles& h);
+  MatrixIn llama_attention_grad_operand(const Block& a, MatrixIn d_att, float* d_3c);
+  void rotate(float* qkv, bool backward);  // RoPE on q and k of the fused qkv (or its gradient)
+  // SwiGLU's hidden activation silu(gate) * up as the projection's operand, and
+  // the gradient of [gate | up] (into d_fc, from d_hidden: scratch) as fc's output gradient.
+  MatrixIn swiglu_hidden(const Block& a, MatrixIn ln2, const BlockHandles& h, bool recompute);
+  MatrixIn swiglu_grad_operand(float* d_fc, float* d_hidden, const float* fch);
   // Attention of the block's qkv into a.atty as the projection's operand, and
   // its gradient into d_3c as the qkv layer's output gradient (the bits of
   // d_att, in gemm_bits, stay valid while they are read).
@@ -239,6 +264,10 @@ class GptModel {
   const std::uint16_t* table_bits() {
     return packs_bits() ? storage_->table_bf16(*ends_.wte) : nullptr;
   }
+  bool tied() const { return cfg_.tied_embeddings; }
+  // The untied head: logits = lnf lm_head^T, one unit held from forward to backward.
+  void untied_logits_backward(const MicroBatchActs& acts, float* d_lnf, const float* lnf_all,
+                              bool weight_grads);
   // Values a bf16 run holds as bf16 values (rounded activations, its weights).
   MatrixIn bf16_valued(const float* x) const {
     return MatrixIn(x).as_bf16_values(policy_.store == DType::bf16);
@@ -278,6 +307,10 @@ class GptModel {
   static std::vector<TableUnit> table_units(const TensorTable& table, int d_model);
   bool table_cut() const { return table_units_.size() > 1; }
   void lookup_tokens(float* out, const std::int32_t* tokens);  // the embedding's lookup
+  // The learned positions of this rank's rows (local_tokens_ from
+  // first_token_) added to enc, and their gradient from d_enc.
+  void add_positions(float* enc);
+  void position_grads(float* dwpe, const float* d_enc);
   // The tied head: logits = lnf wte^T; a whole table stays held for backward.
   void logits_forward(float* logits, const float* lnf);
   // d_lnf += dlogits wte (if d_lnf), and with weight_grads dwte += dlogits^T lnf.
@@ -292,6 +325,8 @@ class GptModel {
   int B_;
   ComputeBackend& backend_;
   Bf16OperandsFor bf16_ops_{backend_};  // the backend's 16-bit operand ops, or rounded f32 ones
+  LlamaOps& llama_{backend_.llama_ops()};
+  std::unique_ptr<RotaryTable> rotary_;  // rotary positions: built once
   TensorParallelLayout tp_;
   SoloTensorGroup solo_group_;
   TensorGroupOps* group_;  // the given one, or solo_group_
@@ -311,7 +346,10 @@ class GptModel {
   std::unique_ptr<ModelWorkspace> own_workspace_;
   ModelWorkspace* workspace_;  // the own one, or shared
   std::vector<float> host_losses_;
-  int all_tokens_, local_tokens_, first_token_;  // all tokens, this rank's tokens, its first
+  TokenLayout tokens_;
+  // The micro-batch's rows, those whose norm/residual activations this rank
+  // holds (all without SP), and the first of them.
+  int all_tokens_, local_tokens_, first_token_;
 };
 
 }  // namespace trident

@@ -23,23 +23,30 @@ struct ActSpec {
 };
 
 // Every activation one block's backward reads, in forward order.
-std::vector<ActSpec> block_activations(const GptConfig& c, int micro_batch,
+std::vector<ActSpec> block_activations(const GptConfig& c, const TokenLayout& tokens,
                                        const TensorParallelLayout& tp) {
-  const std::int64_t BT = std::int64_t(micro_batch) * c.seq_len, BTl = tp.local_tokens(int(BT));
+  const std::int64_t BT = tokens.rows(), BTl = tp.local_tokens(int(BT));
   const std::int64_t C = c.d_model, Cl = tp.local_width(c), Fl = tp.local_ff(c);
+  const std::int64_t QKVl = tp.local_qkv_width(c), FCl = tp.local_fc_width(c);
   // Attention keeps one log-sum-exp per query and head, not the T x T probabilities.
-  const std::int64_t lse = std::int64_t(micro_batch) * tp.local_heads(c) * c.seq_len;
+  const std::int64_t lse = BT * tp.local_heads(c);
   // Residual stream and norms: this rank's tokens. Everything between the
-  // column- and row-parallel layers: all tokens, this rank's features.
-  std::vector<ActSpec> v{{"ln1", Kind::internal, BTl * C}, {"ln1_mean", Kind::stat, BTl},
-                         {"ln1_rstd", Kind::stat, BTl}};
-  if (tp.sp()) v.push_back({"ln1_full", Kind::gathered, BT * C});
-  v.insert(v.end(), {{"qkv", Kind::internal, BT * 3 * Cl}, {"atty", Kind::internal, BT * Cl},
-                     {"lse", Kind::stat, lse}, {"res2", Kind::residual, BTl * C},
-                     {"ln2", Kind::internal, BTl * C}, {"ln2_mean", Kind::stat, BTl},
-                     {"ln2_rstd", Kind::stat, BTl}});
-  if (tp.sp()) v.push_back({"ln2_full", Kind::gathered, BT * C});
-  v.insert(v.end(), {{"fch", Kind::internal, BT * Fl}, {"fch_gelu", Kind::internal, BT * Fl},
+  // column- and row-parallel layers: all tokens, this rank's features. RMSNorm
+  // keeps no mean; qkv is the rotated q and k (RoPE's backward needs no
+  // input); fch is SwiGLU's [gate | up], fch_gelu its output.
+  const bool layernorm = c.norm == NormKind::layernorm;
+  std::vector<ActSpec> v;
+  auto norm = [&](const char* out, const char* mean, const char* rstd, const char* full) {
+    v.push_back({out, Kind::internal, BTl * C});
+    if (layernorm) v.push_back({mean, Kind::stat, BTl});
+    v.push_back({rstd, Kind::stat, BTl});
+    if (tp.sp()) v.push_back({full, Kind::gathered, BT * C});
+  };
+  norm("ln1", "ln1_mean", "ln1_rstd", "ln1_full");
+  v.insert(v.end(), {{"qkv", Kind::internal, BT * QKVl}, {"atty", Kind::internal, BT * Cl},
+                     {"lse", Kind::stat, lse}, {"res2", Kind::residual, BTl * C}});
+  norm("ln2", "ln2_mean", "ln2_rstd", "ln2_full");
+  v.insert(v.end(), {{"fch", Kind::internal, BT * FCl}, {"fch_gelu", Kind::internal, BT * Fl},
                      {"res3", Kind::residual, BTl * C}});
   return v;
 }
@@ -63,10 +70,10 @@ void add_flat(TensorTable& t, std::string name, std::int64_t n) {
 
 }  // namespace
 
-TensorTable GptModel::saved_activation_table(const GptConfig& c, int micro_batch,
+TensorTable GptModel::saved_activation_table(const GptConfig& c, const TokenLayout& tokens,
                                              const TensorParallelLayout& tp, const StageSpec& st,
                                              const ActivationPolicy& policy) {
-  const std::int64_t BT = std::int64_t(micro_batch) * c.seq_len, BTl = tp.local_tokens(int(BT));
+  const std::int64_t BT = tokens.rows(), BTl = tp.local_tokens(int(BT));
   const std::int64_t C = c.d_model;
   const bool sp = tp.sp();
   const int end = st.first_block + st.blocks(c.layers);
@@ -75,7 +82,7 @@ TensorTable GptModel::saved_activation_table(const GptConfig& c, int micro_batch
   add("encoded", BTl * C);  // the embeddings' output, or the previous stage's
   for (int l = st.first_block; l < end; ++l) {
     const std::string p = fmt::format("h.{}.", l);
-    for (const ActSpec& a : block_activations(c, micro_batch, tp)) {
+    for (const ActSpec& a : block_activations(c, tokens, tp)) {
       if (!kept_f32(a, policy)) continue;
       // Partitioned: a block's output is the next block's input; the stage's
       // output stays whole (the head and the next stage read it).
@@ -84,7 +91,9 @@ TensorTable GptModel::saved_activation_table(const GptConfig& c, int micro_batch
     }
   }
   if (st.head) {
-    add("lnf", BTl * C), add("lnf_mean", BTl), add("lnf_rstd", BTl);
+    add("lnf", BTl * C);
+    if (c.norm == NormKind::layernorm) add("lnf_mean", BTl);
+    add("lnf_rstd", BTl);
     if (sp) add("lnf_full", BT * C);
     add("logits", BT * tp.local_vocab(c)), add("losses", BT);
     add("xent_max", BT), add("xent_packed", 2 * BT);
@@ -92,42 +101,44 @@ TensorTable GptModel::saved_activation_table(const GptConfig& c, int micro_batch
   return t;
 }
 
-TensorTable GptModel::saved_16bit_table(const GptConfig& c, int micro_batch,
+TensorTable GptModel::saved_16bit_table(const GptConfig& c, const TokenLayout& tokens,
                                         const TensorParallelLayout& tp, const StageSpec& st,
                                         const ActivationPolicy& policy) {
   TensorTable t;
   if (policy.store == DType::f32) return t;
   for (int l = st.first_block; l < st.first_block + st.blocks(c.layers); ++l)
-    for (const ActSpec& a : block_activations(c, micro_batch, tp))
+    for (const ActSpec& a : block_activations(c, tokens, tp))
       if (kept(a, policy.recompute) && !kept_f32(a, policy))
         add_flat(t, fmt::format("h.{}.{}", l, a.name), a.n);
   return t;
 }
 
-TensorTable GptModel::work_table(const GptConfig& c, int micro_batch,
+TensorTable GptModel::work_table(const GptConfig& c, const TokenLayout& tokens,
                                  const TensorParallelLayout& tp, const ActivationPolicy& policy) {
   TensorTable t;
-  for (const ActSpec& a : block_activations(c, micro_batch, tp))
+  for (const ActSpec& a : block_activations(c, tokens, tp))
     if (!kept_f32(a, policy) || (policy.partition && std::string(a.name) == "res3"))
       add_flat(t, a.name, a.n);
   return t;
 }
 
-TensorTable GptModel::scratch_table(const GptConfig& c, int micro_batch,
+TensorTable GptModel::scratch_table(const GptConfig& c, const TokenLayout& tokens,
                                     const TensorParallelLayout& tp, const ActivationPolicy& policy) {
   // Reused layer after layer and micro-batch after micro-batch: activation
   // gradients are never kept for the whole stack. Counted as activations.
-  const std::int64_t BT = std::int64_t(micro_batch) * c.seq_len, BTl = tp.local_tokens(int(BT));
+  const std::int64_t BT = tokens.rows(), BTl = tp.local_tokens(int(BT));
   const std::int64_t C = c.d_model, Cl = tp.local_width(c), Fl = tp.local_ff(c);
+  const std::int64_t QKVl = tp.local_qkv_width(c), FCl = tp.local_fc_width(c);
   TensorTable t;
   auto add = [&t](std::string name, std::int64_t n) { add_flat(t, std::move(name), n); };
-  add("full_c", BT * C), add("d_res", BTl * C), add("d_c", BT * C), add("d_3c", BT * 3 * Cl);
-  add("d_ff_a", BT * Fl), add("d_ff_b", BT * Fl);
+  add("full_c", BT * C), add("d_res", BTl * C), add("d_c", BT * C), add("d_3c", BT * QKVl);
+  add("d_ff_a", BT * Fl), add("d_ff_b", BT * FCl);
   if (tp.sp()) add("local_c", BTl * C), add("sp_pack", 4 * C);
   // bf16: the bits of the activation a GEMM reads next (gemm_operand), as
   // wide as the widest (attention's output gradient and qkv's side by side),
   // two to a float.
-  if (policy.store == DType::bf16) add("gemm_bits", (BT * std::max({C, 4 * Cl, Fl}) + 1) / 2);
+  if (policy.store == DType::bf16)
+    add("gemm_bits", (BT * std::max({C, Cl + QKVl, FCl}) + 1) / 2);
   return t;
 }
 

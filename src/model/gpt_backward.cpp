@@ -31,15 +31,17 @@ void GptModel::head_backward(const MicroBatchActs& acts, float* d_res, bool spli
   // A whole table's gradients, on the first stage, collect here and at the very end.
   // The table's slot is taken before the norm's: the norm must not take the one slot
   // that fits the table.
-  logits_backward(acts, d_c, lnf_all, weights_now, finalize);
+  if (tied()) logits_backward(acts, d_c, lnf_all, weights_now, finalize);
+  else untied_logits_backward(acts, d_c, lnf_all, weights_now);
   st.need_grads(e.lnf_w->unit);  // the norm's weight gradients come with B (see norm_grads_done)
   round(d_c, std::size_t(BT) * C);
   be.zero(d_res, std::size_t(BTl) * C * sizeof(float));
   const float* d_lnf = reduce_row_parallel(d_c);
-  be.layernorm_backward(d_res, grad(e.lnf_w), grad(e.lnf_b), d_lnf, output(acts),
-                        param(e.lnf_w), act(acts, e.lnf_mean), act(acts, e.lnf_rstd), BTl, C);
+  norm_backward(d_res, e.lnf_w, e.lnf_b, d_lnf, output(acts),
+                e.lnf_mean ? act(acts, e.lnf_mean) : nullptr, act(acts, e.lnf_rstd));
   st.done_params(e.lnf_w->unit);
-  if (!table_cut()) st.done_params(e.wte->unit);  // the embedding's backward needs only gradients
+  if (!tied()) st.done_params(e.lm_head->unit);
+  else if (!table_cut()) st.done_params(e.wte->unit);  // the embedding's backward needs only gradients
   if (weights_now) finish_head_grads(finalize);
   else norm_grads_done(e.lnf_w->unit, e.lnf_norms);
 }
@@ -59,15 +61,16 @@ void GptModel::finish_head_grads(bool finalize) {
   if (finalize || st.grads_leave_each_backward()) sum_partial_grads(ends_.lnf_norms);
   st.done_grads(ends_.lnf_w->unit, finalize);
   // The head's copy is done (a cut table's units left in logits_backward).
-  if (!stage_.embedding && !table_cut()) st.done_grads(ends_.wte->unit, finalize);
+  if (!tied()) st.done_grads(ends_.lm_head->unit, finalize);
+  else if (!stage_.embedding && !table_cut()) st.done_grads(ends_.wte->unit, finalize);
 }
 
 void GptModel::block_backward(const MicroBatchActs& acts, int l, bool split,
                               bool finalize) {
   const bool weights_now = !split;
-  const int C = cfg_.d_model, BT = all_tokens_, BTl = local_tokens_;
+  const int C = cfg_.d_model, BT = all_tokens_;
   const int Cl = tp_.local_width(cfg_), Fl = tp_.local_ff(cfg_);
-  ComputeBackend& be = backend_;
+  const int QKVl = tp_.local_qkv_width(cfg_), FCl = tp_.local_fc_width(cfg_);
   ModelStorage& st = *storage_;
   const ScratchHandles& s = scratch_handles_;
   float *d_res = scratch(s.d_res), *d_c = scratch(s.d_c), *d_3c = scratch(s.d_3c);
@@ -90,15 +93,17 @@ void GptModel::block_backward(const MicroBatchActs& acts, int l, bool split,
   bf16_ops_->matmul_backward(d_ff_a, gw(h.mlp_proj_w), gw(h.mlp_proj_b), d_out,
                      saved_input(a.fch_gelu, a.fch_gelu_16), weight(h.mlp_proj_w), BT, Fl, C,
                      InputGrad::write);
-  const MatrixIn d_fc = gelu_grad_operand(d_ff_b, a.fch, packs_bits() ? a.fch_16 : nullptr,
-                                          d_ff_a, std::size_t(BT) * Fl);
-  keep(h.d_fc, d_ff_b, std::size_t(BT) * Fl);
+  const MatrixIn d_fc =
+      cfg_.mlp == MlpKind::swiglu
+          ? swiglu_grad_operand(d_ff_b, d_ff_a, a.fch)
+          : gelu_grad_operand(d_ff_b, a.fch, packs_bits() ? a.fch_16 : nullptr, d_ff_a,
+                              std::size_t(BT) * Fl);
+  keep(h.d_fc, d_ff_b, std::size_t(BT) * FCl);
   bf16_ops_->matmul_backward(d_c, gw(h.fc_w), gw(h.fc_b), d_fc, saved_input(a.ln2_full, a.ln2_16),
-                     weight(h.fc_w), BT, C, Fl, InputGrad::write);
+                     weight(h.fc_w), BT, C, FCl, InputGrad::write);
   round(d_c, std::size_t(BT) * C);
   const float* d_ln2 = reduce_row_parallel(d_c);
-  be.layernorm_backward(d_res, grad(h.ln2_w), grad(h.ln2_b), d_ln2, a.res2, param(h.ln2_w),
-                        a.ln2_mean, a.ln2_rstd, BTl, C);
+  norm_backward(d_res, h.ln2_w, h.ln2_b, d_ln2, a.res2, a.ln2_mean, a.ln2_rstd);
   // d_res now holds dLoss/d(res2).
   d_out = projection_grad(d_res, full);
   keep(h.d_attn, d_out.values, std::size_t(BT) * C);
@@ -106,13 +111,12 @@ void GptModel::block_backward(const MicroBatchActs& acts, int l, bool split,
                      saved_input(a.atty, a.atty_16), weight(h.attn_proj_w), BT, Cl, C,
                      InputGrad::write);
   const MatrixIn d_qkv = attention_grad_operand(a, gemm_operand(d_c, std::size_t(BT) * Cl), d_3c);
-  keep(h.d_qkv, d_3c, 3 * std::size_t(BT) * Cl);
+  keep(h.d_qkv, d_3c, std::size_t(BT) * QKVl);
   bf16_ops_->matmul_backward(d_c, gw(h.qkv_w), gw(h.qkv_b), d_qkv, saved_input(a.ln1_full, a.ln1_16),
-                     weight(h.qkv_w), BT, C, 3 * Cl, InputGrad::write);
+                     weight(h.qkv_w), BT, C, QKVl, InputGrad::write);
   round(d_c, std::size_t(BT) * C);
   const float* d_ln1 = reduce_row_parallel(d_c);
-  be.layernorm_backward(d_res, grad(h.ln1_w), grad(h.ln1_b), d_ln1, x_in, param(h.ln1_w),
-                        a.ln1_mean, a.ln1_rstd, BTl, C);
+  norm_backward(d_res, h.ln1_w, h.ln1_b, d_ln1, x_in, a.ln1_mean, a.ln1_rstd);
   st.done_params(u);
   if (weights_now) finish_block_grads(l, finalize);
   else norm_grads_done(u, h.norms);
@@ -125,16 +129,28 @@ void GptModel::finish_block_grads(int l, bool finalize) {
   st.done_grads(h.unit, finalize);
 }
 
+void GptModel::position_grads(float* dwpe, const float* d_enc) {
+  const int C = cfg_.d_model;
+  if (tokens_.whole_sequences()) {
+    backend_.position_backward(dwpe, d_enc, local_tokens_, cfg_.seq_len, first_token_, C);
+    return;
+  }
+  for (const PositionRun& r : tokens_.runs_of_rows(first_token_, local_tokens_))
+    backend_.position_backward(dwpe, d_enc + std::size_t(r.row) * C, r.count, cfg_.seq_len,
+                               r.position, C);
+}
+
 void GptModel::embedding_grads(const MicroBatchActs& acts, const float* d_emb, bool finalize) {
-  ComputeBackend& be = backend_;
   ModelStorage& st = *storage_;
-  const TensorInfo* wpe = ends_.wpe;
-  st.need_grads(wpe->unit);
-  be.position_backward(grad(wpe), d_emb, local_tokens_, cfg_.seq_len, first_token_, cfg_.d_model);
-  if ((finalize || st.grads_leave_each_backward()) && tp_.sp())
-    group_->all_reduce(grad(wpe), wpe->numel);
+  const TensorInfo* wpe = ends_.wpe;  // null with rotary positions
+  if (wpe) {
+    st.need_grads(wpe->unit);
+    position_grads(grad(wpe), d_emb);
+    if ((finalize || st.grads_leave_each_backward()) && tp_.sp())
+      group_->all_reduce(grad(wpe), wpe->numel);
+  }
   table_grads_from_tokens(acts, gather(d_emb, scratch(scratch_handles_.full_c)), finalize);
-  st.done_grads(wpe->unit, finalize);
+  if (wpe) st.done_grads(wpe->unit, finalize);
 }
 
 void GptModel::backward_pass(const MicroBatchActs& acts, bool split, float* input_grad,
@@ -181,13 +197,15 @@ void GptModel::backward_weights(const MicroBatchActs& acts, const GradsReadyFn& 
                                 bool finalize) {
   const int C = cfg_.d_model, BT = all_tokens_;
   const int Cl = tp_.local_width(cfg_), Fl = tp_.local_ff(cfg_);
+  const int QKVl = tp_.local_qkv_width(cfg_), FCl = tp_.local_fc_width(cfg_);
   ModelStorage& st = *storage_;
   auto notify = [&](const TensorInfo* first) {
     if (ready && finalize) ready(first->offset);
   };
   if (stage_.head) {
     const float* lnf_all = tp_.sp() ? act(acts, ends_.lnf_full) : act(acts, ends_.lnf);
-    logits_backward(acts, nullptr, lnf_all, true, finalize);  // the table's slot first
+    if (tied()) logits_backward(acts, nullptr, lnf_all, true, finalize);  // the table's slot first
+    else untied_logits_backward(acts, nullptr, lnf_all, true);
     st.need_grads(ends_.lnf_w->unit);  // the norm's gradients came with B
     finish_head_grads(finalize);
     notify(ends_.lnf_w);
@@ -213,11 +231,11 @@ void GptModel::backward_weights(const MicroBatchActs& acts, const GradsReadyFn& 
                        saved_input(a.fch_gelu, a.fch_gelu_16), nullptr, BT, Fl, C,
                        InputGrad::add);
     bf16_ops_->matmul_backward(nullptr, grad(h.fc_w), grad(h.fc_b), d(h.d_fc),
-                       saved_input(a.ln2_full, a.ln2_16), nullptr, BT, C, Fl, InputGrad::add);
+                       saved_input(a.ln2_full, a.ln2_16), nullptr, BT, C, FCl, InputGrad::add);
     bf16_ops_->matmul_backward(nullptr, grad(h.attn_proj_w), grad(h.attn_proj_b), d(h.d_attn),
                        saved_input(a.atty, a.atty_16), nullptr, BT, Cl, C, InputGrad::add);
     bf16_ops_->matmul_backward(nullptr, grad(h.qkv_w), grad(h.qkv_b), d(h.d_qkv),
-                       saved_input(a.ln1_full, a.ln1_16), nullptr, BT, C, 3 * Cl,
+                       saved_input(a.ln1_full, a.ln1_16), nullptr, BT, C, QKVl,
                        InputGrad::add);
     finish_block_grads(l, finalize);
     notify(h.ln1_w);

@@ -15,15 +15,18 @@ void GptModel::block_forward(const Block& a, const float* x, int l, bool recompu
   const bool bias_here = tp_.rank == 0;
   const MatrixIn ln1 =
       norm_operand(a.ln1, a.ln1_full, a.ln1_16, a.ln1_mean, a.ln1_rstd, x, h.ln1_w, h.ln1_b);
-  const MatrixIn qkv = linear_operand(a.qkv, a.qkv_16, ln1, weight(h.qkv_w), param(h.qkv_b), BT,
-                                      C, 3 * Cl);
+  const MatrixIn qkv = llama_attention() ? llama_qkv_operand(a, ln1, h)
+                                         : linear_operand(a.qkv, a.qkv_16, ln1, weight(h.qkv_w),
+                                                          param(h.qkv_b), BT, C, 3 * Cl);
   bf16_ops_->matmul_forward(full, attention_operand(a, qkv), weight(h.attn_proj_w),
                     bias_here ? param(h.attn_proj_b) : nullptr, BT, Cl, C);
   be.add(a.res2, x, reduce_row_parallel(full), std::size_t(BTl) * C);
 
   const MatrixIn ln2 =
       norm_operand(a.ln2, a.ln2_full, a.ln2_16, a.ln2_mean, a.ln2_rstd, a.res2, h.ln2_w, h.ln2_b);
-  const MatrixIn fch_gelu = mlp_hidden(a, ln2, weight(h.fc_w), param(h.fc_b), recompute);
+  const MatrixIn fch_gelu = cfg_.mlp == MlpKind::swiglu
+                                ? swiglu_hidden(a, ln2, h, recompute)
+                                : mlp_hidden(a, ln2, weight(h.fc_w), param(h.fc_b), recompute);
   if (recompute) return;  // backward needs neither the MLP's output nor res3
   bf16_ops_->matmul_forward(full, fch_gelu, weight(h.mlp_proj_w),
                     bias_here ? param(h.mlp_proj_b) : nullptr, BT, Fl, C);
@@ -31,9 +34,20 @@ void GptModel::block_forward(const Block& a, const float* x, int l, bool recompu
   be.add(a.res3, a.res2, reduce_row_parallel(full), std::size_t(BTl) * C);
 }
 
+void GptModel::add_positions(float* enc) {
+  const int C = cfg_.d_model;
+  if (tokens_.whole_sequences()) {  // one pass: row r is position r mod seq_len
+    backend_.position_forward(enc, param(ends_.wpe), local_tokens_, cfg_.seq_len, first_token_, C);
+    return;
+  }
+  for (const PositionRun& r : tokens_.runs_of_rows(first_token_, local_tokens_))
+    backend_.position_forward(enc + std::size_t(r.row) * C, param(ends_.wpe), r.count,
+                              cfg_.seq_len, r.position, C);
+}
+
 double GptModel::forward(const MicroBatchActs& acts, const std::int32_t* tokens, const std::int32_t* targets,
                          float dloss) {
-  const int T = cfg_.seq_len, C = cfg_.d_model, BT = all_tokens_, BTl = local_tokens_;
+  const int C = cfg_.d_model, BT = all_tokens_, BTl = local_tokens_;
   std::int32_t* tok = acts.tokens;
   std::int32_t* tgt = tok + BT;
   backend_.copy_from_host(tok, tokens, BT * sizeof(std::int32_t));
@@ -54,9 +68,11 @@ double GptModel::forward(const MicroBatchActs& acts, const std::int32_t* tokens,
       lookup_tokens(enc, tok);
       group_->all_reduce(enc, std::size_t(BT) * C);
     }
-    st.need_params(e.wpe->unit, Pass::forward);
-    be.position_forward(enc, param(e.wpe), BTl, T, first_token_, C);
-    st.done_params(e.wpe->unit);
+    if (e.wpe) {  // learned positions (rotary ones act on q and k in each block)
+      st.need_params(e.wpe->unit, Pass::forward);
+      add_positions(enc);
+      st.done_params(e.wpe->unit);
+    }
   }
 
   for (int l = stage_.first_block; l < last_block(); ++l) {
@@ -69,17 +85,22 @@ double GptModel::forward(const MicroBatchActs& acts, const std::int32_t* tokens,
   }
   if (!stage_.head) return 0.0;
 
-  // The head needs the final norm and, being tied, the token embedding. Both
-  // stay until backward has passed the head (or until now, for eval); a cut
-  // table is gathered again, unit by unit, in backward.
+  // The head needs the final norm and its table (the token embedding, or the
+  // untied lm_head). Both stay until backward has passed the head (or until
+  // now, for eval); a cut table is gathered again, unit by unit, in backward.
   const int Vl = tp_.local_vocab(cfg_), vlo = tp_.vocab_begin(cfg_), valid = tp_.valid_vocab(cfg_);
   st.need_params(e.lnf_w->unit, Pass::forward);
-  be.layernorm_forward(act(acts, e.lnf), act(acts, e.lnf_mean), act(acts, e.lnf_rstd), x,
-                       param(e.lnf_w), param(e.lnf_b), BTl, C);
+  norm_forward(act(acts, e.lnf), e.lnf_mean ? act(acts, e.lnf_mean) : nullptr,
+               act(acts, e.lnf_rstd), x, e.lnf_w, e.lnf_b);
   round(act(acts, e.lnf), std::size_t(BTl) * C);
   const float* lnf = gather(act(acts, e.lnf), tp_.sp() ? act(acts, e.lnf_full) : nullptr);
   float* logits = act(acts, e.logits);
-  logits_forward(logits, lnf);  // tied head, vocab shard
+  if (tied()) {
+    logits_forward(logits, lnf);  // vocab shard
+  } else {
+    st.need_params(e.lm_head->unit, Pass::forward);  // held until the head's backward
+    bf16_ops_->matmul_forward(logits, bf16_valued(lnf), weight(e.lm_head), nullptr, BT, C, Vl);
+  }
   // Vocab-parallel cross-entropy: no rank ever holds all the logits of a token.
   float *mx = act(acts, e.xent_max), *packed = act(acts, e.xent_packed);
   if (tp_.size == 1) {
@@ -100,7 +121,8 @@ double GptModel::forward(const MicroBatchActs& acts, const std::int32_t* tokens,
                    tgt, vlo, BT, Vl, valid, dloss);
   if (dloss == 0.0f) {
     st.done_params(e.lnf_w->unit);
-    if (!table_cut()) st.done_params(e.wte->unit);
+    if (!tied()) st.done_params(e.lm_head->unit);
+    else if (!table_cut()) st.done_params(e.wte->unit);
   }
   be.copy_to_host(host_losses_.data(), act(acts, e.losses), BT * sizeof(float));
   double sum = 0;

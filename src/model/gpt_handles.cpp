@@ -12,23 +12,28 @@ BlockHandles GptModel::resolve_block(int l) const {
   const std::string p = fmt::format("h.{}.", l);
   BlockHandles h;
   auto param = [&](const char* n) { return &table_.at(p + n); };
-  h.ln1_w = param("ln1.w"), h.ln1_b = param("ln1.b");
-  h.qkv_w = param("attn.qkv.w"), h.qkv_b = param("attn.qkv.b");
-  h.attn_proj_w = param("attn.proj.w"), h.attn_proj_b = param("attn.proj.b");
-  h.ln2_w = param("ln2.w"), h.ln2_b = param("ln2.b");
-  h.fc_w = param("mlp.fc.w"), h.fc_b = param("mlp.fc.b");
-  h.mlp_proj_w = param("mlp.proj.w"), h.mlp_proj_b = param("mlp.proj.b");
+  // What the model's shape may leave out: biases, LayerNorm's .b.
+  auto optional = [&](const char* n) { return table_.find(p + n); };
+  h.ln1_w = param("ln1.w"), h.ln1_b = optional("ln1.b");
+  h.qkv_w = param("attn.qkv.w"), h.qkv_b = optional("attn.qkv.b");
+  h.attn_proj_w = param("attn.proj.w"), h.attn_proj_b = optional("attn.proj.b");
+  h.ln2_w = param("ln2.w"), h.ln2_b = optional("ln2.b");
+  h.fc_w = param("mlp.fc.w"), h.fc_b = optional("mlp.fc.b");
+  h.mlp_proj_w = param("mlp.proj.w"), h.mlp_proj_b = optional("mlp.proj.b");
   h.unit = h.ln1_w->unit;
-  h.norms = {h.ln1_w, h.ln1_b, h.ln2_w, h.ln2_b};
+  for (const TensorInfo* t : {h.ln1_w, h.ln1_b, h.ln2_w, h.ln2_b})
+    if (t) h.norms.push_back(t);
 
   // Saved where the saved table has it, else in the working buffer.
   auto home = [&](const char* n) -> ActHome {
     if (const TensorInfo* t = saved_.find(p + n)) return {true, t->offset};
     return {false, work_.at(n).offset};
   };
-  h.ln1 = home("ln1"), h.ln1_mean = home("ln1_mean"), h.ln1_rstd = home("ln1_rstd");
+  const bool layernorm = cfg_.norm == NormKind::layernorm;  // RMSNorm keeps no mean
+  h.ln1 = home("ln1"), h.ln1_rstd = home("ln1_rstd");
   h.qkv = home("qkv"), h.atty = home("atty"), h.lse = home("lse"), h.res2 = home("res2");
-  h.ln2 = home("ln2"), h.ln2_mean = home("ln2_mean"), h.ln2_rstd = home("ln2_rstd");
+  h.ln2 = home("ln2"), h.ln2_rstd = home("ln2_rstd");
+  if (layernorm) h.ln1_mean = home("ln1_mean"), h.ln2_mean = home("ln2_mean");
   h.fch = home("fch"), h.fch_gelu = home("fch_gelu"), h.res3 = home("res3");
   const bool sp = tp_.sp();
   if (sp) h.ln1_full = home("ln1_full"), h.ln2_full = home("ln2_full");
@@ -42,6 +47,10 @@ BlockHandles GptModel::resolve_block(int l) const {
   h.qkv_16 = bits("qkv"), h.atty_16 = bits("atty");
   h.ln2_16 = sp ? BlockHandles::none : bits("ln2");
   h.fch_gelu_16 = bits("fch_gelu"), h.fch_16 = bits("fch");
+  // RoPE, grouped attention and SwiGLU read and write values: their inputs
+  // are saved and unpacked as plain copies, never read as bits alone.
+  if (llama_attention()) h.qkv_16 = BlockHandles::none;
+  if (cfg_.mlp == MlpKind::swiglu) h.fch_16 = BlockHandles::none;
   h.res3_part = saved_.find(p + "res3_part");
 
   for (const TensorInfo& t : saved16_.tensors()) {
@@ -67,7 +76,10 @@ void GptModel::resolve_handles() {
 
   ends_.wte = table_.find("wte"), ends_.wpe = table_.find("wpe");
   ends_.lnf_w = table_.find("lnf.w"), ends_.lnf_b = table_.find("lnf.b");
-  if (stage_.head) ends_.lnf_norms = {ends_.lnf_w, ends_.lnf_b};
+  ends_.lm_head = table_.find("lm_head.w");
+  if (stage_.head)
+    for (const TensorInfo* t : {ends_.lnf_w, ends_.lnf_b})
+      if (t) ends_.lnf_norms.push_back(t);
   ends_.encoded = saved_.find("encoded");
   ends_.lnf = saved_.find("lnf"), ends_.lnf_full = saved_.find("lnf_full");
   ends_.lnf_mean = saved_.find("lnf_mean"), ends_.lnf_rstd = saved_.find("lnf_rstd");

@@ -56,6 +56,7 @@ struct BlockHandles {
 // The embeddings' and head's tensors, null where the stage has none of them.
 struct EndHandles {
   const TensorInfo *wte = nullptr, *wpe = nullptr, *lnf_w = nullptr, *lnf_b = nullptr;
+  const TensorInfo* lm_head = nullptr;  // the untied head's table (null: tied)
   std::vector<const TensorInfo*> lnf_norms;  // lnf's w and b: SP sums their gradients
   // Saved activations, in the saved table.
   const TensorInfo *encoded = nullptr, *lnf = nullptr, *lnf_mean = nullptr, *lnf_rstd = nullptr,

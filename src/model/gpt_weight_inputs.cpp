@@ -20,10 +20,10 @@ std::size_t aligned(std::size_t n) {
 
 }  // namespace
 
-TensorTable GptModel::weight_input_table(const GptConfig& c, int micro_batch,
+TensorTable GptModel::weight_input_table(const GptConfig& c, const TokenLayout& tokens,
                                          const TensorParallelLayout& tp, const StageSpec& st) {
-  const std::int64_t BT = std::int64_t(micro_batch) * c.seq_len, BTl = tp.local_tokens(int(BT));
-  const std::int64_t C = c.d_model, Cl = tp.local_width(c), Fl = tp.local_ff(c);
+  const std::int64_t BT = tokens.rows(), BTl = tp.local_tokens(int(BT));
+  const std::int64_t C = c.d_model, FCl = tp.local_fc_width(c), QKVl = tp.local_qkv_width(c);
   TensorTable t;
   auto add = [&t](std::string name, std::int64_t n) {
     TensorInfo info;
@@ -34,19 +34,19 @@ TensorTable GptModel::weight_input_table(const GptConfig& c, int micro_batch,
   // The head's own gradient is the saved logits.
   for (int l = st.first_block + st.blocks(c.layers) - 1; l >= st.first_block; --l) {
     const std::string p = fmt::format("h.{}.", l);
-    add(p + "d_proj", BT * C), add(p + "d_fc", BT * Fl), add(p + "d_attn", BT * C);
-    add(p + "d_qkv", BT * 3 * Cl);
+    add(p + "d_proj", BT * C), add(p + "d_fc", BT * FCl), add(p + "d_attn", BT * C);
+    add(p + "d_qkv", BT * QKVl);
   }
   if (st.embedding) add("d_embed", BTl * C);
   return t;
 }
 
-WeightInputLayout GptModel::weight_input_layout(const GptConfig& c, int micro_batch,
+WeightInputLayout GptModel::weight_input_layout(const GptConfig& c, const TokenLayout& tokens,
                                                 const TensorParallelLayout& tp,
                                                 const StageSpec& st,
                                                 const ActivationPolicy& policy) {
-  const TensorTable saved = saved_activation_table(c, micro_batch, tp, st, policy);
-  const TensorTable all = weight_input_table(c, micro_batch, tp, st);
+  const TensorTable saved = saved_activation_table(c, tokens, tp, st, policy);
+  const TensorTable all = weight_input_table(c, tokens, tp, st);
   WeightInputLayout out;
   // Dead regions of the saved activations (offset, elements), in the order B is done with them.
   std::vector<std::pair<std::size_t, std::size_t>> dead;

@@ -7,9 +7,55 @@
 
 namespace trident {
 
+namespace {
+
+// One block's tensors, in the order forward reads them. GPT-2's (and any
+// multi-head block's) fused qkv is [3, C, C]: [q | k | v] rows of PyTorch's
+// [3C, C], split along dim 1 so each rank holds the q, k and v rows of its
+// own heads. Grouped-query attention's is [(NH + 2 KVH) hs, C], the same
+// [q | k | v] rows, as three segments each split over the group
+// (TensorInfo::segments). SwiGLU's fc is [2, F, C]: the gate's rows, then the
+// up projection's, split along dim 1 so each rank holds [its gate | its up].
+template <class Add>
+void add_block(TensorTable& t, Add& add, const GptConfig& c, int l) {
+  const std::int64_t C = c.d_model, F = c.d_ff(), KV = c.kv_width();
+  const std::string p = fmt::format("h.{}.", l);
+  const bool layernorm = c.norm == NormKind::layernorm;
+  auto norm = [&](const char* name) {
+    add(p + name + ".w", {C}, -1, l, false);
+    if (layernorm) add(p + name + ".b", {C}, -1, l, false);
+  };
+  norm("ln1");
+  if (c.kv_head_count() == c.heads) {
+    add(p + "attn.qkv.w", {3, C, C}, 1, l, true);
+    if (c.bias) add(p + "attn.qkv.b", {3, C}, 1, l, false);
+  } else {
+    auto segmented = [&](std::string name, std::vector<std::int64_t> global, bool decay) {
+      add(std::move(name), std::move(global), 0, l, decay);
+      t.last().segments = {C, KV, KV};
+    };
+    segmented(p + "attn.qkv.w", {C + 2 * KV, C}, true);
+    if (c.bias) segmented(p + "attn.qkv.b", {C + 2 * KV}, false);
+  }
+  add(p + "attn.proj.w", {C, C}, 1, l, true);
+  if (c.bias) add(p + "attn.proj.b", {C}, -1, l, false);
+  norm("ln2");
+  if (c.mlp == MlpKind::swiglu) {
+    add(p + "mlp.fc.w", {2, F, C}, 1, l, true);
+    if (c.bias) add(p + "mlp.fc.b", {2, F}, 1, l, false);
+  } else {
+    add(p + "mlp.fc.w", {F, C}, 0, l, true);
+    if (c.bias) add(p + "mlp.fc.b", {F}, 0, l, false);
+  }
+  add(p + "mlp.proj.w", {C, F}, 1, l, true);
+  if (c.bias) add(p + "mlp.proj.b", {C}, -1, l, false);
+}
+
+}  // namespace
+
 TensorTable build_gpt_param_table(const GptConfig& c, const TensorParallelLayout& tp,
                                   const UnitLayout& units, const StageSpec& stage) {
-  const std::int64_t C = c.d_model, F = c.d_ff(), T = c.seq_len, V = c.vocab, n = tp.size;
+  const std::int64_t C = c.d_model, T = c.seq_len, V = c.vocab, n = tp.size;
   const std::int64_t Vl = tp.local_vocab(c);
   TensorTable t;
   int unit = 0;
@@ -20,11 +66,12 @@ TensorTable build_gpt_param_table(const GptConfig& c, const TensorParallelLayout
     info.name = std::move(name);
     info.global_shape = global;
     info.shape = global;
+    const bool vocab_rows = info.name == "wte" || info.name == "lm_head.w";
     if (split >= 0 && n > 1) {
-      info.shape[split] = info.name == "wte" ? Vl : global[split] / n;
+      info.shape[split] = vocab_rows ? Vl : global[split] / n;
       info.split_dim = split;
       info.shard_rank = tp.rank;
-    } else if (info.name == "wte") {
+    } else if (vocab_rows) {
       info.shape[0] = Vl;  // padding rows even unsplit: same kernels for every tp
       info.split_dim = 0;
     }
@@ -41,8 +88,8 @@ TensorTable build_gpt_param_table(const GptConfig& c, const TensorParallelLayout
   // The token embedding, whole or cut into dp x table_units pieces of whole
   // rows (each a multiple of kAlign elements), rank r's pieces adjacent in the
   // tensor: the ZeRO slices of a rank stay one range of the tensor.
-  auto add_table = [&](bool primary) {
-    add("wte", {V, C}, 0, -1, true, primary);
+  auto add_table = [&](bool primary, const char* name = "wte") {
+    add(name, {V, C}, 0, -1, true, primary);
     const int K = units.table_units;
     if (K <= 1) return end_unit();
     TensorInfo& w = t.last();
@@ -61,34 +108,19 @@ TensorTable build_gpt_param_table(const GptConfig& c, const TensorParallelLayout
   // both and the two copies' gradients can be summed slice by slice.
   if (stage.embedding) {
     add_table(true);
-    add("wpe", {T, C}, -1, -1, true), end_unit();
+    if (c.positions == PositionEncoding::learned) add("wpe", {T, C}, -1, -1, true), end_unit();
   }
   const int last = stage.num_blocks < 0 ? c.layers : stage.first_block + stage.num_blocks;
-  for (int l = stage.first_block; l < last; ++l) {
-    const std::string p = fmt::format("h.{}.", l);
-    add(p + "ln1.w", {C}, -1, l, false);
-    add(p + "ln1.b", {C}, -1, l, false);
-    // [3, C, C] is [q | k | v] rows of PyTorch's [3C, C]: splitting dim 1 gives
-    // each rank the q, k and v rows of its own heads, in [q | k | v] order.
-    add(p + "attn.qkv.w", {3, C, C}, 1, l, true);
-    add(p + "attn.qkv.b", {3, C}, 1, l, false);
-    add(p + "attn.proj.w", {C, C}, 1, l, true);
-    add(p + "attn.proj.b", {C}, -1, l, false);
-    add(p + "ln2.w", {C}, -1, l, false);
-    add(p + "ln2.b", {C}, -1, l, false);
-    add(p + "mlp.fc.w", {F, C}, 0, l, true);
-    add(p + "mlp.fc.b", {F}, 0, l, false);
-    add(p + "mlp.proj.w", {C, F}, 1, l, true);
-    add(p + "mlp.proj.b", {C}, -1, l, false);
-    end_unit();
-  }
+  for (int l = stage.first_block; l < last; ++l) add_block(t, add, c, l), end_unit();
   if (stage.head) {
     add("lnf.w", {C}, -1, -1, false);
-    add("lnf.b", {C}, -1, -1, false);
+    if (c.norm == NormKind::layernorm) add("lnf.b", {C}, -1, -1, false);
     end_unit();
-    // The last stage's copy of the tied embedding: last in the arena, since the
-    // head's backward finishes it first; the first stage's copy is the one saved.
-    if (!stage.embedding) add_table(false);
+    // The head's table, last in the arena since the head's backward finishes
+    // it first: the untied head's own, or the last stage's copy of the tied
+    // embedding (the first stage's copy is the one saved).
+    if (!c.tied_embeddings) add_table(true, "lm_head.w");
+    else if (!stage.embedding) add_table(false);
   }
   return t;
 }

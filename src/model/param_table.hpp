@@ -21,7 +21,11 @@ struct UnitLayout {
 };
 
 // The GPT parameter table for one tensor rank (size 1: the serial model).
-// Arena order: wte, wpe, block 0 .. block L-1, final norm. Backward finishes
+// Arena order: wte, wpe, block 0 .. block L-1, final norm, and the untied
+// head's lm_head.w (vocab-parallel like wte). The Llama family's choices drop
+// tensors (wpe with rotary positions, the norms' .b with RMSNorm, the
+// linears' .b without biases) and reshape two (param_table.cpp: attn.qkv.w
+// with grouped-query attention, mlp.fc.w with SwiGLU). Backward finishes
 // gradients from the end of this order to its start, so data-parallel buckets
 // are contiguous ranges that become ready back to front.
 // units.align > 1 pads each unit (embeddings, each block, final norm) to a

@@ -163,8 +163,8 @@ void add_activations(EstimateContext& x, const ChunkPlan& chunk, bool first) {
   x.at(MemCategory::activations) += chunk.activation_slots * slot_bytes(schedule_cost_deck(deck), shape, chunk.spec);
   if (first)
     x.at(MemCategory::activations) +=
-        (double(GptModel::work_table(deck.model, B, tp, policy).size()) +
-         double(GptModel::scratch_table(deck.model, B, tp, policy).size())) * x.f;
+        (double(GptModel::work_table(deck.model, TokenLayout(B, deck.model.seq_len), tp, policy).size()) +
+         double(GptModel::scratch_table(deck.model, TokenLayout(B, deck.model.seq_len), tp, policy).size())) * x.f;
   // Zero bubble: the W buffers, kept from B for W.
   x.at(MemCategory::activations) +=
       chunk.weight_buffers * weight_buffer_bytes(schedule_cost_deck(deck), shape, chunk.spec);

@@ -141,6 +141,7 @@ void ScheduledRunner::sum_tied_embedding() {
   // The first and last stages hold copies of the token embedding: their
   // gradients (each stage's own contribution) are summed so both stay equal.
   // In a V both are chunks of rank 0: summed there, no message.
+  if (!ctx_.deck.model.tied_embeddings) return;  // the untied head's table is its own
   if (in_v_) {
     if (ctx_.grid.coord().pp == 0)
       sum_tied_grads_locally(*ctx_.chunks.front().engine, *ctx_.chunks.back().engine,

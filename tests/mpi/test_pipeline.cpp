@@ -214,9 +214,9 @@ TEST(Pipeline, StageZeroKeepsPpMicroBatchesUnder1F1BAndMUnderGPipe) {
     EXPECT_EQ(gp.stage0_slots, m);
     // The activation counter: slots x one micro-batch's saved activations + scratch.
     const GptConfig c{8, 32, 4, 16, 257};
-    TensorTable saved = GptModel::saved_activation_table(c, 1, {}, StageSpec{0, 2, true, false});
+    TensorTable saved = GptModel::saved_activation_table(c, TokenLayout(1, c.seq_len), {}, StageSpec{0, 2, true, false});
     saved.align_end(TensorTable::kAlign);
-    const double scratch = double(GptModel::scratch_table(c, 1, {}, {}).size()) * 4;
+    const double scratch = double(GptModel::scratch_table(c, TokenLayout(1, c.seq_len), {}, {}).size()) * 4;
     auto expect = [&](int slots) { return (double(saved.size()) * slots) * 4 + scratch + 2.0 * 16 * slots * 4; };
     EXPECT_EQ(f1b.activation_bytes, expect(4));
     EXPECT_EQ(gp.activation_bytes, expect(m));

@@ -49,9 +49,9 @@ TEST(WeightInputs, KeptOnlyOverWhatBIsDoneWith) {
             const std::string what =
                 fmt::format("tp {} sp {} {} {} first block {}", tp, sp, choice_name(recompute),
                             choice_name(dtype), st.first_block);
-            const TensorTable all = GptModel::weight_input_table(c, 2, layout, st);
-            const TensorTable saved = GptModel::saved_activation_table(c, 2, layout, st, policy);
-            const WeightInputLayout w = GptModel::weight_input_layout(c, 2, layout, st, policy);
+            const TensorTable all = GptModel::weight_input_table(c, TokenLayout(2, c.seq_len), layout, st);
+            const TensorTable saved = GptModel::saved_activation_table(c, TokenLayout(2, c.seq_len), layout, st, policy);
+            const WeightInputLayout w = GptModel::weight_input_layout(c, TokenLayout(2, c.seq_len), layout, st, policy);
             std::vector<Interval> kept;
             std::size_t in_buffer = 0;
             for (const TensorInfo& t : all.tensors()) {

@@ -17,6 +17,7 @@
 #include "compute/cpu/amx_gemm.hpp"
 #include "compute/cpu/blas.hpp"
 #include "compute/cpu/cpu_bf16_operands.hpp"
+#include "compute/cpu/cpu_llama_ops.hpp"
 #include "compute/cpu/cpu_peak.hpp"
 #include "compute/cpu/gemm_bf16.hpp"
 #include "compute/cpu/gemm_library.hpp"
@@ -49,7 +50,7 @@ void zero_bytes(void* p, std::size_t bytes) {
 
 class CpuBackend final : public ComputeBackend, public BackendInfo {
  public:
-  explicit CpuBackend(int threads) : bf16_(*this) {
+  explicit CpuBackend(int threads) : bf16_(*this), llama_(cpu::make_cpu_llama_ops()) {
     if (threads <= 0) threads = omp_get_max_threads();
     omp_set_num_threads(threads);  // oneDNN runs its GEMMs on this OpenMP pool
     threads_ = threads;
@@ -94,6 +95,7 @@ class CpuBackend final : public ComputeBackend, public BackendInfo {
   Bf16Operands* bf16_operands() override {
     return cpu::cpu_has_bf16_kernels() ? &bf16_ : nullptr;
   }
+  LlamaOps& llama_ops() override { return *llama_; }
   std::string name() const override { return "cpu"; }
   std::string describe() const override {
     return fmt::format("cpu: {} OpenMP threads, GEMMs on {}{}", threads_,
@@ -221,6 +223,7 @@ class CpuBackend final : public ComputeBackend, public BackendInfo {
 
  private:
   cpu::CpuBf16Operands bf16_;
+  std::unique_ptr<LlamaOps> llama_;
   int threads_ = 1;
   CpuPeak peak_;
   mutable double measured_ = -1;       // FLOP/s of FMA chains, measured on first use

@@ -109,25 +109,6 @@ void rmsnorm_backward(T* dinp, T* dweight, const T* dout, const T* inp, const T*
   }
 }
 
-RopeTable make_rope_table(int positions, int hs, double theta) {
-  if (hs <= 0 || hs % 2 != 0)
-    throw std::invalid_argument("rope: the head size " + std::to_string(hs) + " must be even");
-  RopeTable t;
-  t.positions = positions;
-  t.half = hs / 2;
-  t.cos.resize(std::size_t(positions) * t.half);
-  t.sin.resize(t.cos.size());
-  for (int i = 0; i < t.half; ++i) {
-    const double inv_freq = std::pow(theta, -2.0 * i / hs);
-    for (int p = 0; p < positions; ++p) {
-      const double angle = p * inv_freq;
-      t.cos[std::size_t(p) * t.half + i] = float(std::cos(angle));
-      t.sin[std::size_t(p) * t.half + i] = float(std::sin(angle));
-    }
-  }
-  return t;
-}
-
 // RoPE reads and writes each element once: memory-bound, no clones.
 template <class T>
 void rope_forward(T* x, const RopeTable& table, int B, int T_, int heads, int hs, std::size_t ld,

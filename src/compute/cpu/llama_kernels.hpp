@@ -6,7 +6,10 @@
 // are split by columns or owned by one thread, so results do not depend on the
 // number of threads.
 #pragma once
+#include <cmath>
 #include <cstddef>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 namespace trident::cpu {
@@ -31,8 +34,26 @@ struct RopeTable {
   int positions = 0, half = 0;  // rows (positions 0..positions-1) and hs / 2 angles per row
   std::vector<float> cos, sin;  // (positions, half), computed in double, rounded once
 };
-// Built once per (context length, head size, theta); hs must be even.
-RopeTable make_rope_table(int positions, int hs, double theta);
+// Built once per (context length, head size, theta); hs must be even. Inline:
+// the CUDA backend builds its device copy from the same values.
+inline RopeTable make_rope_table(int positions, int hs, double theta) {
+  if (hs <= 0 || hs % 2 != 0)
+    throw std::invalid_argument("rope: the head size " + std::to_string(hs) + " must be even");
+  RopeTable t;
+  t.positions = positions;
+  t.half = hs / 2;
+  t.cos.resize(std::size_t(positions) * t.half);
+  t.sin.resize(t.cos.size());
+  for (int i = 0; i < t.half; ++i) {
+    const double inv_freq = std::pow(theta, -2.0 * i / hs);
+    for (int p = 0; p < positions; ++p) {
+      const double angle = p * inv_freq;
+      t.cos[std::size_t(p) * t.half + i] = float(std::cos(angle));
+      t.sin[std::size_t(p) * t.half + i] = float(std::sin(angle));
+    }
+  }
+  return t;
+}
 
 // In place on the first `heads` heads (hs each) of every row of x, B * T rows
 // ld elements apart; token t of each sequence sits at global position pos0 + t

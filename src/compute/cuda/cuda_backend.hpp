@@ -14,6 +14,7 @@
 
 #include "compute/backend.hpp"
 #include "compute/bf16_operands.hpp"
+#include "compute/llama_ops.hpp"
 #include "compute/cuda/cuda_check.hpp"
 #include "compute/cuda/gemm.hpp"
 #include "compute/cuda/kernel_timer.hpp"
@@ -28,7 +29,10 @@ struct CudaBackendOptions {
   bool time_kernels = false;  // per-op device times (TRIDENT_KERNEL_TIMES=1)
 };
 
-class CudaBackend final : public ComputeBackend, public Bf16Operands, public BackendInfo {
+class CudaBackend final : public ComputeBackend,
+                          public Bf16Operands,
+                          public LlamaOps,
+                          public BackendInfo {
  public:
   explicit CudaBackend(const CudaBackendOptions& options);
   ~CudaBackend() override;
@@ -37,6 +41,7 @@ class CudaBackend final : public ComputeBackend, public Bf16Operands, public Bac
 
   BackendInfo& info() override { return *this; }
   Bf16Operands* bf16_operands() override { return this; }
+  LlamaOps& llama_ops() override { return *this; }
   std::string name() const override { return "cuda"; }
   bool memory_is_host() const override { return false; }
   std::string describe() const override;
@@ -154,6 +159,25 @@ class CudaBackend final : public ComputeBackend, public Bf16Operands, public Bac
                    std::size_t count, float lr, float beta1, float beta2, float eps,
                    float weight_decay, float bc1, float bc2, float grad_scale,
                    std::uint16_t* weights_bf16) override;
+
+  // The Llama family's ops (cuda_llama_ops.cpp), in f32 on the kernels of
+  // llama_launch.hpp. RoPE runs as its own pass over qkv; fusing it into the
+  // attention kernels' loads is later work.
+  void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* w, int N, int C,
+                       float eps) override;
+  void rmsnorm_backward(float* dinp, float* dw, const float* dout, const float* inp,
+                        const float* w, const float* rstd, int N, int C) override;
+  std::unique_ptr<RotaryTable> make_rotary_table(int positions, int hs, double theta) override;
+  void rope_forward(float* x, const RotaryTable& table, int B, int T, int heads, int hs,
+                    std::size_t ld, int pos0) override;
+  void rope_backward(float* dx, const RotaryTable& table, int B, int T, int heads, int hs,
+                     std::size_t ld, int pos0) override;
+  void swiglu_forward(float* out, const float* inp, int N, int F) override;
+  void swiglu_backward(float* dinp, const float* dout, const float* inp, int N, int F) override;
+  void gqa_attention_forward(float* out, float* lse, const float* qkv, int B, int T, int NH,
+                             int KVH, int hs) override;
+  void gqa_attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
+                              const float* lse, int B, int T, int NH, int KVH, int hs) override;
 
  private:
   // Runs one op's launches between the timer's marks and checks the launch.

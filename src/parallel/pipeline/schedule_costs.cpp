@@ -41,9 +41,9 @@ double slot_bytes(const ScheduleCostDeck& deck, const GridShape& shape, const St
   const ActivationPolicy policy =
       make_activation_policy(deck.train.recompute, deck.train.partition_activations, shape.tp,
                              tp.sp(), deck.precision.dtype);
-  TensorTable saved = GptModel::saved_activation_table(m, B, tp, spec, policy);
+  TensorTable saved = GptModel::saved_activation_table(m, TokenLayout(B, m.seq_len), tp, spec, policy);
   saved.align_end(TensorTable::kAlign);
-  TensorTable saved16 = GptModel::saved_16bit_table(m, B, tp, spec, policy);
+  TensorTable saved16 = GptModel::saved_16bit_table(m, TokenLayout(B, m.seq_len), tp, spec, policy);
   saved16.align_end(2 * TensorTable::kAlign);
   return double(saved.size()) * sizeof(float) + double(saved16.size()) * 2 +
          2.0 * B * m.seq_len * sizeof(std::int32_t);
@@ -61,7 +61,8 @@ double weight_buffer_bytes(const ScheduleCostDeck& deck, const GridShape& shape,
       make_activation_policy(deck.train.recompute, deck.train.partition_activations, shape.tp,
                              tp.sp(), deck.precision.dtype);
   const WeightInputLayout kept =
-      GptModel::weight_input_layout(deck.model, micro_batch_of(deck, shape), tp, spec, policy);
+      GptModel::weight_input_layout(
+          deck.model, TokenLayout(micro_batch_of(deck, shape), deck.model.seq_len), tp, spec, policy);
   return double(kept.buffer.size()) * sizeof(float);
 }
 
@@ -100,8 +101,8 @@ ZeroBubbleCosts zero_bubble_costs(const ScheduleCostDeck& deck, const GridShape&
       make_activation_policy(deck.train.recompute, deck.train.partition_activations, shape.tp,
                              tpl.sp(), deck.precision.dtype);
   const int B = micro_batch_of(deck, shape);
-  const double fixed = double(GptModel::work_table(m, B, tpl, policy).size() +
-                              GptModel::scratch_table(m, B, tpl, policy).size()) * sizeof(float);
+  const double fixed = double(GptModel::work_table(m, TokenLayout(B, m.seq_len), tpl, policy).size() +
+                              GptModel::scratch_table(m, TokenLayout(B, m.seq_len), tpl, policy).size()) * sizeof(float);
   for (int s = 0; s < p; ++s) {
     const double b = zero_bubble_budget(kind, s, one_f_one_b);
     c.budget.push_back(b > 0 ? b + (kZeroBubbleSlack - 1) * fixed : 0);

@@ -94,8 +94,10 @@ int ZeroStorage::param_slots(const TensorTable& table, const ZeroPlan& plan, DTy
   // 16-bit weights hold unpacked working copies instead, and free the slot.
   const TensorInfo* lnf = table.find("lnf.w");
   if (!lnf || weights != DType::f32) return kParamSlots;
-  const bool pinned = !plan.units()[lnf->unit].persistent &&
-                      !plan.units()[table.at("wte").unit].persistent;
+  // The head's table: the untied lm_head, or the tied embedding.
+  const TensorInfo* head = table.find("lm_head.w");
+  if (!head) head = &table.at("wte");
+  const bool pinned = !plan.units()[lnf->unit].persistent && !plan.units()[head->unit].persistent;
   return kParamSlots + (pinned ? 1 : 0);
 }
 
