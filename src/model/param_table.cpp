@@ -9,13 +9,8 @@ namespace trident {
 
 namespace {
 
-// One block's tensors, in the order forward reads them. GPT-2's (and any
-// multi-head block's) fused qkv is [3, C, C]: [q | k | v] rows of PyTorch's
-// [3C, C], split along dim 1 so each rank holds the q, k and v rows of its
-// own heads. Grouped-query attention's is [(NH + 2 KVH) hs, C], the same
-// [q | k | v] rows, as three segments each split over the group
-// (TensorInfo::segments). SwiGLU's fc is [2, F, C]: the gate's rows, then the
-// up projection's, split along dim 1 so each rank holds [its gate | its up].
+// One block's tensors, in the order forward reads them (global layouts:
+// param_table.hpp).
 template <class Add>
 void add_block(TensorTable& t, Add& add, const GptConfig& c, int l) {
   const std::int64_t C = c.d_model, F = c.d_ff(), KV = c.kv_width();

@@ -22,10 +22,22 @@ struct UnitLayout {
 
 // The GPT parameter table for one tensor rank (size 1: the serial model).
 // Arena order: wte, wpe, block 0 .. block L-1, final norm, and the untied
-// head's lm_head.w (vocab-parallel like wte). The Llama family's choices drop
-// tensors (wpe with rotary positions, the norms' .b with RMSNorm, the
-// linears' .b without biases) and reshape two (param_table.cpp: attn.qkv.w
-// with grouped-query attention, mlp.fc.w with SwiGLU). Backward finishes
+// head's lm_head.w ([vocab, C], vocab-parallel like wte). The Llama family's
+// choices drop tensors: wpe with rotary positions, the norms' .b with
+// RMSNorm, every linear's .b without biases. Global layouts (C = d_model,
+// hs = C / heads, NH = heads, KVH = kv_heads, F = ffn_hidden; weights are
+// [out, in] as PyTorch's, y = x W^T):
+//  - h.L.attn.qkv.w: rows [q | k | v], q = NH hs rows (head h: rows
+//    [h hs, (h + 1) hs)), then k and v of KVH hs rows each; query head h
+//    reads key/value head h / (NH / KVH). Multi-head (KVH = NH, GPT-2):
+//    global shape [3, C, C], split on dim 1. Grouped: [(NH + 2 KVH) hs, C],
+//    split on dim 0 in three segments (TensorInfo::segments). Either way
+//    tensor rank r holds query heads [r NH/tp, (r+1) NH/tp) and key/value
+//    heads [r KVH/tp, (r+1) KVH/tp), its rows in [q | k | v] order.
+//  - h.L.mlp.fc.w with SwiGLU: [2, F, C], the gate's rows (W1 of Shazeer
+//    2020; silu applies to it) then the up projection's (W3), split on dim 1:
+//    rank r holds [its gate rows | its up rows]. GELU: [F, C], split on dim 0.
+//  - h.L.mlp.proj.w: [C, F], split on dim 1 (either MLP). Backward finishes
 // gradients from the end of this order to its start, so data-parallel buckets
 // are contiguous ranges that become ready back to front.
 // units.align > 1 pads each unit (embeddings, each block, final norm) to a

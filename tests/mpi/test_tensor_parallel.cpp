@@ -114,6 +114,42 @@ TEST(TensorParallel, EveryLayoutTrainsTheSerialModel) {
                 worst_grad);
 }
 
+// The Llama family (rotary positions, RMSNorm, SwiGLU, no biases, an untied
+// head) with grouped-query attention: tensor ranks split query heads and
+// key/value heads (kv_heads 2 of heads 4), SwiGLU's gate and up alike.
+TEST(TensorParallel, LlamaWithGroupedQueryAttentionTrainsTheSerialModel) {
+  const std::vector<std::string> llama = {"model.family=llama", "model.kv_heads=2"};
+  const TpRun serial = train(MPI_COMM_SELF, llama);
+  double worst_loss = 0, worst_grad = 0;
+  for (int dp : {1, 2}) {
+    for (bool sp : {false, true}) {
+      if (2 * dp > world_size()) continue;
+      MPI_Comm comm = first_ranks(2 * dp);
+      if (comm == MPI_COMM_NULL) continue;
+      const std::string what = fmt::format("tp=2 dp={} sp={}", dp, sp);
+      std::vector<std::string> sets = llama;
+      sets.push_back("parallel.tp=2");
+      sets.push_back(std::string("parallel.sequence_parallel=") + (sp ? "true" : "false"));
+      TpRun run = train(comm, sets);
+      for (int s = 0; s < kSteps; ++s) {
+        const double rel = std::abs(run.losses[s] - serial.losses[s]) / serial.losses[s];
+        worst_loss = std::max(worst_loss, rel);
+        EXPECT_LE(rel, kTol) << what << " step " << s;
+      }
+      ASSERT_EQ(run.grads.size(), serial.grads.size()) << what;
+      for (const auto& [name, g] : serial.grads) {
+        const double rel = trident::testing::rel_diff(run.grads.at(name).data(), g.data(), g.size());
+        worst_grad = std::max(worst_grad, rel);
+        EXPECT_LE(rel, kTol) << what << " gradient " << name;
+      }
+      MPI_Comm_free(&comm);
+    }
+  }
+  if (trident::testing::world_rank() == 0)
+    std::printf("Llama: worst relative difference to serial: loss %.2e, gradient %.2e\n",
+                worst_loss, worst_grad);
+}
+
 namespace {
 // Tensor-group collectives of one forward and one backward of a `layers`-deep
 // model, and the tensor-table lookups of both (the model resolves its handles

@@ -11,8 +11,10 @@
 #include <cstdint>
 #include <numeric>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "checkpoint/tensor_slice.hpp"
 #include "compute/backend.hpp"
 #include "memory/ledger.hpp"
 #include "model/gpt.hpp"
@@ -117,35 +119,64 @@ TEST(LlamaModel, TensorRanksHoldTheirQueryAndKeyValueHeadsAndSwigluHalves) {
   EXPECT_EQ(global_row(fc, 12), 36);
 }
 
-// Central differences of the mean loss against backward's gradients, a few
-// elements of every tensor (f32: h = 1e-2, so the check has ~1e-3 slack).
-TEST(LlamaModel, GradientsAreTheLossesCentralDifferences) {
-  const GptConfig c = llama_config();
-  auto be = make_cpu_backend(1);
-  MemoryLedger ledger;
-  GptModel m(c, kBatch, *be, ledger);
-  MicroBatchStorage storage(m, *be, ledger);
-  m.init_parameters(3);
-  const PassResult base = run_pass(m, storage);
+// Central differences of the mean loss against backward's gradients, at
+// `samples` elements of each tensor `pick` chooses. The qkv weights are first
+// scaled up from their initial 0.02 so that attention's scores are of order
+// one and the gradients through RoPE and the shared key/value heads far
+// above f32's noise; an element where the differences at h and h/2 disagree
+// (the loss too curved there for h) is not judged, and few may be.
+template <class Pick>
+void expect_central_differences(GptModel& m, MicroBatchStorage& storage, Pick&& pick,
+                                const std::string& what) {
   float* params = m.params().f32();
-  const float h = 1e-2f;
+  auto is_qkv = [](const TensorInfo& t) { return t.name.find("attn.qkv.w") != std::string::npos; };
+  for (const TensorInfo& t : m.param_table().tensors())
+    if (is_qkv(t))
+      for (std::size_t i = 0; i < t.numel; ++i) params[t.offset + i] *= 8.0f;
+  const PassResult base = run_pass(m, storage);
+  auto central = [&](std::size_t i, float h) {
+    const float keep = params[i];
+    params[i] = keep + h;
+    const double up = run_pass(m, storage).loss;
+    params[i] = keep - h;
+    const double down = run_pass(m, storage).loss;
+    params[i] = keep;
+    return (up - down) / (2.0 * double(h));
+  };
   double worst = 0;
+  int judged = 0, curved = 0;
   for (const TensorInfo& t : m.param_table().tensors()) {
-    for (std::size_t k = 0; k < 4; ++k) {
+    const std::size_t samples = pick(t);
+    for (std::size_t k = 0; k < samples; ++k) {
       const std::size_t i = t.offset + (k * 7919) % t.numel;
       if (t.global_index(i - t.offset) < 0) continue;  // padding rows
-      const float keep = params[i];
-      params[i] = keep + h;
-      const double up = run_pass(m, storage).loss;
-      params[i] = keep - h;
-      const double down = run_pass(m, storage).loss;
-      params[i] = keep;
-      const double fd = (up - down) / (2.0 * h), g = base.grads[i];
+      const double fd = central(i, 5e-3f), g = base.grads[i];
+      const double tol = 1e-3 + 2e-2 * std::abs(fd);
+      if (std::abs(central(i, 1e-2f) - fd) > 0.25 * tol) {
+        ++curved;
+        continue;
+      }
+      ++judged;
       worst = std::max(worst, std::abs(fd - g));
-      EXPECT_NEAR(g, fd, 2e-3 + 2e-2 * std::abs(fd)) << t.name << " element " << i - t.offset;
+      EXPECT_NEAR(g, fd, tol) << what << ": " << t.name << " element " << i - t.offset;
     }
   }
-  std::printf("worst |finite difference - gradient|: %.2e\n", worst);
+  EXPECT_GT(judged, 0) << what;
+  EXPECT_LE(curved, judged / 10) << what;
+  std::printf("%s: worst |finite difference - gradient| %.2e (%d elements, %d too curved)\n",
+              what.c_str(), worst, judged, curved);
+}
+
+TEST(LlamaModel, GradientsAreTheLossesCentralDifferences) {
+  auto be = make_cpu_backend(1);
+  MemoryLedger ledger;
+  GptModel m(llama_config(), kBatch, *be, ledger);
+  MicroBatchStorage storage(m, *be, ledger);
+  m.init_parameters(3);
+  expect_central_differences(
+      m, storage,
+      [](const TensorInfo& t) { return t.name.find("attn.qkv.w") != std::string::npos ? 48 : 4; },
+      "llama");
 }
 
 TEST(LlamaModel, RecomputeAndTheSplitBackwardGiveThePlainRunsNumbers) {
@@ -161,12 +192,12 @@ TEST(LlamaModel, RecomputeAndTheSplitBackwardGiveThePlainRunsNumbers) {
   EXPECT_EQ(split.grads, plain.grads);
 }
 
-// Multi-head Llama (kv_heads = heads) and learned positions with grouped
-// attention train too: each choice on its own is a model.
+// Each choice on its own is a model too (multi-query attention with learned
+// positions; RoPE with SwiGLU; RMSNorm, no biases and an untied head).
 TEST(LlamaModel, EachChoiceAloneHasTheLossesGradients) {
   for (int variant = 0; variant < 3; ++variant) {
     GptConfig c{1, 16, 4, 8, 40};
-    if (variant == 0) c.kv_heads = 1;  // multi-query, learned positions, LayerNorm, GELU
+    if (variant == 0) c.kv_heads = 1;
     if (variant == 1) c.positions = PositionEncoding::rope, c.mlp = MlpKind::swiglu;
     if (variant == 2) c.norm = NormKind::rmsnorm, c.tied_embeddings = false, c.bias = false;
     auto be = make_cpu_backend(1);
@@ -174,20 +205,26 @@ TEST(LlamaModel, EachChoiceAloneHasTheLossesGradients) {
     GptModel m(c, kBatch, *be, ledger);
     MicroBatchStorage storage(m, *be, ledger);
     m.init_parameters(5);
-    const PassResult base = run_pass(m, storage);
-    EXPECT_TRUE(std::isfinite(base.loss));
-    float* params = m.params().f32();
-    const TensorInfo& w = m.param_table().at("h.0.attn.qkv.w");
-    for (std::size_t k = 0; k < 6; ++k) {
-      const std::size_t i = w.offset + (k * 131) % w.numel;
-      const float keep = params[i], h = 1e-2f;
-      params[i] = keep + h;
-      const double up = run_pass(m, storage).loss;
-      params[i] = keep - h;
-      const double down = run_pass(m, storage).loss;
-      params[i] = keep;
-      const double fd = (up - down) / (2.0 * h);
-      EXPECT_NEAR(base.grads[i], fd, 2e-3 + 2e-2 * std::abs(fd)) << "variant " << variant;
-    }
+    expect_central_differences(
+        m, storage, [](const TensorInfo& t) { return t.layer >= 0 ? 6 : 2; },
+        "variant " + std::to_string(variant));
+  }
+}
+
+// Checkpoints write a segmented shard box by box: each of rank 1's boxes of
+// the grouped qkv lands where global_index puts its elements.
+TEST(LlamaModel, CheckpointBoxesOfASegmentedShardFollowItsGlobalIndex) {
+  const GptConfig c = llama_config();
+  const TensorTable t = build_gpt_param_table(c, TensorParallelLayout{2, 1, false});
+  const TensorInfo& qkv = t.at("h.0.attn.qkv.w");
+  for (auto [lo, hi] : {std::pair<std::size_t, std::size_t>{0, qkv.numel}, {100, 150}, {120, 200}}) {
+    std::size_t covered = 0;
+    for (const SliceBox& b : slice_boxes(qkv, lo, hi))
+      for_each_run(qkv, b, [&](std::size_t local, std::uint64_t global, std::size_t n) {
+        for (std::size_t i = 0; i < n; ++i)
+          EXPECT_EQ(qkv.global_index(local + i), std::int64_t(global + i)) << local + i;
+        covered += n;
+      });
+    EXPECT_EQ(covered, hi - lo);
   }
 }

@@ -75,8 +75,8 @@ void rope_backward(T* dx, const RopeTable& table, int B, int T_, int heads, int 
 // (N, 2F), each row [a | b]: the output of ONE column-parallel GEMM whose
 // weight shard on each tensor rank is [W_a rows of that rank | W_b rows of that
 // rank], so every rank's half-widths are contiguous in its own output (the
-// stored full weight interleaves the ranks' halves). out is (N, F); backward
-// adds [da | db] into dinp (N, 2F).
+// global weight is [all gate rows | all up rows]: model/param_table.hpp).
+// out is (N, F); backward adds [da | db] into dinp (N, 2F).
 template <class T>
 void swiglu_forward(T* out, const T* inp, int N, int F);
 template <class T>
