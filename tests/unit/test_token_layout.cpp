@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "compute/backend.hpp"
+#include "compute/llama_ops.hpp"
 #include "memory/ledger.hpp"
 #include "model/gpt.hpp"
 
@@ -62,10 +63,14 @@ class SharedSequences {
                const AttentionShape& s) {
     published_[share] = {qkv, nullptr, nullptr, nullptr};
     sync_.arrive_and_wait();
-    const int T = layouts_[0].seq_len(), W3 = 3 * s.width;
+    const int T = layouts_[0].seq_len(), W3 = qkv_width(s);
     std::vector<float> q = assemble(&Rows::qkv, s.batch, W3), o(std::size_t(s.batch) * T * s.width),
                        l(std::size_t(s.batch) * s.heads * T);
-    be.attention_forward(o.data(), l.data(), q.data(), s.batch, T, s.width, s.heads);
+    if (s.grouped())
+      be.llama_ops().gqa_attention_forward(o.data(), l.data(), q.data(), s.batch, T, s.heads,
+                                           s.kv_heads, s.head_size());
+    else
+      be.attention_forward(o.data(), l.data(), q.data(), s.batch, T, s.width, s.heads);
     keep_rows(share, out, o, s.batch, s.width);
     keep_lse(share, lse, l, s);
     sync_.arrive_and_wait();
@@ -74,12 +79,16 @@ class SharedSequences {
                 const float* out, const float* lse, const AttentionShape& s) {
     published_[share] = {qkv, out, lse, dout};
     sync_.arrive_and_wait();
-    const int T = layouts_[0].seq_len(), W3 = 3 * s.width;
+    const int T = layouts_[0].seq_len(), W3 = qkv_width(s);
     std::vector<float> q = assemble(&Rows::qkv, s.batch, W3), o = assemble(&Rows::out, s.batch, s.width),
                        d = assemble(&Rows::dout, s.batch, s.width), l = assemble_lse(s),
                        dq(std::size_t(s.batch) * T * W3, 0.0f);
-    be.attention_backward(dq.data(), d.data(), q.data(), o.data(), l.data(), s.batch, T, s.width,
-                          s.heads);
+    if (s.grouped())
+      be.llama_ops().gqa_attention_backward(dq.data(), d.data(), q.data(), o.data(), l.data(),
+                                            s.batch, T, s.heads, s.kv_heads, s.head_size());
+    else
+      be.attention_backward(dq.data(), d.data(), q.data(), o.data(), l.data(), s.batch, T,
+                            s.width, s.heads);
     std::vector<float> mine(std::size_t(layouts_[share].rows()) * W3);
     keep_rows(share, mine.data(), dq, s.batch, W3);
     for (std::size_t i = 0; i < mine.size(); ++i) dqkv[i] += mine[i];
@@ -87,6 +96,9 @@ class SharedSequences {
   }
 
  private:
+  static int qkv_width(const AttentionShape& s) {  // q, k and v of a row
+    return (s.heads + 2 * (s.kv_heads > 0 ? s.kv_heads : s.heads)) * s.head_size();
+  }
   // Every share's rows of a (rows, width) buffer placed at their positions.
   std::vector<float> assemble(const float* Rows::*field, int B, int width) const {
     const int T = layouts_[0].seq_len();
@@ -188,8 +200,9 @@ PassOfRows run_model(const GptConfig& c, int B, const TokenLayout& tokens, Atten
 
 }  // namespace
 
-TEST(TokenLayout, ASplitOfEverySequenceNeedsOnlyAnotherAttention) {
-  const GptConfig c{2, 16, 4, 32, 97};
+namespace {
+// Two models on the halves of every sequence against the one model.
+void expect_halves_add_up(const GptConfig& c) {
   const int B = 2, chunk = c.seq_len / 4;
   const PassOfRows whole = run_model(c, B, TokenLayout(B, c.seq_len), nullptr);
   const std::vector<TokenLayout> halves = {
@@ -213,4 +226,22 @@ TEST(TokenLayout, ASplitOfEverySequenceNeedsOnlyAnotherAttention) {
   }
   EXPECT_LT(std::sqrt(diff / norm), 1e-5);
   EXPECT_NE(part[0].grads, whole.grads);  // each half alone is not the whole
+}
+}  // namespace
+
+TEST(TokenLayout, ASplitOfEverySequenceNeedsOnlyAnotherAttention) {
+  expect_halves_add_up(GptConfig{2, 16, 4, 32, 97});
+}
+
+// The Llama family: rotary angles follow each chunk's positions, and
+// grouped-query attention's rows are q, k and v of fewer key/value heads.
+TEST(TokenLayout, LlamaChunksRotateByTheirPositions) {
+  GptConfig c{2, 16, 4, 32, 97};
+  c.kv_heads = 2;
+  c.positions = PositionEncoding::rope;
+  c.norm = NormKind::rmsnorm;
+  c.mlp = MlpKind::swiglu;
+  c.bias = false;
+  c.tied_embeddings = false;
+  expect_halves_add_up(c);
 }

@@ -33,7 +33,7 @@ StageCosts parameter_stage_costs(const GptConfig& m) {
   const TensorTable whole = build_gpt_param_table(m);  // a local: tensors() is a reference
   for (const TensorInfo& t : whole.tensors()) {
     if (t.layer >= 0) costs.block[t.layer] += double(t.numel);
-    else if (t.name == "lnf.w" || t.name == "lnf.b") costs.last += double(t.numel);
+    else if (t.name == "lnf.w" || t.name == "lnf.b" || t.name == "lm_head.w") costs.last += double(t.numel);
     else costs.first += double(t.numel);
   }
   return costs;
