@@ -83,6 +83,9 @@ void print_beyond_arenas(const Deck& deck, const MemoryEstimate& at_deck) {
     fmt::print("async checkpoint staging per rank in host memory: up to {} while a save "
                "drains (checkpoint.staging_mb for device and offloaded state, and as much "
                "copied at an optimizer step)\n", format_bytes(at_deck.checkpoint_staging));
+  if (at_deck.undo_copy > 0)
+    fmt::print("post-validation undo copy per rank: {} (in the optimizer's bytes: the weights, "
+               "Adam moments and masters once more)\n", format_bytes(at_deck.undo_copy));
   if (at_deck.swap > 0)
     fmt::print("swap files per rank in offload.nvme_path: {} (offload = \"nvme\")\n",
                format_bytes(at_deck.swap));

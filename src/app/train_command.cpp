@@ -97,6 +97,7 @@ void record_step(const Deck& deck, Grid& grid, Trainer& trainer, const MemoryLed
                         {"peak_mem_bytes", ledger.peak_total()}};
   if (tp.mfu >= 0) rec["mfu"] = tp.mfu;
   if (trainer.loss_scaler()) rec["loss_scale"] = s.loss_scale, rec["skipped"] = s.skipped;
+  if (deck.parallel.post_validation) rec["rolled_back"] = s.rolled_back;
   if (eval) rec["val_loss"] = val_loss;
   metrics.write(rec);
 }
@@ -151,6 +152,7 @@ void report_run(const TrainOptions& o, const Deck& deck, Grid& grid, ComputeBack
   report_memory(grid, ledger, backend, host_offload, loop.checkpoint_staging);
   report_communication(grid, std::max(1, steps - first));
   report_bubble(grid, trainer, loop.after_first);
+  if (deck.parallel.post_validation) report_post_validation(grid, trainer, steps - first);
   if (!o.trace.empty()) {
     trace.write(grid.world(), o.trace);
     if (grid.is_root()) fmt::print("trace: {} (open in Perfetto or chrome://tracing)\n", o.trace);

@@ -94,15 +94,34 @@ void report_bubble(Grid& grid, const Trainer& t, const PhaseTimes& before) {
   double span = p.pipeline - before.pipeline;
   grid.world().all_reduce(&busy, 1, DType::f64, ReduceOp::sum);
   grid.world().all_reduce(&span, 1, DType::f64, ReduceOp::max);
+  const double floor = t.measured_floor();
   if (!grid.is_root() || grid.shape().pp == 1) return;
   const int chunks = grid.shape().pp > 0 ? int(t.partition().size() - 1) / grid.shape().pp : 1;
   const std::string list =
       t.list_bubble() >= 0 ? fmt::format(" (these lists with their FLOP costs: {:.1f}%)", 100 * t.list_bubble()) : "";
-  fmt::print("pipeline bubble: measured {:.1f}% of {} ranks x the slowest schedule; theory "
+  const std::string floor_text =
+      floor >= 0 ? fmt::format("; floor {:.1f}% (these lists under the measured pass costs)", 100 * floor) : "";
+  fmt::print("pipeline bubble: measured {:.1f}% of {} ranks x the slowest schedule{}; theory "
              "{:.1f}% for {} with p = {}, m = {}, v = {}{}\n",
-             span > 0 ? 100 * (1.0 - busy / (grid.size() * span)) : 0.0, grid.size(),
+             span > 0 ? 100 * (1.0 - busy / (grid.size() * span)) : 0.0, grid.size(), floor_text,
              100 * theoretical_bubble(t.schedule(), grid.shape().pp, t.micro_batches(), chunks),
              choice_name(t.schedule()), grid.shape().pp, t.micro_batches(), chunks, list);
+}
+
+void report_post_validation(Grid& grid, Trainer& t, int steps) {
+  const PostValidationCounts c = t.post_validation();
+  double copy = 0;  // the undo copy this rank holds
+  for (const ModelChunk& ch : t.chunks()) copy += double(ch.engine->undo_bytes());
+  double most[4] = {double(c.rolled_back()), double(c.clipped), double(c.skipped), copy};
+  double all[2] = {double(c.ahead), double(c.held)};
+  grid.world().all_reduce(most, 4, DType::f64, ReduceOp::max);
+  grid.world().all_reduce(all, 2, DType::f64, ReduceOp::sum);
+  if (!grid.is_root()) return;
+  fmt::print("post-validation: {:.0f} of {} steps rolled back ({:.0f} clipped, {:.0f} skipped; "
+             "the most on any rank); of the {} ranks' steps {:.0f} taken ahead of the global "
+             "check, {:.0f} held for it; undo copy {:.2f} MiB on the rank holding most (in the "
+             "optimizer's bytes)\n",
+             most[0], steps, most[1], most[2], grid.size(), all[0], all[1], most[3] / (1 << 20));
 }
 
 }  // namespace trident

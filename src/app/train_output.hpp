@@ -19,5 +19,8 @@ void print_banner(const Deck& deck, Grid& grid, const ComputeBackend& backend,
 void print_pipeline(const Deck& deck, Grid& grid, const Trainer& t);
 // The pipeline bubble over the steps after the first (`before`: the times after it).
 void report_bubble(Grid& grid, const Trainer& t, const PhaseTimes& before);
+// parallel.post_validation: the steps rolled back (the most on any rank) and
+// the ranks' steps taken ahead and held, over `steps` steps.
+void report_post_validation(Grid& grid, Trainer& t, int steps);
 
 }  // namespace trident

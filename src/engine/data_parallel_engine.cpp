@@ -5,26 +5,41 @@
 namespace trident {
 
 DataParallelEngine::DataParallelEngine(Grid& grid, ComputeBackend& backend, MemoryLedger& ledger,
-                                       AdamWConfig adam, bool gather_mode, std::size_t bucket_bytes)
+                                       AdamWConfig adam, bool gather_mode, std::size_t bucket_bytes,
+                                       bool post_validation)
     : grid_(grid),
       backend_(backend),
       ledger_(ledger),
       adam_(adam),
       gather_mode_(gather_mode),
-      bucket_bytes_(bucket_bytes) {}
+      bucket_bytes_(bucket_bytes),
+      post_validation_(post_validation) {}
 
 void DataParallelEngine::attach(GptModel& model, std::uint64_t seed) {
   model_ = &model;
   comm_ = std::make_unique<DataParallelComm>(
       grid_.data(), model.grads(),
       plan_grad_buckets(model.param_table(), bucket_bytes_, dtype_size(adam_.grads)));
-  if (gather_mode_ && !comm_->is_root()) return;
-  optimizer_ = std::make_unique<AdamW>(model.param_table(), backend_, ledger_, adam_);
-  if (adam_.weights != DType::f32)
-    model.for_initial_parameters(seed, [&](std::size_t first, const float* v, std::size_t n) {
-      optimizer_->init_masters(first, v, n);
-    });
+  if (!gather_mode_ || comm_->is_root()) {
+    optimizer_ = std::make_unique<AdamW>(model.param_table(), backend_, ledger_, adam_);
+    if (adam_.weights != DType::f32)
+      model.for_initial_parameters(seed, [&](std::size_t first, const float* v, std::size_t n) {
+        optimizer_->init_masters(first, v, n);
+      });
+  }
+  // What step() writes: the weights (on every data rank: gather mode
+  // broadcasts them), and where this rank updates, the moments and masters.
+  // The gradients are only read.
+  if (post_validation_)
+    undo_ = StepSnapshot(backend_, ledger_,
+                         {&model.params(), optimizer_ ? &optimizer_->first_moment() : nullptr,
+                          optimizer_ ? &optimizer_->second_moment() : nullptr,
+                          optimizer_ ? optimizer_->masters() : nullptr});
 }
+
+void DataParallelEngine::save_step() { undo_.save(steps_taken()); }
+
+void DataParallelEngine::undo_step() { set_steps_taken(undo_.restore()); }
 
 void DataParallelEngine::begin_step() { model_->grads().zero(); }
 

@@ -5,6 +5,7 @@
 // alone holds optimizer state and updates, then broadcasts the parameters.
 #pragma once
 #include "engine/grad_engine.hpp"
+#include "optim/step_snapshot.hpp"
 #include "parallel/data/data_comm.hpp"
 
 namespace trident {
@@ -12,7 +13,7 @@ namespace trident {
 class DataParallelEngine final : public GradEngine {
  public:
   DataParallelEngine(Grid& grid, ComputeBackend& backend, MemoryLedger& ledger, AdamWConfig adam,
-                     bool gather_mode, std::size_t bucket_bytes);
+                     bool gather_mode, std::size_t bucket_bytes, bool post_validation = false);
 
   ModelStorage* storage() override { return nullptr; }
   void attach(GptModel& model, std::uint64_t seed) override;
@@ -23,6 +24,9 @@ class DataParallelEngine final : public GradEngine {
   double grad_sum_squares() override;
   bool grads_nonfinite() override;
   void step(float lr, float grad_scale) override;
+  void save_step() override;
+  void undo_step() override;
+  std::size_t undo_bytes() const override { return undo_.bytes(); }
   void freeze(const TensorInfo& t) override { frozen_ = &t; }
   void refresh_weights() override;
   bool updates_here() const override { return optimizer_ != nullptr; }
@@ -40,10 +44,12 @@ class DataParallelEngine final : public GradEngine {
   AdamWConfig adam_;
   bool gather_mode_;
   std::size_t bucket_bytes_;
+  bool post_validation_;
   GptModel* model_ = nullptr;
   std::unique_ptr<DataParallelComm> comm_;
   std::unique_ptr<AdamW> optimizer_;  // absent off the root in gather mode
   const TensorInfo* frozen_ = nullptr;
+  StepSnapshot undo_;  // post-validation: what step() writes, as it was
 };
 
 }  // namespace trident

@@ -11,6 +11,7 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -66,6 +67,13 @@ class GradEngine {
   // data rank's weights are current. Ranks that hold no optimizer (gather
   // mode off the root) only take part in the collectives.
   virtual void step(float lr, float grad_scale) = 0;
+  // Post-validation: save_step() copies what step() writes; undo_step() puts
+  // it back, bit for bit (optim/step_snapshot.hpp). Only engines built for it
+  // can (plain data parallelism with parallel.post_validation; the deck
+  // refuses the others).
+  virtual void save_step() { throw std::logic_error("this gradient engine cannot undo a step"); }
+  virtual void undo_step() { throw std::logic_error("this gradient engine cannot undo a step"); }
+  virtual std::size_t undo_bytes() const { return 0; }  // the copy's bytes on this rank
   // A tensor this chunk holds but another rank updates (pipedream's last-stage
   // copy of the tied embedding): step() leaves it alone.
   virtual void freeze(const TensorInfo& t) = 0;

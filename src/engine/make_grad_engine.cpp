@@ -31,7 +31,7 @@ std::unique_ptr<GradEngine> make_grad_engine(const EngineSetup& s, UnitLayout& u
   if (d.zero.stage > 0) return std::make_unique<ZeroEngine>(s, units, adam);
   return std::make_unique<DataParallelEngine>(
       s.grid, s.backend, s.ledger, adam, d.parallel.dp_mode == DpMode::gather,
-      std::size_t(d.parallel.bucket_mb * 1024 * 1024));
+      std::size_t(d.parallel.bucket_mb * 1024 * 1024), d.parallel.post_validation);
 }
 
 }  // namespace trident

@@ -243,6 +243,7 @@ void read_rest(DeckReader& r, Deck& d) {
   r.require(p.pp >= 1, "parallel", "pp", "must be at least 1");
   r.require(dp_mode_named, "parallel", "dp_mode", not_a<DpMode>("mode"));
   r.require(p.bucket_mb > 0, "parallel", "bucket_mb", "must be positive");
+  r.get("parallel", "post_validation", p.post_validation);
   r.get("zero", "stage", d.zero.stage);
   r.get("zero", "persistence_threshold", d.zero.persistence_threshold);
   r.require(d.zero.stage >= 0 && d.zero.stage <= 3, "zero", "stage",
@@ -272,6 +273,14 @@ void read_rest(DeckReader& r, Deck& d) {
                           choice_name(d.precision.reduce_dtype), why));
   }
   read_offload(r, d.zero, d.offload);
+  if (p.post_validation) {
+    // The undo copies the state a data-parallel engine's step changes; ZeRO's
+    // shards and gathers are not copied (yet).
+    r.require(d.zero.stage == 0, "parallel", "post_validation",
+              "needs zero.stage = 0 (a ZeRO step cannot be undone yet); set it false");
+    r.require(p.schedule != ScheduleKind::pipedream, "parallel", "post_validation",
+              "needs a synchronous schedule (pipedream updates per micro-batch); set it false");
+  }
   r.get("output", "metrics", d.output.metrics);
   r.get("output", "log_every", d.output.log_every);
   r.require(d.output.log_every >= 1, "output", "log_every", "must be at least 1");

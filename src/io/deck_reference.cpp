@@ -68,6 +68,7 @@ const std::map<std::string, std::string>& meanings() {
       {"parallel.p2p_gbps", "link speed the `profile` partitioner charges for a stage boundary"},
       {"parallel.dp_mode", "`allreduce`: bucketed all-reduce overlapped with backward (DDP); `gather`: reduce to rank 0, update there, broadcast (the DataParallel baseline)"},
       {"parallel.bucket_mb", "gradient bucket size in `allreduce` mode"},
+      {"parallel.post_validation", "`true`: each pipeline rank takes its optimizer step as soon as its own gradients are final, before the global gradient norm and fp16 overflow check arrive; a step they say should have been clipped or skipped is undone from a saved copy and redone (results bit for bit the synchronous step's; the copy costs the chunk's parameters, Adam moments and masters once more); needs zero.stage = 0, a synchronous schedule"},
       {"zero.stage", "0: plain data parallelism; 1: optimizer state partitioned over the data group; 2: + gradients; 3: + parameters (needs dp_mode `allreduce`)"},
       {"zero.persistence_threshold", "units (embeddings, a block, the final norm) with fewer elements stay whole on every rank and are all-reduced: each costs its whole size in parameters and gradients on every rank (not 1/dp) and an all-reduce"},
       {"zero.table_units", "stages 2-3: units the token embedding is cut into (row pieces); 0: as many as keep each no larger than a block"},

@@ -56,6 +56,9 @@ struct ParallelSection {
   double p2p_gbps = 10.0;             // link speed the profile partitioner assumes
   DpMode dp_mode = DpMode::allreduce;  // bucketed and overlapped, or through rank 0
   double bucket_mb = 25.0;            // gradient bucket size for allreduce mode
+  // Optimizer post-validation (Qi et al. 2024, section 4): step before the
+  // global gradient norm and overflow check arrive, undo and redo if they say so.
+  bool post_validation = false;
 };
 
 struct ZeroSection {

@@ -31,7 +31,7 @@ class AdamW {
   // One update of every tensor in the table but `frozen` (a copy another rank
   // owns: pipedream's last-stage tied embedding) with the gradients times
   // grad_scale (unscaling and clipping); the step count advances by one.
-  // f32 gradients are scaled in place.
+  // The gradients are only read (scaled as they are read).
   void step(Arena& params, const Arena& grads, float lr, float grad_scale = 1.0f,
             const TensorInfo* frozen = nullptr);
   // Sum of squares of n gradients from element `first`, in f32.

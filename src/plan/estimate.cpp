@@ -96,6 +96,16 @@ void add_replicated_state(EstimateContext& x, const TensorTable& table, const St
   x.at(MemCategory::buffers) += double(GradView::buffer_elements(x.grads, table.size())) * f;
 }
 
+// parallel.post_validation: the copy a step taken ahead of the global checks
+// is undone from (optim/step_snapshot.hpp): the weights, and where this rank
+// updates (data rank 0 in both modes) the moments and masters, once more.
+void add_post_validation_copy(EstimateContext& x, const TensorTable& table) {
+  if (!x.deck.parallel.post_validation) return;
+  const double n = double(table.size()), copy = n * x.w + (2 + x.masters) * n * x.f;
+  x.at(MemCategory::optimizer) += copy;
+  x.e.undo_copy += copy;
+}
+
 // The optimizer's home (offload/): resident state, or the swap's staging;
 // host memory and swap files beyond the arenas. With offload.params, the
 // non-persistent parameter shards leave too.
@@ -187,6 +197,7 @@ MemoryEstimate estimate_memory(const Deck& deck, const GridShape& shape, int zer
     add_working_copies(x, table);
     if (zero_stage == 0) add_replicated_state(x, table, chunk.spec, stage_plan.stage);
     else add_sharded_state(x, table, plan);
+    if (zero_stage == 0) add_post_validation_copy(x, table);
     add_activations(x, chunk, &chunk == &stage_plan.chunks.front());
   }
   // The input gradients being sent: one pool for the rank's chunks.

@@ -26,6 +26,9 @@ struct MemoryEstimate {
   double device_copies = 0;
   // checkpoint.async: host memory a background save holds (async_staging_bytes).
   double checkpoint_staging = 0;
+  // parallel.post_validation: the undo copy of a step taken ahead, counted
+  // in bytes[optimizer] (the ledger's category for it) and shown apart.
+  double undo_copy = 0;
   double model_state() const;                  // params + grads + optimizer
   double peak() const;                         // every arena is live for the whole step
   double device_peak() const { return peak() + device_copies; }  // what the device holds

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
+
 #include "core/fault_inject.hpp"
 #include "core/timer.hpp"
 #include "optim/clip.hpp"
@@ -15,7 +17,12 @@ ScheduledRunner::ScheduledRunner(StepContext ctx, const std::vector<PipelineActi
       actions_(actions),
       send_pool_(send_pool),
       in_v_(in_v),
-      input_grad_sends_(std::size_t(send_pool.size)) {}
+      input_grad_sends_(std::size_t(send_pool.size)),
+      clocks_(ctx_.chunks.size()) {}
+
+void ScheduledRunner::clock(const PipelineAction& a, double since) {
+  if (clocking_) clocks_[std::size_t(a.chunk)].add(a, now_seconds() - since);
+}
 
 double ScheduledRunner::run_schedule(int step, float dloss) {
   const double t0 = now_seconds();
@@ -46,7 +53,9 @@ double ScheduledRunner::run_schedule(int step, float dloss) {
     {
       ScopedTimer timer(ctx_.times.forward);
       TraceScope ts(ctx_.trace, fmt::format("F{}", mb), "forward");
+      const double t_pass = now_seconds();
       loss_sum += m.forward(acts, ctx_.tokens.data(), ctx_.targets.data(), dloss);
+      clock(a, t_pass);
     }
     if (!pcomm.last_virtual(a.chunk))
       c.slots.add_send(slot, pcomm.send_forward(m.output(acts), n, mb, a.chunk));
@@ -71,7 +80,9 @@ void ScheduledRunner::backward_pass(const PipelineAction& a) {
   if (a.part == BackwardPart::weights) {  // W: nobody waits for it
     ScopedTimer timer(ctx_.times.backward);
     TraceScope ts(ctx_.trace, fmt::format("W{}", mb), "weights");
+    const double t_pass = now_seconds();
     m.backward_weights(c.slots.acts_of(mb), ready, last);
+    clock(a, t_pass);
     c.slots.release(mb);
     return;
   }
@@ -98,9 +109,13 @@ void ScheduledRunner::backward_pass(const PipelineAction& a) {
       // output among them: its send must be done.
       c.slots.wait_sends(slot, pcomm);
       c.slots.acquire_weight_buffer(mb);
+      const double t_pass = now_seconds();
       m.backward_input(c.slots.acts_of(mb), input_grad);
+      clock(a, t_pass);
     } else {
+      const double t_pass = now_seconds();
       m.backward(c.slots.acts_of(mb), ready, last, input_grad);
+      clock(a, t_pass);
     }
   }
   if (send_buffer >= 0)
@@ -122,19 +137,28 @@ void ScheduledRunner::step(StepStats& s) {
     TraceScope ts(ctx_.trace, "all-reduce", "allreduce");
     for (ModelChunk& c : ctx_.chunks) c.engine->finish_backward();
     sum_tied_embedding();
+  }
+  // This rank's gradients are final: post-validation steps now, before the
+  // reductions below wait for the other stages.
+  const LocalGrads grads = local_grads(s.step);
+  const bool ahead = ctx_.deck.parallel.post_validation && step_ahead(float(s.lr), grads);
+  {
+    ScopedTimer timer(ctx_.times.comm);
+    TraceScope ts(ctx_.trace, "all-reduce", "allreduce");
     // Only the last stage computed the loss: sum over the pipeline, then data.
     if (ctx_.grid.pipeline().size() > 1)
       ctx_.grid.pipeline().all_reduce(&loss_sum, 1, DType::f64, ReduceOp::sum);
     ctx_.grid.data().all_reduce(&loss_sum, 1, DType::f64, ReduceOp::sum);
   }
   s.loss = loss_sum / (double(t.batch) * ctx_.deck.model.seq_len);
-  update(float(s.lr), s);
+  update(float(s.lr), grads, ahead, s);
   {
     ScopedTimer timer(ctx_.times.optimizer);
     // The step ends when an asynchronous device has finished it. (Backward is
     // not synchronised: the host must stay free to drive bucket reductions.)
     ctx_.backend.synchronize();
   }
+  clocking_ = true;  // from the second step of the run on
 }
 
 void ScheduledRunner::sum_tied_embedding() {
@@ -153,29 +177,71 @@ void ScheduledRunner::sum_tied_embedding() {
   (ctx_.grid.coord().pp == 0 ? ctx_.chunks.front() : ctx_.chunks.back()).engine->sum_tied_grads(*ends);
 }
 
-void ScheduledRunner::update(float lr, StepStats& s) {
+ScheduledRunner::LocalGrads ScheduledRunner::local_grads(int step) {
+  ScopedTimer timer(ctx_.times.optimizer);
+  // TRIDENT_FAULT_INJECT=grad:inf@STEP on a rank: one of its gradients becomes inf.
+  if (fault_armed("grad", "inf", step)) ctx_.chunks.front().engine->poison_gradient();
+  LocalGrads g;
+  for (ModelChunk& ch : ctx_.chunks) {
+    g.sum_squares += ch.engine->grad_sum_squares();
+    g.nonfinite = g.nonfinite || (ctx_.scaler && ch.engine->grads_nonfinite());
+  }
+  return g;
+}
+
+// The step the synchronous path takes when the global norm does not clip:
+// the gradients times 1/loss_scale. A norm is a sum of every rank's squares,
+// so this rank's own share already shows a clip (or an overflow) that the
+// global check would find; then the step waits for it. (Gather mode: the
+// data ranks must agree, and only the root holds sums: always ahead.)
+bool ScheduledRunner::step_ahead(float lr, const LocalGrads& g) {
+  ScopedTimer timer(ctx_.times.optimizer);
+  TraceScope ts(ctx_.trace, "optimizer ahead", "optimizer");
+  const double loss_scale = ctx_.scaler ? ctx_.scaler->scale() : 1.0;
+  const float unclipped = clip_coefficient(0.0, 0.0, loss_scale);
+  const bool gather = ctx_.deck.parallel.dp_mode == DpMode::gather;
+  const double own_norm = std::sqrt(g.sum_squares) / loss_scale;
+  if (!gather && (g.nonfinite || !std::isfinite(own_norm) ||
+                  clip_coefficient(own_norm, ctx_.deck.train.grad_clip, loss_scale) != unclipped)) {
+    ++counts_.held;
+    return false;
+  }
+  if (ctx_.before_update) ctx_.before_update();
+  for (ModelChunk& ch : ctx_.chunks) {
+    ch.engine->save_step();
+    ch.engine->step(lr, unclipped);
+  }
+  ++counts_.ahead;
+  return true;
+}
+
+void ScheduledRunner::update(float lr, const LocalGrads& g, bool ahead, StepStats& s) {
   ScopedTimer timer(ctx_.times.optimizer);
   TraceScope ts(ctx_.trace, "optimizer", "optimizer");
-  // TRIDENT_FAULT_INJECT=grad:inf@STEP on a rank: one of its gradients becomes inf.
-  if (fault_armed("grad", "inf", s.step)) ctx_.chunks.front().engine->poison_gradient();
   LossScaler* scaler = ctx_.scaler;
-  double ss = 0;
-  bool nonfinite = false;
-  for (ModelChunk& ch : ctx_.chunks) {
-    ss += ch.engine->grad_sum_squares();
-    nonfinite = nonfinite || (scaler && ch.engine->grads_nonfinite());
-  }
   // Each element is counted on one rank of the job: one sum over the world.
   // fp16: the gradients carry the loss scale; a step that overflowed anywhere
   // is skipped everywhere.
   const double loss_scale = scaler ? scaler->scale() : 1.0;
-  const GradNorm norm = reduce_grad_norm(ss, nonfinite, {&ctx_.grid.world()}, loss_scale);
+  const GradNorm norm = reduce_grad_norm(g.sum_squares, g.nonfinite, {&ctx_.grid.world()}, loss_scale);
   s.loss_scale = loss_scale;
   s.grad_norm = norm.norm;
   s.skipped = scaler && !norm.finite;
   const float coef = clip_coefficient(norm.norm, ctx_.deck.train.grad_clip, loss_scale);
-  if (!s.skipped) {
-    if (ctx_.before_update) ctx_.before_update();
+  // Post-validation: the step taken ahead stands where it is the one the
+  // checks call for (same gradients, learning rate and coefficient: the same
+  // bits); else it is undone from the copy and the right one taken.
+  bool done = false;
+  if (ahead) {
+    done = !s.skipped && coef == clip_coefficient(0.0, 0.0, loss_scale);
+    if (!done) {
+      for (ModelChunk& ch : ctx_.chunks) ch.engine->undo_step();
+      ++(s.skipped ? counts_.skipped : counts_.clipped);
+      s.rolled_back = true;
+    }
+  }
+  if (!s.skipped && !done) {
+    if (ctx_.before_update && !ahead) ctx_.before_update();
     for (ModelChunk& ch : ctx_.chunks) ch.engine->step(lr, coef);
   }
   if (scaler) scaler->update(s.skipped);

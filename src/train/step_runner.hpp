@@ -13,6 +13,7 @@
 #include "io/deck.hpp"
 #include "optim/loss_scaler.hpp"
 #include "parallel/pipeline/pipeline_comm.hpp"
+#include "parallel/pipeline/stage_plan.hpp"
 #include "train/trace.hpp"
 
 namespace trident {
@@ -33,6 +34,16 @@ struct StepStats {
   double seconds = 0;
   double loss_scale = 1;  // fp16: the scale this step's loss was multiplied by
   bool skipped = false;   // fp16: the gradients overflowed; nothing was updated
+  bool rolled_back = false;  // post-validation: the step taken ahead was undone and redone
+};
+
+// Post-validation over a run: steps taken ahead of the global checks, and of
+// those undone because the global norm clipped or the overflow check skipped.
+// `held`: steps not taken ahead because the rank's own gradients already
+// showed the step would be clipped or skipped.
+struct PostValidationCounts {
+  int ahead = 0, clipped = 0, skipped = 0, held = 0;
+  int rolled_back() const { return clipped + skipped; }
 };
 
 // What a runner reaches of the trainer.
@@ -64,6 +75,13 @@ class StepRunner {
   virtual void stop_stream(int done) { (void)done; }
   // The activation slot evaluation may use between steps.
   virtual int eval_slot() const { return 0; }
+  virtual PostValidationCounts post_validation() const { return {}; }
+  // The bubble `plan`'s lists leave under the passes' measured costs
+  // (collective over `world`); -1 where the runner does not measure them.
+  virtual double measured_floor(Communicator& world, const StagePlan& plan) const {
+    (void)world, (void)plan;
+    return -1;
+  }
 };
 
 }  // namespace trident

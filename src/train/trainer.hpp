@@ -73,6 +73,11 @@ class Trainer {
   void set_optimizer_steps(std::int64_t t);
   const PhaseTimes& times() const { return times_; }
   PipedreamRunner* pipedream() { return pipedream_; }  // schedule "pipedream" only
+  // parallel.post_validation: this rank's steps taken ahead, undone, held.
+  PostValidationCounts post_validation() const { return runner_->post_validation(); }
+  // The bubble this step's lists leave under the passes' measured costs, over
+  // the steps after the first (collective over the world); -1: not measured.
+  double measured_floor() const { return runner_->measured_floor(grid_.world(), plan_); }
   DType weight_dtype() const { return weights_; }
   LossScaler* loss_scaler() { return scaler_ ? &*scaler_ : nullptr; }  // fp16 only
   // With 16-bit weights: the weights become the rounding of the f32 masters

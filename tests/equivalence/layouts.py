@@ -31,16 +31,21 @@ AXES = [
     # Outside the cover too: async_pairs() runs checkpoints every 2 steps
     # written in the background beside the same layout saving synchronously.
     ("checkpoints", ["end", "every2", "every2-async"]),
+    # Outside the cover too: post_validation_runs() (the optimizer's step).
+    # clip-some: grad_clip 1.4, so steps 1-3 clip and 4-5 do not, and fp16
+    # starts at a loss scale of 1e9 that overflows steps 1-2; pv-clip-some:
+    # the same with parallel.post_validation on.
+    ("step", ["sync", "clip-some", "pv-clip-some"]),
     # The model: deck.toml's GPT-2, or the Llama configuration (MODEL_KEYS);
     # llama.py chooses its layouts, each against the serial Llama run.
     ("model", ["gpt2", "llama"]),
 ]
 NAMES = [a for a, _ in AXES]
-COVERED = len(AXES) - 3  # the axes whose value pairs the CI subset covers
+COVERED = len(AXES) - 4  # the axes whose value pairs the CI subset covers
 INDEX = {a: i for i, a in enumerate(NAMES)}
 DEFAULT = dict(dp=1, tp=1, pp=1, schedule="1f1b", sp=False, zero=0, dp_mode="allreduce",
                micro_batches=1, recompute="none", precision="fp32", persistence="low",
-               bucket="large", offload="none", checkpoints="end", model="gpt2")
+               bucket="large", offload="none", checkpoints="end", step="sync", model="gpt2")
 MAX_RANKS = 8
 SWAP_DIR = "/tmp"  # offload.nvme_path of nvme layouts (run_matrix sets a scratch directory)
 EXTRA_SETS = []  # --set options every run adds (run_matrix --set), e.g. system.device=cuda
@@ -112,6 +117,7 @@ def overrides(layout, batch):
     if v["checkpoints"] != "end":  # every checkpoint kept, for async_pairs
         out += ["checkpoint.every=2", "checkpoint.keep=0",
                 f"checkpoint.async={'true' if v['checkpoints'].endswith('async') else 'false'}"]
+    out += STEP_KEYS[v["step"]](v["precision"])
     return out + PRECISION_KEYS[v["precision"]] + MODEL_KEYS[v["model"]] + EXTRA_SETS
 
 
@@ -127,8 +133,47 @@ def describe(layout):
              "persistence": "persist:high" if v["persistence"] == "high" else None,
              "bucket": "bucket:small" if v["bucket"] == "small" else None,
              "offload": f"offload:{v['offload']}" if v["offload"] != "none" else None,
-             "checkpoints": f"ckpt:{v['checkpoints']}" if v["checkpoints"] != "end" else None}
+             "checkpoints": f"ckpt:{v['checkpoints']}" if v["checkpoints"] != "end" else None,
+             "step": v["step"] if v["step"] != "sync" else None}
     return " ".join([s] + [x for x in extra.values() if x])
+
+
+# --- the optimizer step: post-validation -------------------------------------
+
+def _clip_some(precision):
+    fp16 = ["precision.initial_scale=1e9", "precision.hysteresis=1"] if "fp16" in precision else []
+    return ["train.grad_clip=1.4"] + fp16
+
+
+STEP_KEYS = {
+    "sync": lambda precision: [],
+    "clip-some": _clip_some,
+    "pv-clip-some": lambda precision: _clip_some(precision) + ["parallel.post_validation=true"],
+}
+
+
+def post_validation_runs():
+    """(layout, reference, tolerance) for every zero-bubble schedule in fp32,
+    bf16 and fp16, with clipping on some steps and (fp16) overflow on others:
+    the synchronous step and post-validation each against the serial run, and
+    post-validation against the synchronous step bit for bit (its rolled-back
+    steps redone exactly). Plus dp2 tp2 pp2 bf16 zb-v, whose larger send pool
+    once deadlocked, and gather mode."""
+    out = []
+    for schedule in ("zb-h1", "zb-h2", "zb-v"):
+        for precision in ("fp32", "bf16", "fp16"):
+            serial = make(precision=precision, step="clip-some")
+            sync = make(pp=2, schedule=schedule, micro_batches=4, precision=precision,
+                        step="clip-some", dp=2 if precision == "bf16" else 1)
+            pv = with_values(sync, {INDEX["step"]: "pv-clip-some"})
+            out += [(sync, serial, precision), (pv, serial, precision), (pv, sync, "exact")]
+    # Gather mode: every data rank steps ahead (the root's broadcast is a collective).
+    for grid in (dict(dp=2, tp=2, pp=2, schedule="zb-v"),
+                 dict(dp=2, pp=2, schedule="zb-h1", dp_mode="gather")):
+        sync = make(micro_batches=4, precision="bf16", step="clip-some", **grid)
+        pv = with_values(sync, {INDEX["step"]: "pv-clip-some"})
+        out += [(pv, make(precision="bf16", step="clip-some"), "bf16"), (pv, sync, "exact")]
+    return out
 
 
 # --- the pairwise covering subset -------------------------------------------

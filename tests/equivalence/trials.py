@@ -177,6 +177,10 @@ def compare(ref, got, precision):
         res["why"].append("steps differ from the serial run")
     for a, b in zip(ref_metrics, metrics):
         for key in ("loss", "grad_norm"):
+            if a[key] is None or b[key] is None:  # fp16's overflowed steps: no norm (null)
+                if (a[key] is None) != (b[key] is None):
+                    res["why"].append(f"{key} at step {a[STEPS_KEY]}: {b[key]!r} vs {a[key]!r}")
+                continue
             err = abs(b[key] - a[key]) / max(abs(a[key]), 1e-30)
             if err > res[key]:
                 res[key] = err

@@ -82,6 +82,11 @@ void expect_estimate_at_every_stage(int ranks, const std::vector<std::string>& s
     for (int s = 0; s < 2; ++s) tr.step(s);
     if (grid.coord().dp == 0 && grid.coord().tp == 0) {
       const MemoryEstimate e = estimate_memory(d, shape, d.zero.stage, grid.coord().pp);
+      // Post-validation's undo copy: in the optimizer's bytes, and apart.
+      double undo = 0;
+      for (ModelChunk& ch : tr.chunks()) undo += double(ch.engine->undo_bytes());
+      EXPECT_EQ(undo, e.undo_copy) << fmt::format("{}", fmt::join(sets, " "));
+      EXPECT_EQ(undo > 0, d.parallel.post_validation);
       for (int c = 0; c < kMemCategories; ++c) {
         const double measured = double(ledger.peak(MemCategory(c)));
         if (measured == e.bytes[c]) continue;
@@ -113,4 +118,8 @@ TEST(EstimateStages, EveryPipelineRankAllocatesItsEstimate) {
                                      "precision.dtype=\"bf16\""});
   expect_estimate_at_every_stage(4, {"parallel.pp=2", "parallel.tp=2", "zero.stage=3",
                                      "parallel.sequence_parallel=true"});
+  expect_estimate_at_every_stage(2, {"parallel.pp=2", "parallel.schedule=\"zb-v\"",
+                                     "parallel.post_validation=true", "precision.dtype=\"bf16\""});
+  expect_estimate_at_every_stage(4, {"parallel.pp=2", "parallel.dp=2", "parallel.dp_mode=\"gather\"",
+                                     "parallel.schedule=\"zb-h2\"", "parallel.post_validation=true"});
 }

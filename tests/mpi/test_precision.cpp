@@ -194,6 +194,15 @@ void expect_overflow_skips(const std::vector<std::string>& layout) {
       EXPECT_FALSE(same) << "step " << s;
     }
   }
+  if (d.parallel.post_validation) {
+    // The victim's own gradients show the overflow: it waits for the check.
+    // Every other rank steps ahead and undoes the two skipped steps.
+    const PostValidationCounts c = tr.post_validation();
+    EXPECT_EQ(c.held, grid.rank() == victim ? 2 : 0) << "rank " << grid.rank();
+    EXPECT_EQ(c.skipped, grid.rank() == victim ? 0 : 2) << "rank " << grid.rank();
+    EXPECT_EQ(c.clipped, 0);
+    EXPECT_EQ(c.ahead + c.held, 6);
+  }
   EXPECT_EQ(scales[2], 1024.0);
   EXPECT_EQ(scales[3], 1024.0);  // first overflow: hysteresis 2 -> 1
   EXPECT_EQ(scales[4], 512.0);   // second: halved
@@ -207,6 +216,14 @@ TEST(Precision, InjectedOverflowSkipsTheStepEverywhereAndHalvesTheScale) {
   expect_overflow_skips({"precision.reduce_dtype=\"fp16\""});
   // inf in an owned slice stored in fp16
   expect_overflow_skips({"zero.stage=2", "precision.reduce_dtype=\"fp16\""});
+}
+
+// Post-validation (clipping off, so only the overflow check can undo a
+// step): the steps taken ahead of the overflow are undone bit for bit.
+TEST(Precision, PostValidationUndoesTheStepsTakenAheadOfAnOverflow) {
+  if (trident::testing::world_size() < 8) GTEST_SKIP() << "needs 8 ranks (pp 2)";
+  expect_overflow_skips({"parallel.schedule=\"zb-h1\"", "parallel.post_validation=true",
+                         "train.grad_clip=0"});
 }
 
 TEST(Precision, SixteenBitGradientsTakeTwoBytes) {

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
 #include "compute/adamw_math.hpp"
@@ -14,6 +15,7 @@
 #include "optim/adamw.hpp"
 #include "optim/clip.hpp"
 #include "optim/lr_schedule.hpp"
+#include "optim/step_snapshot.hpp"
 
 using namespace trident;
 
@@ -190,6 +192,53 @@ TEST(AdamW, ComputesTheWrittenOutOperationsExactly) {
   EXPECT_EQ(m, rm);
   EXPECT_EQ(v, rv);
   EXPECT_EQ(p, rp);
+}
+
+// Post-validation's undo: a step taken ahead with the unclipped coefficient,
+// undone from the copy and redone clipped, leaves weights (bf16 and their f32
+// masters), moments and step count as the clipped step alone does, bit for
+// bit; the copy costs the weights, both moments and the masters once more.
+TEST(StepSnapshot, UndoneAndRedoneStepEqualsTheDirectOne) {
+  auto be = make_cpu_backend(0);
+  MemoryLedger ledger;
+  TensorTable t;
+  t.add({.name = "w", .shape = {1000}, .weight_decay = true});
+  t.add({.name = "b", .shape = {37}, .weight_decay = false});
+  AdamWConfig cfg{0.9f, 0.95f, 1e-8f, 0.1f, DType::bf16, DType::f32};
+  struct Run {
+    Arena p, g;
+    AdamW opt;
+  };
+  auto make_run = [&] {
+    Run r{Arena(*be, ledger, MemCategory::parameters, t.size(), DType::bf16),
+          Arena(*be, ledger, MemCategory::gradients, t.size()), AdamW(t, *be, ledger, cfg)};
+    std::vector<float> init(t.size());
+    for (std::size_t i = 0; i < t.size(); ++i)
+      init[i] = std::sin(0.3f * float(i)), r.g.f32()[i] = 0.2f * std::cos(0.7f * float(i));
+    r.opt.init_masters(0, init.data(), t.size());
+    r.opt.refresh_weights(r.p);
+    r.opt.step(r.p, r.g, 1e-3f);  // moments and a step count to restore
+    return r;
+  };
+  Run direct = make_run(), ahead = make_run();
+  const std::size_t before = ledger.current(MemCategory::optimizer);
+  StepSnapshot undo(*be, ledger, {&ahead.p, &ahead.opt.first_moment(),
+                                  &ahead.opt.second_moment(), ahead.opt.masters(), nullptr});
+  EXPECT_EQ(undo.bytes(), t.size() * (2 + 3 * sizeof(float)));
+  EXPECT_EQ(ledger.current(MemCategory::optimizer) - before, undo.bytes());
+  const float clipped = clip_coefficient(3.0, 1.0);
+  direct.opt.step(direct.p, direct.g, 1e-3f, clipped);
+  undo.save(ahead.opt.steps_taken());
+  ahead.opt.step(ahead.p, ahead.g, 1e-3f, clip_coefficient(0.0, 0.0));
+  EXPECT_NE(std::memcmp(ahead.p.data(), direct.p.data(), ahead.p.bytes()), 0);
+  ahead.opt.set_steps_taken(undo.restore());
+  ahead.opt.step(ahead.p, ahead.g, 1e-3f, clipped);
+  for (auto [x, y] : {std::pair{&ahead.p, &direct.p}, {&ahead.g, &direct.g},
+                      {&ahead.opt.first_moment(), &direct.opt.first_moment()},
+                      {&ahead.opt.second_moment(), &direct.opt.second_moment()},
+                      {ahead.opt.masters(), direct.opt.masters()}})
+    EXPECT_EQ(std::memcmp(x->data(), y->data(), x->bytes()), 0);
+  EXPECT_EQ(ahead.opt.steps_taken(), 2);
 }
 
 TEST(Clip, ScalesOnlyAboveTheThreshold) {

@@ -1,7 +1,8 @@
 // Pipeline schedules as plain lists: every synchronous schedule passes the
 // validator (each micro-batch's F, B and W once and in order, sends matched,
-// no rank waiting forever, activations within the stated bound) for
-// p in 2..8 and m in p..4p; the zero-bubble theory against the paper's.
+// no rank waiting forever, activations within the stated bound, no slot or
+// send buffer reused before what was sent from it is received) for p in 2..8
+// and m in p..4p; the zero-bubble theory against the paper's.
 #include <gtest/gtest.h>
 
 #include <fmt/format.h>
@@ -138,6 +139,29 @@ TEST(Schedule, AssignedSendBuffersWaitForTheirGradientsReceive) {
   EXPECT_EQ(send_buffer_pool(unnamed, {true, true}).size, 3);
 }
 
+// The slot rule: a B may name a send buffer only once the gradient last sent
+// from it has been received; a list that reuses it earlier does not deadlock
+// (the trainer waits), but it was not built around that receive, and the
+// validator says so. Stage 0 runs every forward before its first backward,
+// stage 1 one forward one backward: with one send buffer stage 1's second B
+// would overwrite the first gradient before stage 0 has posted its receive.
+TEST(Schedule, ValidatorFindsASendBufferReusedBeforeItsGradientIsReceived) {
+  using BP = BackwardPart;
+  const int m = 6;
+  std::vector<std::vector<PipelineAction>> ranks(2);
+  for (int i = 0; i < m; ++i) ranks[0].push_back({true, i, 0, BP::both, i});
+  for (int i = 0; i < m; ++i) ranks[0].push_back({false, i, 0, BP::both});
+  for (int i = 0; i < m; ++i)
+    ranks[1].push_back({true, i, 0, BP::both, 0}), ranks[1].push_back({false, i, 0, BP::both, -1, 0});
+  const ScheduleReplay one = replay_schedule(ranks, 1);
+  EXPECT_EQ(one.deadlock, "");
+  EXPECT_EQ(one.early_reuse,
+            "rank 1: BW1 (chunk 0) reuses send buffer 0 before the gradient of micro-batch 0 sent "
+            "from it is received");
+  for (int i = 0; i < m; ++i) ranks[1][std::size_t(2 * i + 1)].send_buffer = i;  // one each
+  EXPECT_EQ(replay_schedule(ranks, 1).early_reuse, "");
+}
+
 // The idle share the trainer reports is the replay's: for 1F1B with unit
 // F, B and W the textbook (p - 1) / (m + p - 1).
 TEST(Schedule, ReplayedBubbleOf1F1BIsTheTextbooks) {
@@ -178,6 +202,9 @@ TEST(Schedule, ListsFromUnevenCostsAreSoundAndWithinBudget) {
         const auto lists = zero_bubble_schedule(kind, p, m, c);
         const std::string at = fmt::format("{} p={} m={}", choice_name(kind), p, m);
         ASSERT_EQ(replay_schedule(lists, chunks, v).deadlock, "") << at;
+        // Built around their receives: under the costs they were built with,
+        // no slot or send buffer waits for one.
+        EXPECT_EQ(replay_schedule(lists, chunks, v, &c).early_reuse, "") << at;
         for (int s = 0; s < p; ++s) {
           for (const PipelineAction& a : lists[s])
             if (!a.forward && a.part != BackwardPart::weights)

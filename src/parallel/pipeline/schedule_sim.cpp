@@ -39,6 +39,10 @@ ScheduleReplay replay_schedule(const std::vector<std::vector<PipelineAction>>& r
   // that receives the gradient last sent from that buffer has posted its
   // receive: (rank, buffer) -> (virtual stage, micro-batch) of that gradient.
   std::map<std::pair<int, int>, std::pair<int, int>> sender;
+  // When each F started (posted its receive), and per (rank, chunk, slot)
+  // the micro-batch whose activation was last sent from that slot.
+  std::map<std::pair<int, int>, double> f_posted;
+  std::map<std::tuple<int, int, int>, int> slot_sent;
   std::vector<std::size_t> next(p, 0);
   std::vector<double> free_at(p, 0);
   ScheduleReplay r;
@@ -50,12 +54,30 @@ ScheduleReplay replay_schedule(const std::vector<std::vector<PipelineAction>>& r
         const int vs = virtual_stage_of(v_shape, p, s, a.chunk);
         double start = free_at[s];
         if (is_input_grad(a)) b_posted.emplace(std::make_pair(vs, a.micro_batch), start);
+        if (a.forward) f_posted.emplace(std::make_pair(vs, a.micro_batch), start);
         const bool sends_grad = is_input_grad(a) && vs > 0 && a.send_buffer >= 0;
         if (sends_grad) {
           auto held = sender.find({s, a.send_buffer});
           if (held != sender.end()) {
             auto it = b_posted.find({held->second.first - 1, held->second.second});
             if (it == b_posted.end()) break;
+            if (it->second > start + 1e-9 && r.early_reuse.empty())
+              r.early_reuse = fmt::format("rank {}: {} reuses send buffer {} before the gradient "
+                                          "of micro-batch {} sent from it is received",
+                                          s, describe(a), a.send_buffer, held->second.second);
+            start = std::max(start, it->second);
+          }
+        }
+        const auto slot_key = std::make_tuple(s, a.chunk, a.slot);
+        if (a.forward && a.slot >= 0 && vs < V - 1) {
+          auto held = slot_sent.find(slot_key);
+          if (held != slot_sent.end()) {
+            auto it = f_posted.find({vs + 1, held->second});
+            if (it == f_posted.end()) break;
+            if (it->second > start + 1e-9 && r.early_reuse.empty())
+              r.early_reuse = fmt::format("rank {}: {} reuses slot {} before the activation of "
+                                          "micro-batch {} sent from it is received",
+                                          s, describe(a), a.slot, held->second);
             start = std::max(start, it->second);
           }
         }
@@ -71,6 +93,7 @@ ScheduleReplay replay_schedule(const std::vector<std::vector<PipelineAction>>& r
         }
         free_at[s] = start + duration(a, vs, costs);
         if (a.forward) f_end[{vs, a.micro_batch}] = free_at[s];
+        if (a.forward && a.slot >= 0 && vs < V - 1) slot_sent[slot_key] = a.micro_batch;
         if (sends_grad) sender[{s, a.send_buffer}] = {vs, a.micro_batch};
         if (is_input_grad(a)) b_end[{vs, a.micro_batch}] = free_at[s];
         progress = true;
@@ -201,7 +224,8 @@ std::string validate_schedule(ScheduleKind kind, int p, int m, int v) {
                          std::get<1>(key),
                          balance > 0 ? "sent, never received" : "received, never sent");
   if (std::string order = message_order_problem(ranks, v, v_shape); !order.empty()) return order;
-  return replay_schedule(ranks, v, v_shape).deadlock;
+  const ScheduleReplay replay = replay_schedule(ranks, v, v_shape);
+  return replay.deadlock.empty() ? replay.early_reuse : replay.deadlock;
 }
 
 }  // namespace trident

@@ -15,6 +15,11 @@ struct ScheduleReplay {
   long long makespan = 0;  // in units of one F (B and W one each, both two)
   double time = 0;         // the makespan with `costs`' durations, where given
   std::string deadlock;    // empty, or which rank waits at which action
+  // Empty, or the first pass that had to wait for a buffer it names to be
+  // free: a B for the receive of the gradient last sent from its send
+  // buffer, an F for the receive of the activation last sent from its slot.
+  // Lists built around those receives never wait for them.
+  std::string early_reuse;
 };
 
 // Each rank's actions (rank s runs virtual stages c * p + s, or the V's s and
@@ -40,8 +45,9 @@ std::string message_order_problem(const std::vector<std::vector<PipelineAction>>
 
 // Empty when build_schedule's lists for every rank are sound; else the first
 // problem found. Zero bubble (unit costs): each B that sends names a send
-// buffer, and each rank's slots, W and send buffers stay within its budget;
-// every list: message_order_problem finds nothing.
+// buffer, each rank's slots, W and send buffers stay within its budget, and
+// no slot or send buffer is reused before what was sent from it is received
+// (the replay's early_reuse); every list: message_order_problem finds nothing.
 std::string validate_schedule(ScheduleKind kind, int stages, int micro_batches, int chunks);
 
 }  // namespace trident

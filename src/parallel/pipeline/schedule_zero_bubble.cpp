@@ -287,7 +287,11 @@ std::vector<std::vector<PipelineAction>> zero_bubble_schedule(ScheduleKind kind,
                                    Candidate{extra, reserve * w_max, alternate, per_slot})
                             .run();
             if (o.ranks.empty()) continue;
-            o.makespan = replay_schedule(o.ranks, v_shape ? 2 : 1, v_shape, &c).time;
+            // Timed with `c`, a list built under equal durations may reach a
+            // send buffer before its last gradient is received: dropped.
+            const ScheduleReplay timed = replay_schedule(o.ranks, v_shape ? 2 : 1, v_shape, &c);
+            if (!timed.early_reuse.empty()) continue;
+            o.makespan = timed.time;
             if (o.makespan < best.makespan * (1 - 1e-9)) best = std::move(o);
           }
   if (best.ranks.empty()) throw std::logic_error("zero-bubble schedule: no candidate fits its budget");

@@ -15,11 +15,15 @@ namespace {
 void schedule_actions(StagePlan& plan, const Deck& deck, const GridShape& shape, int chunks) {
   const bool split = splits_backward(plan.schedule) && shape.pp > 1;
   if (!split) {
-    plan.actions = build_schedule(plan.schedule, shape.pp, plan.stage, plan.micro_batches, chunks);
+    for (int s = 0; s < shape.pp; ++s)
+      plan.all_actions.push_back(
+          build_schedule(plan.schedule, shape.pp, s, plan.micro_batches, chunks));
+    plan.actions = plan.all_actions[std::size_t(plan.stage)];
     return;
   }
   const ZeroBubbleCosts costs = zero_bubble_costs(schedule_cost_deck(deck), shape, plan.partition);
   const auto lists = zero_bubble_schedule(plan.schedule, shape.pp, plan.micro_batches, costs);
+  plan.all_actions = lists;
   plan.actions = lists[std::size_t(plan.stage)];
   plan.list_bubble = replayed_bubble(lists, int(costs.f.size()) / shape.pp,
                                      places_chunks_in_v(plan.schedule), costs);

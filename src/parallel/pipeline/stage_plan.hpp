@@ -32,6 +32,9 @@ struct StagePlan {
   Partition partition;     // blocks over the virtual stages
   std::vector<double> stage_costs;       // predicted per virtual stage, in the partition costs' unit
   std::vector<PipelineAction> actions;   // this rank's step
+  // Every pipeline rank's step (actions is entry `stage`): what replays of
+  // the whole pipeline run, as the bubble floor under measured costs.
+  std::vector<std::vector<PipelineAction>> all_actions;
   std::vector<ChunkPlan> chunks;         // this rank's, in chunk order
   SendBufferPool send_pool;              // the input gradients' send buffers, shared by the chunks
   // Zero bubble: the idle share of every rank's lists replayed with the FLOP
