@@ -1,18 +1,23 @@
 #!/usr/bin/env python3
 """trident plan against published training runs (perf/plan/published_runs.csv).
 
-For every row: a deck with the row's model and global batch, then
-`trident plan --layout` with the row's layout on the row's cluster. Compares the
-predicted TFLOP/s per GPU with the published figure on the same basis (model
-FLOPs, or hardware FLOPs counting the recomputed forward) and the predicted fit
-with the published one (rows marked memory_comparable = yes: systems that keep
-Trident's 18 bytes of state per parameter). The attention column picks the
-activation model a row is planned with: stored (--stored-attention, Korthikanti's
-Table 2 with the probabilities kept) or flash (Trident's). Every row is stored:
-the cost model's constants were fitted that way (the llm-foundry H100 rows, which
-ran flash kernels, are predicted up to 64% above their published figures under
-the flash model). Fails unless the median absolute error is <= 15%, every row is
-within 35%, and every fit verdict matches.
+For every row: a deck with the row's model (GPT-2's shape and the row's
+model_keys: GQA's kv_heads, rotary positions, no biases, an untied head, the
+Llama family's) and global batch, then `trident plan --layout` with the row's
+layout on the row's cluster. Compares the predicted TFLOP/s per GPU with the
+published figure on the same basis (model FLOPs, or hardware FLOPs counting
+the recomputed forward) and the predicted fit with the published one (rows
+marked memory_comparable = yes: systems that keep Trident's 18 bytes of state
+per parameter and gather ZeRO-3's parameters a layer at a time, as Trident
+does; DeepSpeed gathers them one tensor at a time). The attention column picks
+the activation model a row is planned with: stored (--stored-attention,
+Korthikanti's Table 2 with the probabilities kept) or flash (Trident's). Every
+row is stored: the cost model's constants were fitted that way (the
+llm-foundry H100 rows, which ran flash kernels, are predicted up to 64% above
+their published figures under the flash model). reduce_dtype is the type the
+published system reduced gradients in (blank: Trident's fp32). Fails unless
+the median absolute error is <= 10% over all rows and over the held-out rows,
+every row is within 35%, and every fit verdict matches.
 
 usage: validate_published.py --trident BUILD/src/trident [--csv FILE] [--workdir DIR]
 """
@@ -27,16 +32,19 @@ import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
-MEDIAN_LIMIT, ROW_LIMIT = 0.15, 0.35
+MEDIAN_LIMIT, ROW_LIMIT = 0.10, 0.35
 
 
 def deck_text(row):
     layers, pp, v = int(row["layers"]), int(row["pp"]), int(row["v"])
     partition = "uniform" if layers % (pp * v) == 0 else "parameters"
+    # Keys beyond GPT-2's shape (GQA, RoPE, the Llama family's), "; " between them.
+    extra = "".join(key.strip() + "\n" for key in row["model_keys"].split(";") if key.strip())
     return (f'[model]\nlayers = {layers}\nd_model = {row["d_model"]}\nheads = {row["heads"]}\n'
-            f'seq_len = {row["seq_len"]}\nvocab = {row["vocab"]}\n'
+            f'seq_len = {row["seq_len"]}\nvocab = {row["vocab"]}\n{extra}'
             f'[data]\ntrain = "unused.bin"\n[train]\nbatch = {row["batch"]}\n'
-            f'[precision]\ndtype = "bf16"\n[parallel]\npartition = "{partition}"\n')
+            f'[precision]\ndtype = "bf16"\nreduce_dtype = "{row["reduce_dtype"] or "fp32"}"\n'
+            f'[parallel]\npartition = "{partition}"\n')
 
 
 def predict(trident, row, workdir):
@@ -69,8 +77,8 @@ def main():
 
     errors = {"fit": [], "holdout": []}
     failures, notes = [], []
-    print(f"{'run':<18}{'layout':<52}{'basis':>9}{'published':>10}{'predicted':>10}"
-          f"{'error':>8}  {'fits (pub/pred)':<16}{'split'}")
+    print(f"{'run':<22}{'layout':<52}{'basis':>9}{'published':>10}{'predicted':>10}"
+          f"{'error':>8}  {'fits (pub/pred)':<16}{'split':<9}{'bound'}")
     with open(args.csv, newline="") as f:
         for row in csv.DictReader(f):
             p = predict(args.trident, row, workdir)
@@ -91,18 +99,20 @@ def main():
             elif predicted_fit != row["published_fits"]:
                 failures.append(f"{row['id']}: published fits={row['published_fits']}, predicted "
                                 f"{predicted_fit} ({p['memory_bytes'] / 2**30:.1f} GiB)")
-            print(f"{row['id']:<18}{p['layout']:<52}{row['basis']:>9}"
+            print(f"{row['id']:<22}{p['layout']:<52}{row['basis']:>9}"
                   f"{row['measured_tflops'] or '-':>10}{p[key]:>10.1f}{err_text:>8}  "
-                  f"{row['published_fits'] + '/' + predicted_fit:<16}{row['split']}")
+                  f"{row['published_fits'] + '/' + predicted_fit:<16}{row['split']:<9}"
+                  f"{p['largest_cost']}")
 
     every = errors["fit"] + errors["holdout"]
     for name, errs in (("fit", errors["fit"]), ("holdout", errors["holdout"]), ("all", every)):
         if errs:
             print(f"{name:<8} rows {len(errs):>3}  median |error| {100 * statistics.median(errs):5.1f}%"
                   f"  max {100 * max(errs):5.1f}%")
-    if statistics.median(every) > MEDIAN_LIMIT:
-        failures.append(f"median |error| {100 * statistics.median(every):.1f}% is over "
-                        f"{100 * MEDIAN_LIMIT:.0f}%")
+    for name, errs in (("all rows", every), ("held-out rows", errors["holdout"])):
+        if statistics.median(errs) > MEDIAN_LIMIT:
+            failures.append(f"median |error| over {name} {100 * statistics.median(errs):.1f}% "
+                            f"is over {100 * MEDIAN_LIMIT:.0f}%")
     for line in notes:
         print("note", line)
     for line in failures:

@@ -42,7 +42,8 @@ const std::vector<std::pair<double, double>> kGpuGemmCurve = {
     {1e8, 0.16}, {1e9, 0.40}, {1e10, 0.63}, {1e11, 0.72}, {1e12, 0.75}};
 
 Cluster dgx(const std::string& name, double peak16, double peak32, double gib, double hbm,
-            double nvlink, double nic, double host_gib, double host_gbps, double pcie) {
+            double nvlink, double nic, double host_gib, double host_gbps, double pcie,
+            int nics_per_group) {
   Cluster c;
   c.name = name;
   c.gpus_per_node = 8;
@@ -56,6 +57,7 @@ Cluster dgx(const std::string& name, double peak16, double peak32, double gib, d
   c.host_gib = host_gib;
   c.host_gbps = host_gbps;
   c.pcie_gbps = pcie;
+  c.nics_per_group = nics_per_group;
   return c;
 }
 
@@ -66,12 +68,17 @@ Cluster dgx(const std::string& name, double peak16, double peak32, double gib, d
 // or 2 TB, PCIe 4 x16 per GPU (32 GB/s); DGX H100/H200, two Xeon 8480C
 // (8 channels of DDR5-4800 each: 614.4 GB/s), 2 TB, PCIe 5 x16 (64 GB/s).
 // Their NVMe's rate is not on the data sheets: a site TOML gives nvme_gbps.
+// Across nodes, a group's members on one node drove (fitted on the rows of
+// published_runs.csv marked "fit") one NIC between them on DGX A100
+// (Narayanan et al.'s ZeRO-3 runs without model parallelism, DeepSpeed 2021)
+// and all eight on DGX H100 (llm-foundry's FSDP runs, 2023): the software of
+// each generation as much as its fabric.
 Cluster builtin(const std::string& name) {
-  if (name == "dgx-a100-80gb") return dgx(name, 312, 19.5, 80, 2039, 300, 25, 2048, 409.6, 32);
-  if (name == "dgx-a100-40gb") return dgx(name, 312, 19.5, 40, 1555, 300, 25, 1024, 409.6, 32);
-  if (name == "dgx-h100") return dgx(name, 989, 67, 80, 3350, 450, 50, 2048, 614.4, 64);
+  if (name == "dgx-a100-80gb") return dgx(name, 312, 19.5, 80, 2039, 300, 25, 2048, 409.6, 32, 1);
+  if (name == "dgx-a100-40gb") return dgx(name, 312, 19.5, 40, 1555, 300, 25, 1024, 409.6, 32, 1);
+  if (name == "dgx-h100") return dgx(name, 989, 67, 80, 3350, 450, 50, 2048, 614.4, 64, 8);
   if (name == "dgx-h200")
-    return dgx(name, 989, 67, 141e9 / (1 << 30), 4800, 450, 50, 2048, 614.4, 64);
+    return dgx(name, 989, 67, 141e9 / (1 << 30), 4800, 450, 50, 2048, 614.4, 64, 8);
   if (name == "this-cpu") return calibrate_this_cpu();
   return {};
 }
@@ -111,6 +118,12 @@ Cluster parse_cluster_toml(const std::string& text, const std::string& origin) {
   c.intra = {need("intra_node_gbps"), t["intra_node_latency_us"].value_or(10.0)};
   c.inter = {need("inter_node_gbps"), t["inter_node_latency_us"].value_or(20.0)};
   c.comm_efficiency = t["comm_efficiency"].value_or(c.comm_efficiency);
+  c.collective_step_us = t["collective_step_us"].value_or(c.collective_step_us);
+  c.comm_overlap = t["comm_overlap"].value_or(c.comm_overlap);
+  c.nics_per_group = int(t["nics_per_group"].value_or(double(c.gpus_per_node)));
+  if (c.nics_per_group < 1 || c.comm_overlap < 0 || c.comm_overlap > 1)
+    throw InputError(fmt::format("{}: nics_per_group must be at least 1 and comm_overlap in "
+                                 "[0, 1]", origin));
   auto optional = [&](const char* key) {
     const double v = t[key].value_or(0.0);
     if (v < 0)
@@ -267,6 +280,7 @@ Cluster calibrate_this_cpu() {
   // reductions, and ranks that wait for a core.
   c.intra = {c.hbm_gbps / 10, 20};
   c.inter = c.intra;
+  c.collective_step_us = c.intra.latency_us;
   return c;
 }
 

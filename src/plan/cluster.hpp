@@ -12,7 +12,8 @@ namespace trident {
 
 struct Link {
   double gbps = 0;        // GB/s one GPU can drive on it (bus bandwidth, nccl-tests' busbw)
-  double latency_us = 0;  // alpha of one step of a ring
+  double latency_us = 0;  // alpha of one step of a ring (of a message, point to point)
+  bool across_nodes = false;
 };
 
 struct Cluster {
@@ -34,6 +35,18 @@ struct Cluster {
   double pcie_gbps = 0;  // host <-> GPU per GPU, each direction
   double nvme_gbps = 0;  // node-local NVMe per node, each direction
   double comm_efficiency = 0.8;  // fraction of a link's bandwidth collectives reach
+  // NICs the members of one group on a node drive together across nodes (at
+  // most one each): NCCL's channels, one per NIC, where the software keeps
+  // them all busy. Built-in clusters: fitted (cluster.cpp).
+  int nics_per_group = 8;
+  // One step of a collective whose ranks span nodes: the hop's latency and
+  // the wait for the step's slowest rank. Fitted on the rows of
+  // perf/plan/published_runs.csv marked "fit" (on a grid of 5 and 20 us).
+  double collective_step_us = 5;
+  // Of the shorter of a collective and the compute it runs beside, the part
+  // hidden: the rest contends with the compute for memory bandwidth and SMs,
+  // or waits on a unit not yet gathered. Fitted on the same rows.
+  double comm_overlap = 0.6;
   bool shared_node = false;      // this-cpu: a node's ranks split its cores and bandwidth
   // this-cpu: Trident's CPU backend keeps activations as f32 working copies in
   // every precision, so its element-wise passes move 4 bytes an element.

@@ -53,7 +53,7 @@ void model_throughput(Prediction& p, const StepContext& x) {
   // Attention counted in full, as the published runs it is compared with count it.
   const double model_flops = gpt_flops_per_token(m, AttentionFlops::full) * step_tokens;
   const double attention_fwd = 4.0 * m.layers * h * s * step_tokens;  // QK^T and AV, forward
-  const double layer_fwd = 2.0 * 12 * h * h * m.layers * step_tokens + attention_fwd;
+  const double layer_fwd = 2.0 * block_matmul_weights(m) * m.layers * step_tokens + attention_fwd;
   const double qk_again = x.stored_attention ? 0.0 : attention_fwd / 2;  // flash backward's Q K^T
   const double extra = p.recompute == Recompute::full ? layer_fwd + qk_again
                        : p.recompute == Recompute::selective && x.stored_attention ? attention_fwd
@@ -81,11 +81,10 @@ Prediction predict_step(const Deck& deck, const GridShape& shape, const Cluster&
   const double stage_mb = mb.stage();  // a stage without the head
   const double last_mb = stage_mb + logits.total();
   const double bubble = pp_bubble_time(x, stage_mb, logits.total());
-  // Data parallel: parameters on this rank (its layers, and the tied embedding
-  // on the first and last stage).
-  const GptConfig& m = deck.model;
-  const double h = x.h, layers_per_rank = double(m.layers) / shape.pp;
-  const double psi = (layers_per_rank * (12 * h * h + 13 * h) + double(m.vocab) * h + x.s * h) / shape.tp;
+  // Data parallel: parameters on this rank (its layers, and the embedding's
+  // tables on the first and last stage).
+  const double psi = parameters_on_rank(deck.model, shape);
+  const double layers_per_rank = double(deck.model.layers) / shape.pp;
   const double backward_last =
       layers_per_rank * (2 * (layer.gemm + layer.scores + layer.memory_bound + layer.tp_comm)) +
       mb.recompute + 2.0 / 3.0 * logits.total();
@@ -100,9 +99,10 @@ Prediction predict_step(const Deck& deck, const GridShape& shape, const Cluster&
              {"tp-comm", mbs * mb.tp_comm},
              {"pp-p2p", mbs * mb.pp_p2p},
              {"pp-bubble", bubble},
-             {"dp-comm", dp.exposed + dp.zero3_exposed},
+             {"dp-comm", dp.exposed},
+             {"dp-latency", dp.latency},
              {"optimizer", optimizer}};
-  p.step_s = mbs * last_mb + bubble + dp.exposed + dp.zero3_exposed + optimizer;
+  p.step_s = mbs * last_mb + bubble + dp.total() + optimizer;
   model_throughput(p, x);
   predict_memory(p, deck, shape, cluster, state, stored_attention);
   return p;

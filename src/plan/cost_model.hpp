@@ -1,7 +1,8 @@
 // Time and memory of one training step for one layout, before running it:
 // compute from FLOPs at the cluster's GEMM efficiency for those shapes,
-// collectives as alpha-beta on the link each group uses, the schedule's
-// bubble, and recompute's extra forward. Memory is the estimator's exact model
+// collectives' bytes on the link each group uses, hidden in part behind the
+// compute beside them, and their ring or tree steps; the schedule's bubble,
+// and recompute's extra forward. Memory is the estimator's exact model
 // state plus Korthikanti et al. (2022) activations per recompute mode.
 #pragma once
 #include <string>

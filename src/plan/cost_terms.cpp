@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "model/gpt_params.hpp"
 #include "plan/cost_model.hpp"
 #include "parallel/pipeline/schedule.hpp"
 
@@ -12,14 +13,6 @@ namespace {
 // Element-wise kernels (norms, GELU, softmax, dropout, residuals) move about
 // this many bytes per byte of activations the layer keeps (fitted, as the curve).
 constexpr double kTrafficPerSavedByte = 2.0;
-
-// Ring collectives (nccl-tests' bus bandwidth): all-reduce moves 2(n-1)/n of
-// the buffer per rank, reduce-scatter and all-gather (n-1)/n, each step alpha.
-double ring(double bytes, int n, const Link& link, double efficiency, double factor) {
-  if (n <= 1 || bytes <= 0) return 0;
-  const double steps = factor * (n - 1);
-  return steps / n * bytes / (link.gbps * 1e9 * efficiency) + steps * link.latency_us * 1e-6;
-}
 
 int dtype_bytes(Precision p) { return precision_dtype(p) == DType::f32 ? 4 : 2; }
 
@@ -67,23 +60,6 @@ StepContext::StepContext(const Deck& deck, const GridShape& shape, const Cluster
       tokens(double(micro_batch) * s),
       act_bytes(c.f32_activations ? 4 : w) {}
 
-// A group inside a node rides NVLink. One spanning nodes with k members per
-// node runs k rings side by side, one per NIC (NCCL channels), so it sees k
-// NICs' bandwidth, capped by NVLink.
-Link StepContext::link_for(int span, int stride) const {
-  if (span <= c.gpus_per_node) return c.intra;
-  const int members = std::max(1, c.gpus_per_node / std::min(stride, c.gpus_per_node));
-  return Link{std::min(c.intra.gbps, members * c.inter.gbps), c.inter.latency_us};
-}
-
-double StepContext::all_reduce(double bytes, int n, const Link& l) const {
-  return ring(bytes, n, l, c.comm_efficiency, 2);
-}
-
-double StepContext::gather(double bytes, int n, const Link& l) const {
-  return ring(bytes, n, l, c.comm_efficiency, 1);
-}
-
 // One layer, one micro-batch, forward (Megatron: QKV, projection, two MLP GEMMs
 // split over tp; scores and mixing batched over the rank's heads). An
 // activation's bytes as passes and messages move it (Trident's CPU backend:
@@ -92,10 +68,11 @@ double StepContext::gather(double bytes, int n, const Link& l) const {
 LayerTimes layer_forward(const StepContext& x) {
   const GptConfig& m = x.deck.model;
   const int t = x.shape.tp;
-  const double h = x.h, s = x.s, tokens = x.tokens;
+  const double h = x.h, s = x.s, tokens = x.tokens, f = m.d_ff();
+  const double ups = m.mlp == MlpKind::swiglu ? 2 : 1;  // SwiGLU's gate and up
   LayerTimes l;
-  l.gemm = x.sm.gemm(tokens, 3 * h / t, h) + x.sm.gemm(tokens, h, h / t) +
-           x.sm.gemm(tokens, 4 * h / t, h) + x.sm.gemm(tokens, h, 4 * h / t);
+  l.gemm = x.sm.gemm(tokens, m.qkv_width() / double(t), h) + x.sm.gemm(tokens, h, h / t) +
+           x.sm.gemm(tokens, ups * f / t, h) + x.sm.gemm(tokens, h, f / t);
   const double heads = double(x.micro_batch) * m.heads / t;
   l.scores = 2 * x.sm.gemm(s, s, h / m.heads, heads);
   auto layer_bytes = [&](Recompute r, int bytes) {
@@ -110,6 +87,21 @@ LayerTimes layer_forward(const StepContext& x) {
   // reduce-scatter pairs move the same bytes (Korthikanti section 4.2.2).
   l.tp_comm = 2 * x.all_reduce(tokens * h * x.act_bytes, t, x.link_for(t, 1));
   return l;
+}
+
+double block_matmul_weights(const GptConfig& m) {
+  const double h = m.d_model, f = m.d_ff(), ups = m.mlp == MlpKind::swiglu ? 2 : 1;
+  return h * m.qkv_width() + h * h + (ups + 1) * h * f;
+}
+
+double parameters_on_rank(const GptConfig& m, const GridShape& shape) {
+  const double h = m.d_model, tables = (m.tied_embeddings ? 1.0 : 2.0) * m.vocab * h;
+  const double positions = m.positions == PositionEncoding::learned ? double(m.seq_len) * h : 0;
+  // What the layers hold besides their linears' weights: biases and norms.
+  const double block = (double(gpt_num_parameters(m)) - tables - positions) / m.layers;
+  // With one stage it holds both tables; across stages the first and last hold one each.
+  const double stage_tables = shape.pp > 1 && !m.tied_embeddings ? tables / 2 : tables;
+  return (double(m.layers) / shape.pp * block + stage_tables + positions) / shape.tp;
 }
 
 double layer_recompute(const StepContext& x, const LayerTimes& l) {
@@ -172,36 +164,6 @@ double pp_bubble_time(const StepContext& x, double stage_mb, double logits) {
                         : 0.0;
   const double avg_mb = stage_mb + logits / pp;
   return bubble_frac / (1 - bubble_frac) * mbs * avg_mb;
-}
-
-// Gradients reduced over dp ranks tp apart.
-DataParallelTimes dp_comm_time(const StepContext& x, double psi, double backward_last,
-                               double last_mb) {
-  const int t = x.shape.tp, dp = x.shape.dp, zs = x.deck.zero.stage, mbs = x.micro_batches;
-  const Link dp_link = x.link_for(t * dp, t);
-  DataParallelTimes d;
-  const double reduce_grads =
-      zs == 0 ? x.all_reduce(psi * x.g, dp, dp_link) : x.gather(psi * x.g, dp, dp_link);
-  const double publish = x.gather(psi * x.w, dp, dp_link);  // the updated parameters, stages 1-2
-  if (x.cluster.shared_node) {
-    // A shared host's collectives are copies by the same cores that compute,
-    // so nothing hides them. Stages 2-3 reduce-scatter each micro-batch's
-    // gradients (their slots hold a unit, not a step's sums); stage 3 also
-    // gathers each unit for forward and again for backward.
-    d.exposed = (zs >= 2 ? mbs : 1) * reduce_grads + (zs == 1 || zs == 2 ? publish : 0);
-    if (zs == 3) d.zero3_exposed = mbs * 2 * publish;
-  } else if (zs == 0) {
-    d.exposed = std::max(0.0, reduce_grads - backward_last);
-  } else {
-    // Reduce-scatter overlaps the last backward; the all-gather of the updated
-    // 16-bit parameters follows the optimizer (ZeRO section 5).
-    d.exposed = std::max(0.0, reduce_grads - backward_last);
-    if (zs <= 2) d.exposed += publish;
-    // Stage 3 gathers each unit before its forward and backward, hidden behind
-    // the micro-batch's compute where the link keeps up.
-    if (zs == 3) d.zero3_exposed = mbs * std::max(0.0, 2 * publish - last_mb);
-  }
-  return d;
 }
 
 // AdamW touches the f32 master, both moments (read + write), the gradient and

@@ -48,11 +48,27 @@ struct StepContext {
   int act_bytes;        // an activation's bytes as passes and messages move it
 
   // A group spanning `span` ranks, members `stride` apart: NVLink inside a
-  // node, else as many NICs as members per node.
+  // node, else the node's NICs shared by its groups (cost_terms_comm.cpp).
   Link link_for(int span, int stride) const;
-  double all_reduce(double bytes, int n, const Link& l) const;
-  double gather(double bytes, int n, const Link& l) const;  // also reduce-scatter
+  // A collective's time moving its bytes, and its steps' latency.
+  double all_reduce_bandwidth(double bytes, int n, const Link& l) const;
+  double gather_bandwidth(double bytes, int n, const Link& l) const;  // also reduce-scatter
+  double all_reduce_latency(int n, const Link& l) const;
+  double gather_latency(int n, const Link& l) const;
+  double all_reduce(double bytes, int n, const Link& l) const {
+    return all_reduce_bandwidth(bytes, n, l) + all_reduce_latency(n, l);
+  }
+  double gather(double bytes, int n, const Link& l) const {
+    return gather_bandwidth(bytes, n, l) + gather_latency(n, l);
+  }
 };
+
+// Weights of one block's linears (Q, K and V at GQA's widths, the
+// projection, the MLP's two or, SwiGLU, three matrices).
+double block_matmul_weights(const GptConfig& m);
+// Parameters one rank holds before ZeRO: its layers, and the embedding's
+// tables on the first and last stage, split over the tensor group.
+double parameters_on_rank(const GptConfig& m, const GridShape& shape);
 
 // One layer's forward on one micro-batch, by kind of work.
 struct LayerTimes {
@@ -83,17 +99,19 @@ double pp_p2p_time(const StepContext& x);
 // micro-batch and the last one `logits` more.
 double pp_bubble_time(const StepContext& x, double stage_mb, double logits);
 
-// Data-parallel traffic the compute does not hide: the gradients' reduction
-// and the updated parameters' gather, and ZeRO-3's gathers of each unit.
+// Data-parallel traffic the compute does not hide: the bytes of the
+// gradients' reduction and the updated parameters' gather, ZeRO-3's gathers
+// of each unit (dp-comm); and the collectives' steps (dp-latency), which
+// wait on every rank of the group and so are not hidden.
 struct DataParallelTimes {
-  double exposed = 0, zero3_exposed = 0;
-  double total() const { return exposed + zero3_exposed; }
+  double exposed = 0, latency = 0;
+  double total() const { return exposed + latency; }
 };
-// `psi`: parameters on this rank; `backward_last`: the last micro-batch's
-// backward, which the reduction overlaps; `last_mb`: a micro-batch on the
-// last stage, behind which stage 3's gathers hide.
-DataParallelTimes dp_comm_time(const StepContext& x, double psi, double backward_last,
-                               double last_mb);
+// `psi`: parameters on this rank; `backward`: a micro-batch's backward, which
+// a reduction overlaps; `micro_batch`: a micro-batch on the last stage,
+// behind which ZeRO-3's gathers hide.
+DataParallelTimes dp_comm_time(const StepContext& x, double psi, double backward,
+                               double micro_batch);
 // The optimizer step over `shard` parameters where offload.optimizer puts it.
 double optimizer_time(const StepContext& x, double shard, double backward_last);
 
