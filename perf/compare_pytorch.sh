@@ -11,7 +11,9 @@
 # environment with PyPI's torch (~5 GB with its CUDA wheels) outside the source
 # tree, in $TORCH_VENV (default ~/.cache/trident-bench/torch-venv).
 # Environment: THREADS (default "1 2"), SIZES (names below, default all),
-# PRECISIONS (default "fp32 bf16"), TRIDENT_BIN (default build/src/trident).
+# PRECISIONS (default "fp32 bf16"), TRIDENT_BIN (default build/src/trident),
+# MODEL (gpt2, the default, or llama: input/llama-100m.toml's Llama against
+# PyTorch's own, SDPA with enable_gqa, nn.RMSNorm, SwiGLU, untied, no biases).
 set -euo pipefail
 steps=${1:-8}
 rounds=${2:-2}
@@ -28,9 +30,18 @@ if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c "import torch" 2>/dev/
 fi
 py=$venv/bin/python
 
-# name layers d_model heads seq_len batch: the default deck's model, a wider one,
-# and GPT-2 124M's width and context with 4 layers. Vocabulary: the deck's 257.
-all_sizes="default:4:128:4:128:4 d512:4:512:8:256:4 d768:4:768:12:1024:4"
+# name layers d_model heads kv_heads ffn_hidden seq_len batch. gpt2: the default
+# deck's model, a wider one, and GPT-2 124M's width and context with 4 layers
+# (kv_heads = heads and ffn_hidden 0: GPT-2's). llama: input/llama-100m.toml's
+# shape, and a small one for a quick look. Vocabulary: the decks' 257.
+model=${MODEL:-gpt2}
+if [ "$model" = llama ]; then
+  deck=input/llama-100m.toml
+  all_sizes="llama-100m:16:768:12:4:2048:512:2 llama-small:2:128:4:2:352:128:4"
+else
+  deck=input/default.toml
+  all_sizes="default:4:128:4:4:0:128:4 d512:4:512:8:8:0:256:4 d768:4:768:12:12:0:1024:4"
+fi
 sizes=""
 for s in $all_sizes; do
   [ -z "${SIZES:-}" ] || [[ " $SIZES " == *" ${s%%:*} "* ]] && sizes+=" $s"
@@ -41,18 +52,20 @@ echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -
 echo "pytorch: $("$py" -c 'import torch; print(torch.__version__)')"
 echo "trident: $("$bin" --version 2>/dev/null | head -1), $steps timed steps, best of $rounds alternating rounds"
 
-trident_run() {  # layers d heads T batch threads precision -> tokens/s
-  mpirun -np 1 --bind-to none "$bin" train input/default.toml --set precision.dtype="$7" \
-    --set model.layers="$1" \
-    --set model.d_model="$2" --set model.heads="$3" --set model.seq_len="$4" \
-    --set train.batch="$5" --set train.micro_batch="$5" --set system.threads="$6" \
+trident_run() {  # layers d heads kv ffn T batch threads precision -> tokens/s
+  mpirun -np 1 --bind-to none "$bin" train "$deck" --set precision.dtype="$9" \
+    --set model.layers="$1" --set model.d_model="$2" --set model.heads="$3" \
+    --set model.kv_heads="$4" --set model.ffn_hidden="$5" --set model.seq_len="$6" \
+    --set train.batch="$7" --set train.micro_batch="$7" --set system.threads="$8" \
     --set train.steps=$((steps + 1)) --set train.eval_every=0 --set output.metrics='""' \
+    --set checkpoint.every=0 --set checkpoint.dir='""' \
     --set output.log_every=1000 | sed -nE 's/^FOM: ([0-9.]+) tokens\/s.*/\1/p'
 }
-torch_run() {  # layers d heads T batch threads [--compile] [--bf16] -> tokens/s
-  OMP_NUM_THREADS=$6 "$py" perf/pytorch_gpt.py --layers "$1" --d-model "$2" --heads "$3" \
-    --seq-len "$4" --vocab 257 --micro-batch "$5" --threads "$6" --steps "$steps" \
-    --warmup-steps 2 "${@:7}" 2>/dev/null | sed -nE 's/.*tokens_per_s=([0-9.]+).*/\1/p'
+torch_run() {  # layers d heads kv ffn T batch threads [--compile] [--bf16] -> tokens/s
+  OMP_NUM_THREADS=$8 "$py" perf/pytorch_gpt.py --model "$model" --layers "$1" --d-model "$2" \
+    --heads "$3" --kv-heads "$4" --ffn-hidden "$5" --seq-len "$6" --vocab 257 \
+    --micro-batch "$7" --threads "$8" --steps "$steps" \
+    --warmup-steps 2 "${@:9}" 2>/dev/null | sed -nE 's/.*tokens_per_s=([0-9.]+).*/\1/p'
 }
 best() { printf '%s\n' "$@" | sort -g | tail -1; }
 
@@ -62,22 +75,24 @@ for precision in $precisions; do
   echo
   echo "$title:"
   echo
-  echo "| model (layers 4, vocab 257) | threads | Trident tok/s | PyTorch eager | PyTorch compiled | ratio |"
+  echo "| $model model (vocab 257) | threads | Trident tok/s | PyTorch eager | PyTorch compiled | ratio |"
   echo "|---|---|---|---|---|---|"
   for s in $sizes; do
-    IFS=: read -r name layers d heads T batch <<<"$s"
+    IFS=: read -r name layers d heads kv ffn T batch <<<"$s"
+    shape=("$layers" "$d" "$heads" "$kv" "$ffn" "$T" "$batch")
     for th in $threads_list; do
       tri=() eag=() com=()
       for _ in $(seq "$rounds"); do
-        tri+=("$(trident_run "$layers" "$d" "$heads" "$T" "$batch" "$th" "$precision")")
-        eag+=("$(torch_run "$layers" "$d" "$heads" "$T" "$batch" "$th" ${torch_flags[@]+"${torch_flags[@]}"})")
-        com+=("$(torch_run "$layers" "$d" "$heads" "$T" "$batch" "$th" --compile ${torch_flags[@]+"${torch_flags[@]}"})")
+        tri+=("$(trident_run "${shape[@]}" "$th" "$precision")")
+        eag+=("$(torch_run "${shape[@]}" "$th" ${torch_flags[@]+"${torch_flags[@]}"})")
+        com+=("$(torch_run "${shape[@]}" "$th" --compile ${torch_flags[@]+"${torch_flags[@]}"})")
       done
       t=$(best "${tri[@]}") e=$(best "${eag[@]}") c=$(best "${com[@]}")
+      kv_part=$([ "$kv" = "$heads" ] || echo ", kv_heads $kv")
       python3 -c "
 t, e, c = float('$t' or 0), float('$e' or 0), float('$c' or 0)
-print(f'| d {$d}, heads {$heads}, T {$T}, batch {$batch} | $th | {t:,.0f} | {e:,.0f} | {c:,.0f} | '
-      f'{t / max(e, c):.2f} |')"
+print(f'| layers {$layers}, d {$d}, heads {$heads}$kv_part, T {$T}, batch {$batch} | $th | '
+      f'{t:,.0f} | {e:,.0f} | {c:,.0f} | {t / max(e, c, 1e-9):.2f} |')"
     done
   done
 done

@@ -1,20 +1,24 @@
 #!/usr/bin/env python3
 """PyTorch baseline for Trident's throughput benchmarks (CPU or one GPU).
 
-Trains the same GPT as Trident (float32, tied embeddings, pre-LayerNorm
-blocks, fused qkv, tanh-GELU, causal attention, AdamW, grad clip 1.0) on
-random tokens, written the way a PyTorch 2.x user would: nn.Linear,
-F.scaled_dot_product_attention(is_causal=True), fused AdamW, and optionally
-torch.compile. perf/compare_pytorch.sh runs it from PyPI's current PyTorch on
-the CPU, perf/gpu_gpt2.sh on the GPU (--device cuda).
+Trains the same model as Trident on random tokens, written the way a PyTorch
+2.x user would: nn.Linear, F.scaled_dot_product_attention(is_causal=True),
+fused AdamW (grad clip 1.0), and optionally torch.compile. --model gpt2 (the
+default): float32, tied embeddings, pre-LayerNorm blocks, fused qkv,
+tanh-GELU. --model llama: nn.RMSNorm, rotary positions (Llama's rotate_half),
+grouped-query attention (SDPA with enable_gqa=True, --kv-heads), a SwiGLU MLP
+of --ffn-hidden, no biases, an untied head (PyTorch 2.5 or later).
+perf/compare_pytorch.sh runs it from PyPI's current PyTorch on the CPU,
+perf/gpu_gpt2.sh on the GPU (--device cuda).
 
 Example:
   python perf/pytorch_gpt.py --layers 4 --d-model 256 --heads 4 --seq-len 128 \
       --vocab 8192 --micro-batch 8 --steps 20 --warmup-steps 3 --threads 8 [--compile] [--bf16]
+  python perf/pytorch_gpt.py --model llama --kv-heads 2 --ffn-hidden 688 ...
 
 Prints one line:
   pytorch tokens_per_s=<float> step_ms=<float> threads=<K> torch=<version> mode=<eager|compiled>
-      dtype=<fp32|bf16-autocast>
+      dtype=<fp32|bf16-autocast> model=<gpt2|llama>
 """
 import argparse
 import time
@@ -70,6 +74,67 @@ class GPT(nn.Module):
         return F.cross_entropy(logits.view(-1, logits.shape[-1]), targets.view(-1))
 
 
+class LlamaBlock(nn.Module):
+    def __init__(self, d_model, heads, kv_heads, ffn_hidden):
+        super().__init__()
+        self.heads, self.kv_heads = heads, kv_heads
+        hs = d_model // heads
+        self.norm1 = nn.RMSNorm(d_model, eps=1e-5)
+        self.qkv = nn.Linear(d_model, (heads + 2 * kv_heads) * hs, bias=False)  # q, k, v rows
+        self.attn_proj = nn.Linear(d_model, d_model, bias=False)
+        self.norm2 = nn.RMSNorm(d_model, eps=1e-5)
+        self.gate_up = nn.Linear(d_model, 2 * ffn_hidden, bias=False)  # SwiGLU's two in one
+        self.down = nn.Linear(ffn_hidden, d_model, bias=False)
+
+    def attention(self, x, cos, sin):
+        B, T, C = x.shape
+        hs = C // self.heads
+        kv = self.kv_heads * hs
+        q, k, v = self.qkv(x).split([C, kv, kv], dim=-1)
+        q = q.view(B, T, self.heads, hs).transpose(1, 2)
+        k, v = (t.view(B, T, self.kv_heads, hs).transpose(1, 2) for t in (k, v))
+        q, k = (t * cos + rotate_half(t) * sin for t in (q, k))
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+        return self.attn_proj(y.transpose(1, 2).reshape(B, T, C))
+
+    def forward(self, x, cos, sin):
+        x = x + self.attention(self.norm1(x), cos, sin)
+        gate, up = self.gate_up(self.norm2(x)).chunk(2, dim=-1)
+        return x + self.down(F.silu(gate) * up)
+
+
+def rotate_half(x):
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat([-x2, x1], dim=-1)
+
+
+class Llama(nn.Module):
+    def __init__(self, layers, d_model, heads, seq_len, vocab, kv_heads, ffn_hidden, rope_theta):
+        super().__init__()
+        self.wte = nn.Parameter(torch.randn(vocab, d_model) * 0.02)
+        self.blocks = nn.ModuleList(LlamaBlock(d_model, heads, kv_heads, ffn_hidden)
+                                    for _ in range(layers))
+        self.norm = nn.RMSNorm(d_model, eps=1e-5)
+        self.lm_head = nn.Linear(d_model, vocab, bias=False)  # untied
+        for p in self.parameters():
+            if p.dim() == 2 and p is not self.wte:
+                nn.init.normal_(p, 0.0, 0.02)
+        # RoPE's angles pos * theta^(-2i/hs), once (Llama's rotate_half pairing).
+        hs = d_model // heads
+        inv_freq = rope_theta ** (-torch.arange(0, hs, 2, dtype=torch.float32) / hs)
+        angles = torch.outer(torch.arange(seq_len, dtype=torch.float32), inv_freq).repeat(1, 2)
+        self.register_buffer("cos", angles.cos(), persistent=False)
+        self.register_buffer("sin", angles.sin(), persistent=False)
+
+    def forward(self, tokens, targets):
+        T = tokens.shape[1]
+        x = self.wte[tokens]
+        for block in self.blocks:
+            x = block(x, self.cos[:T], self.sin[:T])
+        logits = self.lm_head(self.norm(x))
+        return F.cross_entropy(logits.view(-1, logits.shape[-1]), targets.view(-1))
+
+
 def make_optimizer(model, lr, weight_decay):
     # Same grouping as Trident: decay 2-D matrices only, not biases/LayerNorm.
     decay = [p for p in model.parameters() if p.dim() == 2]
@@ -87,6 +152,10 @@ def parse_args():
     ap.add_argument("--heads", type=int, required=True)
     ap.add_argument("--seq-len", type=int, required=True)
     ap.add_argument("--vocab", type=int, required=True)
+    ap.add_argument("--model", choices=["gpt2", "llama"], default="gpt2")
+    ap.add_argument("--kv-heads", type=int, default=0, help="llama: key/value heads (0: heads)")
+    ap.add_argument("--ffn-hidden", type=int, default=0, help="llama: SwiGLU width (0: 8/3 d)")
+    ap.add_argument("--rope-theta", type=float, default=10000.0, help="llama: RoPE's base")
     ap.add_argument("--micro-batch", type=int, required=True)
     ap.add_argument("--steps", type=int, required=True, help="timed steps")
     ap.add_argument("--warmup-steps", type=int, default=2, help="untimed steps first")
@@ -103,6 +172,10 @@ def parse_args():
         ap.error("--d-model must be divisible by --heads")
     if args.steps < 1:
         ap.error("--steps must be at least 1")
+    args.kv_heads = args.kv_heads or args.heads
+    args.ffn_hidden = args.ffn_hidden or (8 * args.d_model // 3 + 255) // 256 * 256
+    if args.heads % args.kv_heads != 0:
+        ap.error("--kv-heads must divide --heads")
     return args
 
 
@@ -112,7 +185,11 @@ def main():
         torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     dev = torch.device(args.device)
-    model = GPT(args.layers, args.d_model, args.heads, args.seq_len, args.vocab).to(dev)
+    if args.model == "llama":
+        model = Llama(args.layers, args.d_model, args.heads, args.seq_len, args.vocab,
+                      args.kv_heads, args.ffn_hidden, args.rope_theta).to(dev)
+    else:
+        model = GPT(args.layers, args.d_model, args.heads, args.seq_len, args.vocab).to(dev)
     model.train()
     forward = torch.compile(model) if args.compile else model
     opt = make_optimizer(model, args.lr, args.weight_decay)
@@ -151,7 +228,7 @@ def main():
     print(f"pytorch tokens_per_s={tokens_per_s:.2f} step_ms={step_ms:.3f} "
           f"threads={args.threads} device={args.device}{peak} torch={torch.__version__} "
           f"mode={'compiled' if args.compile else 'eager'} "
-          f"dtype={'bf16-autocast' if args.bf16 else 'fp32'}")
+          f"dtype={'bf16-autocast' if args.bf16 else 'fp32'} model={args.model}")
 
 
 if __name__ == "__main__":

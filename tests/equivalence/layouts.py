@@ -39,16 +39,29 @@ AXES = [
     # Context parallelism, outside the cover too: context_layouts() crosses it
     # with the other axes, each against the serial run.
     ("cp", [1, 2, 4]),
+    # The model: deck.toml's GPT-2, or the Llama configuration (MODEL_KEYS);
+    # llama.py chooses its layouts, each against the serial Llama run.
+    ("model", ["gpt2", "llama"]),
 ]
 NAMES = [a for a, _ in AXES]
-COVERED = len(AXES) - 4  # the axes whose value pairs the CI subset covers
+COVERED = len(AXES) - 5  # the axes whose value pairs the CI subset covers
 INDEX = {a: i for i, a in enumerate(NAMES)}
 DEFAULT = dict(dp=1, tp=1, pp=1, schedule="1f1b", sp=False, zero=0, dp_mode="allreduce",
                micro_batches=1, recompute="none", precision="fp32", persistence="low",
-               bucket="large", offload="none", checkpoints="end", step="sync", cp=1)
+               bucket="large", offload="none", checkpoints="end", step="sync", cp=1,
+               model="gpt2")
 MAX_RANKS = 8
 SWAP_DIR = "/tmp"  # offload.nvme_path of nvme layouts (run_matrix sets a scratch directory)
 EXTRA_SETS = []  # --set options every run adds (run_matrix --set), e.g. system.device=cuda
+
+# Llama's whole configuration (RoPE, RMSNorm, SwiGLU, no biases, untied) with 8
+# query heads sharing 4 key/value heads, so tp 4 still gives each rank one of
+# its own; heads 8 wide; ffn_hidden 176 (8/3 d_model rounded up to 8, as Llama).
+MODEL_KEYS = {
+    "gpt2": [],
+    "llama": ["model.family=llama", "model.d_model=64", "model.heads=8", "model.kv_heads=4",
+              "model.ffn_hidden=176"],
+}
 
 PRECISION_KEYS = {
     "fp32": ["precision.dtype=fp32"],
@@ -110,14 +123,14 @@ def overrides(layout, batch):
         out += ["checkpoint.every=2", "checkpoint.keep=0",
                 f"checkpoint.async={'true' if v['checkpoints'].endswith('async') else 'false'}"]
     out += STEP_KEYS[v["step"]](v["precision"])
-    return out + PRECISION_KEYS[v["precision"]] + EXTRA_SETS
+    return out + PRECISION_KEYS[v["precision"]] + MODEL_KEYS[v["model"]] + EXTRA_SETS
 
 
 def describe(layout):
     """A compact name: the grid and schedule always, other axes when not default."""
     v = dict(zip(NAMES, layout))
-    s = f"dp{v['dp']} tp{v['tp']} pp{v['pp']}" + (f" cp{v['cp']}" if v["cp"] > 1 else "") + \
-        f" {v['schedule']}"
+    s = f"{'llama ' if v['model'] == 'llama' else ''}dp{v['dp']} tp{v['tp']} pp{v['pp']}" + \
+        (f" cp{v['cp']}" if v["cp"] > 1 else "") + f" {v['schedule']}"
     extra = {"sp": "sp" if v["sp"] else None, "zero": f"z{v['zero']}" if v["zero"] else None,
              "dp_mode": v["dp_mode"] if v["dp_mode"] != "allreduce" else None,
              "micro_batches": f"m{v['micro_batches']}",

@@ -26,6 +26,13 @@ TEST(Estimate, PeakWithinTenPercentOfMeasuredForEveryDeck) {
       SCOPED_TRACE(e.path().string());
       Deck d = load_deck(e.path().string(), {"data.train=\"" + shard + "\"", "data.val=[]",
                                              "parallel.dp=1"});
+      // Decks of real clusters' models (input/llama3-*.toml): their parameters
+      // alone exceed a test machine's memory; the CLI tests estimate them.
+      if (gpt_num_parameters(d.model) > 2'000'000'000) {
+        std::printf("%s: skipped (%.0f M parameters)\n", e.path().filename().c_str(),
+                    gpt_num_parameters(d.model) / 1e6);
+        continue;
+      }
       const int stage = d.zero.stage;
       const GridShape shape = resolve_layout(d, 1);
       Grid grid(MPI_COMM_SELF, shape);
