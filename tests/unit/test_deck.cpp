@@ -208,7 +208,10 @@ TEST(Deck, EveryShippedDeckLoads) {
     if (e.path().extension() != ".toml") continue;
     SCOPED_TRACE(e.path().string());
     Deck d = load_deck(e.path().string(), {});
-    const int world = d.parallel.dp > 0 ? d.parallel.dp * d.parallel.tp * d.parallel.pp : 4;
+    // Four replicas where the deck leaves dp to the launch (real-size decks
+    // name a model-parallel layout of many ranks).
+    const int world = (d.parallel.dp > 0 ? d.parallel.dp : 4) * d.parallel.tp * d.parallel.pp *
+                      d.parallel.cp;
     EXPECT_NO_THROW(resolve_layout(d, world));
     ++decks;
   }
