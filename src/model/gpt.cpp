@@ -15,6 +15,8 @@ GptModel::GptModel(const GptConfig& c, int micro_batch, ComputeBackend& backend,
       B_(micro_batch),
       backend_(backend),
       tp_(o.tp),
+      tokens_(o.tokens.empty() ? TokenLayout(micro_batch, c.seq_len) : o.tokens),
+      math_(c, tp_, tokens_, backend),
       group_(o.tensor_group ? o.tensor_group : &solo_group_),
       stage_(o.stage),
       table_(build_gpt_param_table(c, o.tp, o.units, o.stage)),
@@ -22,15 +24,12 @@ GptModel::GptModel(const GptConfig& c, int micro_batch, ComputeBackend& backend,
   if (c.kv_head_count() % tp_.size != 0)
     throw std::logic_error(fmt::format("{} key/value heads over {} tensor ranks",
                                        c.kv_head_count(), tp_.size));
-  if (c.positions == PositionEncoding::rope)
-    rotary_ = llama_.make_rotary_table(c.seq_len, c.head_size(), c.rope_theta);
   if (tp_.size > 1 && !o.tensor_group)
     throw std::logic_error("a model on one of several tensor ranks needs its tensor group");
   if (!o.attention) own_attention_ = std::make_unique<LocalAttention>(backend);
   attention_ = o.attention ? o.attention : own_attention_.get();
   if (!o.storage) own_storage_ = std::make_unique<FullStorage>(table_, backend, ledger, o.weights, o.grads);
   storage_ = o.storage ? o.storage : own_storage_.get();
-  tokens_ = o.tokens.empty() ? TokenLayout(B_, c.seq_len) : o.tokens;
   if (tokens_.batch() != B_ || tokens_.seq_len() != c.seq_len)
     throw std::logic_error("GptModelOptions::tokens: another micro-batch or sequence length");
   all_tokens_ = tokens_.rows();
@@ -168,7 +167,7 @@ MatrixIn GptModel::norm_operand(float* out, float* full, std::uint16_t* home, fl
   const int N = local_tokens_, C = cfg_.d_model;
   const float *w = param(norm_w), *b = param(norm_b);
   if (tp_.sp() || !packs_bits() || cfg_.norm != NormKind::layernorm) {
-    norm_forward(out, mean, rstd, x, norm_w, norm_b);
+    math_.norm_forward(out, mean, rstd, x, w, b);
     return gathered_operand(out, full, std::size_t(N) * C, home);
   }
   std::uint16_t* bits = home ? home : gemm_bits();
@@ -181,29 +180,29 @@ MatrixIn GptModel::attention_operand(const Block& a, MatrixIn qkv) {
   const std::size_t n = std::size_t(all_tokens_) * Cl;
   // The output's bits may not go to gemm_bits while qkv's are read there.
   if (!packs_bits() || !(a.atty_16 || a.qkv_16)) {
-    attention_->forward(a.atty, a.lse, qkv, attention_shape(), policy_.store == DType::bf16);
+    attention_->forward(a.atty, a.lse, qkv, math_.attention_shape(), policy_.store == DType::bf16);
     return gemm_operand(a.atty, n, a.atty_16);
   }
   std::uint16_t* bits = a.atty_16 ? a.atty_16 : gemm_bits();
-  attention_->forward_rounded(a.atty, bits, a.lse, qkv, attention_shape());
+  attention_->forward_rounded(a.atty, bits, a.lse, qkv, math_.attention_shape());
   return {a.atty, bits};
 }
 
 MatrixIn GptModel::attention_grad_operand(const Block& a, MatrixIn d_att, float* d_3c) {
-  if (llama_attention()) return llama_attention_grad_operand(a, d_att, d_3c);
+  if (math_.llama_attention()) return llama_attention_grad_operand(a, d_att, d_3c);
   const int Cl = tp_.local_width(cfg_);
   const std::size_t n = 3 * std::size_t(all_tokens_) * Cl;
   const MatrixIn qkv = saved_input(a.qkv, a.qkv_16);
   if (!packs_bits()) {
     backend_.zero(d_3c, n * sizeof(float));
-    attention_->backward(d_3c, d_att, qkv, a.atty, a.lse, attention_shape(),
+    attention_->backward(d_3c, d_att, qkv, a.atty, a.lse, math_.attention_shape(),
                          policy_.store == DType::bf16);
     return gemm_operand(d_3c, n);
   }
   // gemm_bits holds d_att's bits first, then this gradient's (scratch_table
   // sizes it for both).
   std::uint16_t* bits = gemm_bits() + std::size_t(all_tokens_) * Cl;
-  attention_->backward_rounded(d_3c, bits, d_att, qkv, a.atty, a.lse, attention_shape());
+  attention_->backward_rounded(d_3c, bits, d_att, qkv, a.atty, a.lse, math_.attention_shape());
   return {d_3c, bits};
 }
 

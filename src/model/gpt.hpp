@@ -8,62 +8,25 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <string>
-#include <unordered_map>
 #include <vector>
 
 #include "compute/bf16_operands.hpp"
-#include "compute/llama_ops.hpp"
 #include "memory/arena.hpp"
 #include "memory/ledger.hpp"
 #include "memory/tensor_table.hpp"
-#include "model/activation_policy.hpp"
-#include "model/attention_op.hpp"
+#include "model/block_acts.hpp"
+#include "model/block_math.hpp"
 #include "model/gpt_config.hpp"
 #include "model/gpt_handles.hpp"
+#include "model/gpt_options.hpp"  // and the types of what the model is given
+#include "model/gpt_weight_inputs.hpp"
 #include "model/micro_batch.hpp"
-#include "model/model_storage.hpp"
-#include "model/model_workspace.hpp"
-#include "model/param_table.hpp"
-#include "model/stage_spec.hpp"
-#include "model/tensor_group.hpp"
-#include "model/token_layout.hpp"
-#include "parallel/tensor/tensor_layout.hpp"
 
 namespace trident {
 
 // Called during backward with an arena offset: every gradient at or after it
 // is final for this step (data parallelism starts its buckets there).
 using GradsReadyFn = std::function<void(std::size_t first_ready_offset)>;
-
-struct GptModelOptions {
-  TensorParallelLayout tp;
-  // Not owned. The TP/SP boundary operations (null: one tensor rank) and
-  // attention (null: the backend's, on this rank).
-  TensorGroupOps* tensor_group = nullptr;
-  AttentionOp* attention = nullptr;
-  UnitLayout units;                 // see build_gpt_param_table
-  ModelStorage* storage = nullptr;  // not owned; null: full arenas
-  DType weights = DType::f32;       // the full arenas' parameter type (bf16/f16: 16-bit weights)
-  DType grads = DType::f32;         // and gradient type (precision.reduce_dtype)
-  StageSpec stage;                  // default: the whole model
-  // The micro-batch's rows this rank computes (default: whole sequences).
-  TokenLayout tokens;
-  ActivationPolicy activations;     // what is saved for backward, and in which type
-  // Not owned; null: the model's own. Models of one rank with the same config
-  // and micro-batch may share one (the first built allocates it).
-  ModelWorkspace* workspace = nullptr;
-};
-
-// Where B keeps each input of W for one micro-batch: in its saved
-// activations, over what B has read for the last time, or in its
-// weight_inputs (MicroBatchActs).
-struct WeightInputLayout {
-  using Place = WeightInputPlace;
-  std::unordered_map<std::string, Place> places;
-  TensorTable buffer;        // weight_inputs: what finds no dead room in the saved activations
-  std::size_t in_saved = 0;  // elements kept in the saved activations
-};
 
 class GptModel {
  public:
@@ -147,17 +110,7 @@ class GptModel {
   float* output_grad_buffer() { return scratch(scratch_handles_.d_res); }
 
  private:
-  struct Block {  // activation pointers of one layer of one micro-batch
-    float *ln1, *ln1_mean, *ln1_rstd, *ln1_full, *qkv, *atty, *lse, *res2, *ln2, *ln2_mean,
-        *ln2_rstd, *ln2_full, *fch, *fch_gelu, *res3;
-    // Saved 16-bit copies of GEMM and attention inputs that forward's
-    // rounding writes itself and backward reads as bf16 bits (null where not:
-    // f32 or f16 runs, recompute, SP's gathered norms, a backend without bf16
-    // operands). Backward unpacks none of them but atty, whose values
-    // attention reads.
-    std::uint16_t *ln1_16, *qkv_16, *atty_16, *ln2_16, *fch_gelu_16;
-    std::uint16_t* fch_16;  // written by forward's GELU; unpacked for backward's
-  };
+  using Block = BlockActs;
   // A block's activations: in `acts` where saved, else in the working buffer.
   Block block(const MicroBatchActs& acts, int l);
   float* home(const MicroBatchActs& acts, const ActHome& at);
@@ -218,21 +171,10 @@ class GptModel {
   // and packs in the norm's pass where it can.
   MatrixIn norm_operand(float* out, float* full, std::uint16_t* home, float* mean, float* rstd,
                         const float* x, const TensorInfo* w, const TensorInfo* b);
-  // The chosen norm (LayerNorm, or RMSNorm: no mean, no bias) on this rank's tokens.
-  void norm_forward(float* out, float* mean, float* rstd, const float* x, const TensorInfo* w,
-                    const TensorInfo* b);
-  void norm_backward(float* dx, const TensorInfo* w, const TensorInfo* b, const float* dout,
-                     const float* x, const float* mean, const float* rstd);
-  // The Llama family's attention (rotary positions, or fewer key/value heads
-  // than query heads): qkv as values, rotated, and attention through f32 ops
-  // on values (llama_block.cpp); GPT-2's runs the paths above.
-  bool llama_attention() const {
-    return cfg_.positions == PositionEncoding::rope || cfg_.kv_head_count() != cfg_.heads;
-  }
-  AttentionShape attention_shape() const;
+  // The Llama family's qkv (rotated, as values) and its gradient, where
+  // math_.llama_attention() (llama_block.cpp).
   MatrixIn llama_qkv_operand(const Block& a, MatrixIn ln1, const BlockHandles& h);
   MatrixIn llama_attention_grad_operand(const Block& a, MatrixIn d_att, float* d_3c);
-  void rotate(float* qkv, bool backward);  // RoPE on q and k of the fused qkv (or its gradient)
   // SwiGLU's hidden activation silu(gate) * up as the projection's operand, and
   // the gradient of [gate | up] (into d_fc, from d_hidden: scratch) as fc's output gradient.
   MatrixIn swiglu_hidden(const Block& a, MatrixIn ln2, const BlockHandles& h, bool recompute);
@@ -251,7 +193,6 @@ class GptModel {
   // read from x_bits where not null (its saved bits, not unpacked).
   MatrixIn gelu_grad_operand(float* dx, float* x, const std::uint16_t* x_bits, float* dy,
                              std::size_t n);
-  // A saved GEMM input for backward's weight GEMMs: its bits where kept as such.
   // A GEMM input backward reads: its saved bits, or its values (which a bf16
   // run rounded before forward's GEMM read them: bf16 values, so the weight
   // gradients of a recomputed block run on bf16 kernels too).
@@ -325,9 +266,9 @@ class GptModel {
   int B_;
   ComputeBackend& backend_;
   Bf16OperandsFor bf16_ops_{backend_};  // the backend's 16-bit operand ops, or rounded f32 ones
-  LlamaOps& llama_{backend_.llama_ops()};
-  std::unique_ptr<RotaryTable> rotary_;  // rotary positions: built once
   TensorParallelLayout tp_;
+  TokenLayout tokens_;
+  BlockMath math_;  // the norm, positions, MLP and attention shape of the model's family
   SoloTensorGroup solo_group_;
   TensorGroupOps* group_;  // the given one, or solo_group_
   std::unique_ptr<AttentionOp> own_attention_;
@@ -346,7 +287,6 @@ class GptModel {
   std::unique_ptr<ModelWorkspace> own_workspace_;
   ModelWorkspace* workspace_;  // the own one, or shared
   std::vector<float> host_losses_;
-  TokenLayout tokens_;
   // The micro-batch's rows, those whose norm/residual activations this rank
   // holds (all without SP), and the first of them.
   int all_tokens_, local_tokens_, first_token_;

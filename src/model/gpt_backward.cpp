@@ -37,8 +37,8 @@ void GptModel::head_backward(const MicroBatchActs& acts, float* d_res, bool spli
   round(d_c, std::size_t(BT) * C);
   be.zero(d_res, std::size_t(BTl) * C * sizeof(float));
   const float* d_lnf = reduce_row_parallel(d_c);
-  norm_backward(d_res, e.lnf_w, e.lnf_b, d_lnf, output(acts),
-                e.lnf_mean ? act(acts, e.lnf_mean) : nullptr, act(acts, e.lnf_rstd));
+  math_.norm_backward(d_res, grad(e.lnf_w), grad(e.lnf_b), d_lnf, output(acts), param(e.lnf_w),
+                      e.lnf_mean ? act(acts, e.lnf_mean) : nullptr, act(acts, e.lnf_rstd));
   st.done_params(e.lnf_w->unit);
   if (!tied()) st.done_params(e.lm_head->unit);
   else if (!table_cut()) st.done_params(e.wte->unit);  // the embedding's backward needs only gradients
@@ -103,7 +103,8 @@ void GptModel::block_backward(const MicroBatchActs& acts, int l, bool split,
                      weight(h.fc_w), BT, C, FCl, InputGrad::write);
   round(d_c, std::size_t(BT) * C);
   const float* d_ln2 = reduce_row_parallel(d_c);
-  norm_backward(d_res, h.ln2_w, h.ln2_b, d_ln2, a.res2, a.ln2_mean, a.ln2_rstd);
+  math_.norm_backward(d_res, grad(h.ln2_w), grad(h.ln2_b), d_ln2, a.res2, param(h.ln2_w),
+                      a.ln2_mean, a.ln2_rstd);
   // d_res now holds dLoss/d(res2).
   d_out = projection_grad(d_res, full);
   keep(h.d_attn, d_out.values, std::size_t(BT) * C);
@@ -116,7 +117,8 @@ void GptModel::block_backward(const MicroBatchActs& acts, int l, bool split,
                      weight(h.qkv_w), BT, C, QKVl, InputGrad::write);
   round(d_c, std::size_t(BT) * C);
   const float* d_ln1 = reduce_row_parallel(d_c);
-  norm_backward(d_res, h.ln1_w, h.ln1_b, d_ln1, x_in, a.ln1_mean, a.ln1_rstd);
+  math_.norm_backward(d_res, grad(h.ln1_w), grad(h.ln1_b), d_ln1, x_in, param(h.ln1_w),
+                      a.ln1_mean, a.ln1_rstd);
   st.done_params(u);
   if (weights_now) finish_block_grads(l, finalize);
   else norm_grads_done(u, h.norms);

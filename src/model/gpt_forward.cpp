@@ -15,9 +15,10 @@ void GptModel::block_forward(const Block& a, const float* x, int l, bool recompu
   const bool bias_here = tp_.rank == 0;
   const MatrixIn ln1 =
       norm_operand(a.ln1, a.ln1_full, a.ln1_16, a.ln1_mean, a.ln1_rstd, x, h.ln1_w, h.ln1_b);
-  const MatrixIn qkv = llama_attention() ? llama_qkv_operand(a, ln1, h)
-                                         : linear_operand(a.qkv, a.qkv_16, ln1, weight(h.qkv_w),
-                                                          param(h.qkv_b), BT, C, 3 * Cl);
+  const MatrixIn qkv = math_.llama_attention()
+                           ? llama_qkv_operand(a, ln1, h)
+                           : linear_operand(a.qkv, a.qkv_16, ln1, weight(h.qkv_w), param(h.qkv_b),
+                                            BT, C, 3 * Cl);
   bf16_ops_->matmul_forward(full, attention_operand(a, qkv), weight(h.attn_proj_w),
                     bias_here ? param(h.attn_proj_b) : nullptr, BT, Cl, C);
   be.add(a.res2, x, reduce_row_parallel(full), std::size_t(BTl) * C);
@@ -90,8 +91,8 @@ double GptModel::forward(const MicroBatchActs& acts, const std::int32_t* tokens,
   // now, for eval); a cut table is gathered again, unit by unit, in backward.
   const int Vl = tp_.local_vocab(cfg_), vlo = tp_.vocab_begin(cfg_), valid = tp_.valid_vocab(cfg_);
   st.need_params(e.lnf_w->unit, Pass::forward);
-  norm_forward(act(acts, e.lnf), e.lnf_mean ? act(acts, e.lnf_mean) : nullptr,
-               act(acts, e.lnf_rstd), x, e.lnf_w, e.lnf_b);
+  math_.norm_forward(act(acts, e.lnf), e.lnf_mean ? act(acts, e.lnf_mean) : nullptr,
+                     act(acts, e.lnf_rstd), x, param(e.lnf_w), param(e.lnf_b));
   round(act(acts, e.lnf), std::size_t(BTl) * C);
   const float* lnf = gather(act(acts, e.lnf), tp_.sp() ? act(acts, e.lnf_full) : nullptr);
   float* logits = act(acts, e.logits);

@@ -49,7 +49,7 @@ BlockHandles GptModel::resolve_block(int l) const {
   h.fch_gelu_16 = bits("fch_gelu"), h.fch_16 = bits("fch");
   // RoPE, grouped attention and SwiGLU read and write values: their inputs
   // are saved and unpacked as plain copies, never read as bits alone.
-  if (llama_attention()) h.qkv_16 = BlockHandles::none;
+  if (math_.llama_attention()) h.qkv_16 = BlockHandles::none;
   if (cfg_.mlp == MlpKind::swiglu) h.fch_16 = BlockHandles::none;
   h.res3_part = saved_.find(p + "res3_part");
 

@@ -38,7 +38,7 @@ struct BlockHandles {
                    *mlp_proj_b = nullptr;
   int unit = 0;                          // the block's partition unit
   std::vector<const TensorInfo*> norms;  // ln1 and ln2's w and b: SP sums their gradients
-  // Activations (GptModel::Block); the gathered norm outputs only with SP.
+  // Activations (BlockActs); the gathered norm outputs only with SP.
   ActHome ln1, ln1_mean, ln1_rstd, ln1_full, qkv, atty, lse, res2, ln2, ln2_mean, ln2_rstd,
       ln2_full, fch, fch_gelu, res3;
   // 16-bit copies read and written as bits (offsets into the saved 16-bit copies), or none.
