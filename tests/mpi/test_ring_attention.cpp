@@ -18,6 +18,7 @@
 #include "model/attention_op.hpp"
 #include "parallel/context/ring_attention.hpp"
 #include "support/random_values.hpp"
+#include "support/sequence_rows.hpp"
 
 using namespace trident;
 
@@ -44,19 +45,14 @@ double relative_gap(const Vec& a, const Vec& b) {
 // The rows of (B, T, width) `all` at this rank's positions.
 Vec rank_rows(const ContextChunks& c, const Vec& all, int B, int width) {
   Vec mine(std::size_t(B) * c.rows() * width);
-  for (int b = 0; b < B; ++b)
-    for (int r = 0; r < c.rows(); ++r)
-      std::copy_n(&all[(std::size_t(b) * c.seq_len + c.position(r)) * width], width,
-                  &mine[(std::size_t(b) * c.rows() + r) * width]);
+  trident::testing::take_rows(context_token_layout(c, B), B, width, all.data(), mine.data());
   return mine;
 }
 
 // lse (B, NH, T) at this rank's positions.
 Vec rank_lse(const ContextChunks& c, const Vec& all, int B, int NH) {
   Vec mine(std::size_t(B) * NH * c.rows());
-  for (int bh = 0; bh < B * NH; ++bh)
-    for (int r = 0; r < c.rows(); ++r)
-      mine[std::size_t(bh) * c.rows() + r] = all[std::size_t(bh) * c.seq_len + c.position(r)];
+  trident::testing::take_rows(context_token_layout(c, B), B * NH, 1, all.data(), mine.data());
   return mine;
 }
 

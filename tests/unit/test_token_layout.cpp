@@ -17,6 +17,7 @@
 #include "compute/llama_ops.hpp"
 #include "memory/ledger.hpp"
 #include "model/gpt.hpp"
+#include "support/sequence_rows.hpp"
 
 using namespace trident;
 
@@ -101,47 +102,23 @@ class SharedSequences {
   }
   // Every share's rows of a (rows, width) buffer placed at their positions.
   std::vector<float> assemble(const float* Rows::*field, int B, int width) const {
-    const int T = layouts_[0].seq_len();
-    std::vector<float> full(std::size_t(B) * T * width);
+    std::vector<float> full(std::size_t(B) * layouts_[0].seq_len() * width);
     for (int sh = 0; sh < kShares; ++sh)
-      for (const PositionRun& r : layouts_[sh].runs_of_rows(0, layouts_[sh].rows()))
-        for (int i = 0; i < r.count; ++i) {
-          const int b = (r.row + i) / layouts_[sh].rows_per_sequence();
-          std::copy_n(published_[sh].*field + std::size_t(r.row + i) * width, width,
-                      full.data() + (std::size_t(b) * T + r.position + i) * width);
-        }
+      trident::testing::place_rows(layouts_[sh], B, width, published_[sh].*field, full.data());
     return full;
   }
   std::vector<float> assemble_lse(const AttentionShape& s) const {  // (B, heads, rows) each
-    const int T = layouts_[0].seq_len();
-    std::vector<float> full(std::size_t(s.batch) * s.heads * T);
-    for (int sh = 0; sh < kShares; ++sh) {
-      const TokenLayout& t = layouts_[sh];
-      for (int b = 0; b < s.batch; ++b)
-        for (int h = 0; h < s.heads; ++h)
-          for (const PositionRun& r : t.sequence_runs())
-            for (int i = 0; i < r.count; ++i)
-              full[(std::size_t(b) * s.heads + h) * T + r.position + i] =
-                  published_[sh].lse[(std::size_t(b) * s.heads + h) * t.rows_per_sequence() + r.row + i];
-    }
+    std::vector<float> full(std::size_t(s.batch) * s.heads * layouts_[0].seq_len());
+    for (int sh = 0; sh < kShares; ++sh)
+      trident::testing::place_rows(layouts_[sh], s.batch * s.heads, 1, published_[sh].lse,
+                                   full.data());
     return full;
   }
   void keep_rows(int share, float* out, const std::vector<float>& full, int B, int width) const {
-    const TokenLayout& t = layouts_[share];
-    const int T = t.seq_len();
-    for (int b = 0; b < B; ++b)
-      for (const PositionRun& r : t.sequence_runs())
-        std::copy_n(full.data() + (std::size_t(b) * T + r.position) * width,
-                    std::size_t(r.count) * width,
-                    out + (std::size_t(b) * t.rows_per_sequence() + r.row) * width);
+    trident::testing::take_rows(layouts_[share], B, width, full.data(), out);
   }
   void keep_lse(int share, float* lse, const std::vector<float>& full, const AttentionShape& s) const {
-    const TokenLayout& t = layouts_[share];
-    for (int b = 0; b < s.batch; ++b)
-      for (int h = 0; h < s.heads; ++h)
-        for (const PositionRun& r : t.sequence_runs())
-          std::copy_n(full.data() + (std::size_t(b) * s.heads + h) * t.seq_len() + r.position, r.count,
-                      lse + (std::size_t(b) * s.heads + h) * t.rows_per_sequence() + r.row);
+    trident::testing::take_rows(layouts_[share], s.batch * s.heads, 1, full.data(), lse);
   }
   std::vector<TokenLayout> layouts_;
   Rows published_[kShares];
