@@ -1,13 +1,11 @@
 """The axes of the layout-equivalence matrix, how a layout becomes deck
-overrides, and the two ways of choosing layouts: a greedy pairwise covering
-subset (CI) and the bounded whole matrix (--all).
+overrides, and the layouts run beside the covering subset (cover.py): the
+past regressions, offload, async checkpoint, post-validation and context
+parallelism rows, and the bounded whole matrix (--all).
 
 A layout is a tuple with one value per axis, in AXES order. Whether it is valid
-is never decided here: callers ask `trident check` (see run_matrix)."""
+is never decided here: callers ask `trident check` (see selection.py)."""
 import itertools
-import random
-
-import numpy as np
 
 AXES = [
     ("dp", [1, 2, 4]),
@@ -182,92 +180,12 @@ def post_validation_runs():
     return out
 
 
-# --- the pairwise covering subset -------------------------------------------
-
-def _pair_table():
-    """Ids for every (axis i value a, axis j value b) with i < j."""
-    ids, k = {}, 0
-    for i, j in itertools.combinations(range(COVERED), 2):
-        for a in range(len(AXES[i][1])):
-            for b in range(len(AXES[j][1])):
-                ids[(i, a, j, b)] = k
-                k += 1
-    return ids
-
-
-PAIRS = _pair_table()
-PAIR_NAMES = {k: f"{NAMES[i]}={AXES[i][1][a]} & {NAMES[j]}={AXES[j][1][b]}"
-              for (i, a, j, b), k in PAIRS.items()}
-
-
-def _value_indices(layout):
-    return [AXES[i][1].index(x) for i, x in enumerate(layout)]
-
-
-def pairs_of(layout):
-    ix = _value_indices(layout)
-    return [PAIRS[(i, ix[i], j, ix[j])] for i, j in itertools.combinations(range(COVERED), 2)]
-
-
-def candidates(seed, random_count=1500, per_pair=10):
-    """Layouts to ask the validator about: random ones plus, for every pair of
-    values, a few random layouts holding that pair, so every pair that any valid
-    layout can hold is likely found. At most MAX_RANKS ranks (a bound of the
-    matrix, not a validity rule)."""
-    rng = random.Random(seed)
-
-    def draw(fixed):
-        for _ in range(50):
-            layout = tuple(fixed.get(i, rng.choice(vals) if i < COVERED else vals[0])
-                           for i, (_, vals) in enumerate(AXES))
-            if ranks(layout) <= MAX_RANKS:
-                return layout
-        return None
-
-    out = [draw({}) for _ in range(random_count)]
-    for (i, a, j, b) in PAIRS:
-        out += [draw({i: AXES[i][1][a], j: AXES[j][1][b]}) for _ in range(per_pair)]
-    return list(dict.fromkeys(x for x in out if x is not None))
-
-
 # Layouts that once failed: always in the covering subset, because a pairwise
 # cover need not hold their 5-way interaction (the greedy cover starts from them).
 REGRESSIONS = [
     make(dp=2, tp=2, sp=True, zero=2, micro_batches=2),  # grad_norm 6e-4 off serial
     make(dp=2, tp=2, sp=True, zero=3, micro_batches=4),
 ]
-
-
-def beyond_rank_bound(pair):
-    (i, a, j, b), = [k for k, v in PAIRS.items() if v == pair]
-    grid = {NAMES[i]: AXES[i][1][a], NAMES[j]: AXES[j][1][b]}
-    return all(k in ("dp", "tp", "pp") for k in grid) and np.prod(list(grid.values())) > MAX_RANKS
-
-
-def greedy_cover(valid, start=()):
-    """Greedy set cover of every pair the valid layouts hold: take the layout
-    that covers most uncovered pairs; ties go to fewer ranks (cheaper), then to
-    the earlier candidate (deterministic for a fixed seed)."""
-    table = np.array([pairs_of(x) for x in valid], dtype=np.int64)
-    cost = np.array([ranks(x) for x in valid], dtype=np.int64)
-    uncovered = np.zeros(len(PAIRS), dtype=bool)
-    uncovered[np.unique(table)] = True
-    chosen = list(start)
-    for x in start:
-        uncovered[pairs_of(x)] = False
-    while uncovered.any():
-        gain = uncovered[table].sum(axis=1)
-        best = int(np.argmax(gain * 16 - cost))  # cost <= 8 < 16: gain first
-        chosen.append(valid[best])
-        uncovered[table[best]] = False
-    return chosen
-
-
-def uncoverable_pairs(valid):
-    held = set()
-    for x in valid:
-        held.update(pairs_of(x))
-    return [k for k in PAIRS.values() if k not in held]
 
 
 def offload_pairs(every=False):
