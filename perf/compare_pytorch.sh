@@ -13,7 +13,10 @@
 # Environment: THREADS (default "1 2"), SIZES (names below, default all),
 # PRECISIONS (default "fp32 bf16"), TRIDENT_BIN (default build/src/trident),
 # MODEL (gpt2, the default, or llama: input/llama-100m.toml's Llama against
-# PyTorch's own, SDPA with enable_gqa, nn.RMSNorm, SwiGLU, untied, no biases).
+# PyTorch's own, SDPA with enable_gqa, nn.RMSNorm, SwiGLU, untied, no biases),
+# LOG_DIR (Trident's logs, default a new directory under /tmp). A Trident run
+# that fails marks its row with its log and the table goes on; the script then
+# exits 1.
 set -euo pipefail
 steps=${1:-8}
 rounds=${2:-2}
@@ -21,6 +24,9 @@ threads_list=${THREADS:-1 2}
 precisions=${PRECISIONS:-fp32 bf16}
 bin=${TRIDENT_BIN:-build/src/trident}
 venv=${TORCH_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/trident-bench/torch-venv}
+logs=${LOG_DIR:-$(mktemp -d /tmp/compare_pytorch.XXXXXX)}
+mkdir -p "$logs"
+failed=0
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
 if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c "import torch" 2>/dev/null; then
@@ -51,15 +57,21 @@ echo "date: $(date -u +%F)"
 echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
 echo "pytorch: $("$py" -c 'import torch; print(torch.__version__)')"
 echo "trident: $("$bin" --version 2>/dev/null | head -1), $steps timed steps, best of $rounds alternating rounds"
+echo "trident logs: $logs"
 
-trident_run() {  # layers d heads kv ffn T batch threads precision -> tokens/s
+# LOG layers d heads kv ffn T batch threads precision -> tokens/s; fails (the
+# log says why) where the run fails or reports no figure of merit.
+trident_run() {
+  local log=$1
+  shift
   mpirun -np 1 --bind-to none "$bin" train "$deck" --set precision.dtype="$9" \
     --set model.layers="$1" --set model.d_model="$2" --set model.heads="$3" \
     --set model.kv_heads="$4" --set model.ffn_hidden="$5" --set model.seq_len="$6" \
     --set train.batch="$7" --set train.micro_batch="$7" --set system.threads="$8" \
     --set train.steps=$((steps + 1)) --set train.eval_every=0 --set output.metrics='""' \
     --set checkpoint.every=0 --set checkpoint.dir='""' \
-    --set output.log_every=1000 | sed -nE 's/^FOM: ([0-9.]+) tokens\/s.*/\1/p'
+    --set output.log_every=1000 >"$log" 2>&1 || return 1
+  sed -nE 's/^FOM: ([0-9.]+) tokens\/s.*/\1/p' "$log" | grep . || return 1
 }
 torch_run() {  # layers d heads kv ffn T batch threads [--compile] [--bf16] -> tokens/s
   OMP_NUM_THREADS=$8 "$py" perf/pytorch_gpt.py --model "$model" --layers "$1" --d-model "$2" \
@@ -81,18 +93,32 @@ for precision in $precisions; do
     IFS=: read -r name layers d heads kv ffn T batch <<<"$s"
     shape=("$layers" "$d" "$heads" "$kv" "$ffn" "$T" "$batch")
     for th in $threads_list; do
-      tri=() eag=() com=()
-      for _ in $(seq "$rounds"); do
-        tri+=("$(trident_run "${shape[@]}" "$th" "$precision")")
+      tri=() eag=() com=() failed_log=""
+      for round in $(seq "$rounds"); do
+        log="$logs/$name-$precision-threads$th-round$round.log"
+        if [ -z "$failed_log" ]; then  # after a failure, PyTorch's columns only
+          if fom=$(trident_run "$log" "${shape[@]}" "$th" "$precision"); then
+            tri+=("$fom")
+          else
+            failed_log=$log
+          fi
+        fi
         eag+=("$(torch_run "${shape[@]}" "$th" ${torch_flags[@]+"${torch_flags[@]}"})")
         com+=("$(torch_run "${shape[@]}" "$th" --compile ${torch_flags[@]+"${torch_flags[@]}"})")
       done
-      t=$(best "${tri[@]}") e=$(best "${eag[@]}") c=$(best "${com[@]}")
+      e=$(best "${eag[@]}") c=$(best "${com[@]}") t=""
+      if [ -n "$failed_log" ]; then failed=$((failed + 1)); else t=$(best "${tri[@]}"); fi
       kv_part=$([ "$kv" = "$heads" ] || echo ", kv_heads $kv")
       python3 -c "
-t, e, c = float('$t' or 0), float('$e' or 0), float('$c' or 0)
+t, e, c, failed_log = float('$t' or 0), float('$e' or 0), float('$c' or 0), '$failed_log'
+trident, ratio = (f'failed (log: {failed_log})', '-') if failed_log else \\
+    (f'{t:,.0f}', f'{t / max(e, c, 1e-9):.2f}')
 print(f'| layers {$layers}, d {$d}, heads {$heads}$kv_part, T {$T}, batch {$batch} | $th | '
-      f'{t:,.0f} | {e:,.0f} | {c:,.0f} | {t / max(e, c, 1e-9):.2f} |')"
+      f'{trident} | {e:,.0f} | {c:,.0f} | {ratio} |')"
     done
   done
 done
+if [ "$failed" -gt 0 ]; then
+  echo "compare_pytorch: $failed row(s) without a Trident figure (logs in $logs)" >&2
+  exit 1
+fi
