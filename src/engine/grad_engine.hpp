@@ -97,7 +97,8 @@ class GradEngine {
   virtual void open_state(StateKind) {}
   virtual void close_state(StateKind, bool /*changed*/) {}
   // The state of `kind` lives outside its arenas (offload): an asynchronous
-  // checkpoint copies it at the save instead of reading it in place.
+  // checkpoint reads it through open_state_reserved() and read_state(), or
+  // copies it at the save where the engine cannot.
   virtual bool state_offloaded(StateKind) const { return false; }
   // For an asynchronous save of offloaded state: like open_state, but the
   // slices point into untouched address space that read_state() reads from

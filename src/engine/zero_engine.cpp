@@ -1,10 +1,14 @@
 #include "engine/zero_engine.hpp"
 
+#include <sys/mman.h>
+
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <stdexcept>
 
 #include "comm/agree.hpp"
+#include "core/error.hpp"
 #include "model/gpt_params.hpp"
 
 namespace trident {
@@ -108,10 +112,40 @@ void ZeroEngine::open_state(StateKind kind) {
   windows_[home_kind(kind)] = optimizer_->home().open(home_kind(kind));
 }
 
+ZeroEngine::Reservation::~Reservation() {
+  if (at) ::munmap(at, bytes);
+}
+
 bool ZeroEngine::open_state_reserved(StateKind kind) {
-  if (kind == StateKind::params) return false;  // a parameter home has no such path yet
+  if (kind == StateKind::params) {
+    if (!storage_->params_offloaded()) return false;
+    if (!params_reserved_.at) {
+      const std::size_t bytes =
+          std::max<std::size_t>(plan_.shard_size(), 1) * dtype_size(storage_->param_dtype());
+      void* p = ::mmap(nullptr, bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+                       -1, 0);
+      if (p == MAP_FAILED)
+        throw RuntimeFailure("checkpoint: cannot reserve address space for an offloaded "
+                             "parameter shard");
+      params_reserved_.at = static_cast<char*>(p);
+      params_reserved_.bytes = bytes;
+    }
+    params_window_ = params_reserved_.at;
+    return true;
+  }
   if (kind == StateKind::masters && !optimizer_->has_masters()) return true;
   windows_[home_kind(kind)] = optimizer_->home().reserved(home_kind(kind));
+  return true;
+}
+
+bool ZeroEngine::read_state(const void* at, std::size_t bytes, void* out) {
+  if (optimizer_->home().read_reserved(at, bytes, out)) return true;
+  const char* p = static_cast<const char*>(at);
+  if (!params_reserved_.at || p < params_reserved_.at ||
+      p >= params_reserved_.at + params_reserved_.bytes)
+    return false;
+  const std::size_t psz = dtype_size(storage_->param_dtype());
+  storage_->read_params_beside_passes(std::size_t(p - params_reserved_.at) / psz, bytes / psz, out);
   return true;
 }
 

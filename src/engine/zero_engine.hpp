@@ -37,9 +37,7 @@ class ZeroEngine final : public GradEngine {
   void open_state(StateKind kind) override;
   void close_state(StateKind kind, bool changed) override;
   bool open_state_reserved(StateKind kind) override;
-  bool read_state(const void* at, std::size_t bytes, void* out) override {
-    return optimizer_->home().read_reserved(at, bytes, out);
-  }
+  bool read_state(const void* at, std::size_t bytes, void* out) override;
   bool state_offloaded(StateKind kind) const override {
     return kind == StateKind::params ? storage_->params_offloaded()
                                      : offload_.optimizer != OffloadTarget::none;
@@ -72,6 +70,17 @@ class ZeroEngine final : public GradEngine {
   const TensorTable* model_table_ = nullptr;
   float* windows_[3] = {};  // open_state's windows of offloaded state, by home kind
   char* params_window_ = nullptr;  // an offloaded parameter shard while a checkpoint runs
+  // An asynchronous checkpoint's stand-in for that window: address space the
+  // size of the shard, never touched (PROT_NONE); read_state() maps it back
+  // to shard elements.
+  struct Reservation {
+    char* at = nullptr;
+    std::size_t bytes = 0;
+    Reservation() = default;
+    Reservation(const Reservation&) = delete;
+    Reservation& operator=(const Reservation&) = delete;
+    ~Reservation();
+  } params_reserved_;
 };
 
 }  // namespace trident

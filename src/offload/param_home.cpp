@@ -248,6 +248,25 @@ void ParamHome::swap_bytes(bool write, std::uint64_t at, std::size_t n, char* ho
   }
 }
 
+void ParamHome::read_beside_gathers(std::size_t first, std::size_t count, void* out) {
+  char* to = static_cast<char*>(out);
+  if (!swap_) {
+    std::memcpy(to, host_at(first), count * w_);
+    return;
+  }
+  char* bounce = (*host_buffers_.back())[kStreamSets - 1];
+  std::uint64_t at = first * w_;
+  const std::uint64_t end = at + count * w_;
+  while (at < end) {  // whole pages, at most a stream block at a time
+    const std::uint64_t base = at / kAlign * kAlign;
+    const std::size_t k = std::size_t(std::min<std::uint64_t>(end - at, base + block_bytes_ - at));
+    swap_->read_unqueued(bounce, round_up(std::size_t(at - base) + k, kAlign), base);
+    std::memcpy(to, bounce + (at - base), k);
+    to += k;
+    at += k;
+  }
+}
+
 void ParamHome::load(std::size_t first, std::size_t count, void* out) {
   const std::size_t bytes = count * w_;
   if (!swap_) return backend_.copy_from_host(out, host_at(first), bytes);

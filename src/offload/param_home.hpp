@@ -8,6 +8,7 @@
 //     a read can start early (prefetch) so the disk overlaps compute;
 //   update: the optimizer streams a range through aligned blocks of
 //     offload.block_mb (read ahead, written behind) and changes it in place.
+// An asynchronous checkpoint reads it beside the gathers, from its own thread.
 // On the CPU backend a cpu home is the backend's own memory: it is gathered
 // and updated where it lies, with no staging. What the home adds to the
 // arenas is only its buffers (arena_bytes).
@@ -67,6 +68,13 @@ class ParamHome {
   // Elements [first, first + count) to or from backend memory.
   void load(std::size_t first, std::size_t count, void* out);
   void store(std::size_t first, std::size_t count, const void* in);
+  // An asynchronous checkpoint's reader, from the drain's thread while the
+  // gathers go on: elements [first, first + count) to host memory. A cpu
+  // home is read where it lies; the swap outside the gathers' queue
+  // (SwapFile::read_unqueued) through the stream's last buffer, which only
+  // update(), load() and store() use: none runs before the checkpoint's
+  // release_sources() has ended its reads (the optimizer step comes after).
+  void read_beside_gathers(std::size_t first, std::size_t count, void* out);
   // cpu: the shard's bytes in host memory (outside the arenas).
   std::size_t host_bytes() const { return host_ ? host_.get_deleter().bytes : 0; }
 

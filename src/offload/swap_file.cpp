@@ -149,4 +149,12 @@ void SwapFile::wait(int tag) {
   }
 }
 
+void SwapFile::read_unqueued(char* buf, std::size_t len, std::uint64_t at) const {
+  if (io_error_)
+    throw RuntimeFailure(fmt::format("swap file: read of {} bytes at {}: {}", len, at,
+                                     std::strerror(EIO)));
+  if (transfer_all(fd_, buf, len, at, false) < len)
+    throw RuntimeFailure(fmt::format("swap file: read of {} bytes at {}: end of file", len, at));
+}
+
 }  // namespace trident

@@ -36,6 +36,10 @@ class SwapFile {
   // Waits until no transfer tagged `tag` (or any, with -1) is in flight.
   // Throws RuntimeFailure for a failed transfer.
   void wait(int tag = -1);
+  // Reads buf[0, len) at `at` (aligned) at once, outside the queue: pread
+  // uses no shared state (not the queue, nor the file offset), so another
+  // thread may read while this one submits and waits.
+  void read_unqueued(char* buf, std::size_t len, std::uint64_t at) const;
 
  private:
   struct Op {

@@ -224,18 +224,19 @@ MemoryEstimate estimate_memory(const Deck& deck, const GridShape& shape, int zer
     e.device_copies =
         cuda_operand_copy_bytes(m, B, tp.local_vocab(m), deck.precision.dtype, tp.local_ff(m),
                                 deck.train.recompute == Recompute::full, split);
-  e.checkpoint_staging = async_staging_bytes(deck, e);
+  e.checkpoint_staging = async_staging_bytes(deck, e, zero_stage);
   return e;
 }
 
-double async_staging_bytes(const Deck& deck, const MemoryEstimate& e) {
+double async_staging_bytes(const Deck& deck, const MemoryEstimate& e, int zero_stage) {
   if (!deck.checkpoint.async) return 0;
   const double state = e.bytes[int(MemCategory::parameters)] +
                        e.bytes[int(MemCategory::optimizer)] + e.host + e.swap;
   const double bound = deck.checkpoint.staging_mb * double(1 << 20);
   // The staging exists only where something is read through it.
   const bool staged = deck.system.device != Device::cpu ||
-                      deck.offload.optimizer != OffloadTarget::none;
+                      deck.offload.optimizer != OffloadTarget::none ||
+                      (zero_stage == 3 && deck.offload.params != OffloadTarget::none);
   const double wave = staged ? std::max(bound, double(2 << 20)) : 0;
   return std::min(state, wave) + std::min(state, bound);
 }

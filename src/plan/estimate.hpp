@@ -37,11 +37,12 @@ struct MemoryEstimate {
 };
 
 // checkpoint.async, while a save drains: the staging through which device
-// memory and offloaded state are read (staging_mb, at least one 2 MiB piece)
-// and what an optimizer step may copy instead of waiting (up to staging_mb),
-// neither more than the rank's saved state (`e`: its parameters, optimizer
-// state, offloaded state). 0 without checkpoint.async.
-double async_staging_bytes(const Deck& deck, const MemoryEstimate& e);
+// memory and offloaded state (optimizer state, ZeRO-3 parameter shards) are
+// read (staging_mb, at least one 2 MiB piece) and what an optimizer step may
+// copy instead of waiting (up to staging_mb), neither more than the rank's
+// saved state (`e`: its parameters, optimizer state, offloaded state).
+// Nothing is copied whole at the save. 0 without checkpoint.async.
+double async_staging_bytes(const Deck& deck, const MemoryEstimate& e, int zero_stage);
 
 // Process RSS outside the arenas, measured rather than derived (CPU backend;
 // the measurements are in perf/RESULTS.md, "ZeRO memory"):

@@ -44,7 +44,7 @@ AsyncSave::AsyncSave(Grid& grid, const std::string& dir, const CheckpointMeta& m
     }
     if (set.staged_through) device = set.staged_through;
     const bool in_place = set.in_place && !set.staged_through;
-    const bool copy_now = !in_place && !reader;  // offloaded parameters, PipeDream's stashes
+    const bool copy_now = !in_place && !reader;  // offloaded state no engine can read in waves
     const std::size_t first_piece = pieces.size();
     for (const TensorInfo& g : global.tensors()) {
       TensorSlice slice = saved_slice(set, g, grid);

@@ -21,8 +21,8 @@ class AsyncSave {
   // Collective. Host state is read in place; device memory and offloaded
   // state the engines can read piece by piece (TensorSet::open_reserved) are
   // read by the drain in waves through a staging buffer of staging_bytes (at
-  // least one piece); what neither (offloaded parameters, PipeDream's
-  // stashes) is copied to host memory here.
+  // least one piece); what neither (an engine without that path) is copied
+  // to host memory here, and counted by copied_at_save().
   AsyncSave(Grid& grid, const std::string& dir, const CheckpointMeta& meta,
             const TensorTable& global, const std::vector<TensorSet>& sets, double timeout_s,
             std::size_t staging_bytes);

@@ -102,8 +102,9 @@ std::vector<TensorSet> training_sets(Trainer& trainer, const GridCoord& coord) {
     if (!trainer.backend().memory_is_host()) sets[i].staged_through = &trainer.backend();
     for (ModelChunk& ch : trainer.chunks())
       if (ch.engine->state_offloaded(kinds[i])) sets[i].in_place = false;
-    // PipeDream swaps stashed weights into the parameters between updates.
-    if (trainer.pipedream()) sets[i].in_place = false, sets[i].open_reserved = nullptr;
+    // PipeDream's stash swaps other versions into the live arena for each
+    // backward, but swaps the arenas, not their bytes: the memory the slices
+    // point at is the newest version until the update, as elsewhere.
   }
   return sets;
 }

@@ -48,7 +48,8 @@ struct TensorSet {
   std::function<void(bool changed)> close;
   // The slices stay where slice_of says, unchanged until the next optimizer
   // step: an asynchronous save reads them there while training goes on.
-  // False (offloaded state): it copies them at the save.
+  // False (offloaded state): it reads them through open_reserved and
+  // read_reserved below, or copies them at the save where those fail.
   bool in_place = true;
   // An asynchronous save of a set that is not in place: open_reserved, when
   // set and it returns true, stands in for open (the slices then point into

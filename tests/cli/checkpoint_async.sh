@@ -2,8 +2,9 @@
 # checkpoint.async: every checkpoint of a run equals the synchronous run's, bit
 # for bit (every dataset and attribute), also when the background write spans
 # several steps (TRIDENT_FAULT_INJECT=ckpt:drain_slow) and the optimizer step
-# must wait for it (staging_mb = 0) or copy what it has not read; and a run
-# resumed from an asynchronous checkpoint continues bit for bit.
+# must wait for it (staging_mb = 0) or copy what it has not read, PipeDream's
+# included; and a run resumed from an asynchronous checkpoint continues bit
+# for bit.
 #   usage: checkpoint_async.sh "MPIEXEC..." TRIDENT_BINARY FIXTURE_DIR PYTHON_WITH_H5PY
 set -uo pipefail
 mpiexec=$1 bin=$2 dir=$3 py=$4
@@ -17,11 +18,11 @@ run() {  # NAME [--set ...]...: trains into $work/NAME (checkpoints every 10 ste
     --set "checkpoint.dir=\"$work/$name\"" --set checkpoint.every=10 --set checkpoint.keep=0 \
     --metrics "$work/$name.jsonl" "$@" > "$work/$name.out" 2>&1 || { cat "$work/$name.out"; fail "$name: exit $?"; }
 }
-same_files() {  # NAME STEP...: NAME's checkpoints equal the synchronous run's
-  local name=$1; shift
+same_files() {  # NAME STEP...: NAME's checkpoints equal the synchronous run's ($REF, or sync)
+  local name=$1 ref=${REF:-sync}; shift
   for s in "$@"; do
     f=$(printf 'step_%06d.h5' "$s")
-    "$py" "$compare" checkpoint --attributes "$work/sync/$f" "$work/$name/$f" ||
+    "$py" "$compare" checkpoint --attributes "$work/$ref/$f" "$work/$name/$f" ||
       fail "$name: $f differs from the synchronous run's"
   done
   [ -z "$(ls -A "$work/$name" | grep '\.tmp$')" ] || fail "$name: temporaries left: $(ls -A "$work/$name")"
@@ -41,6 +42,23 @@ same_files slow_copy 10 20 30
 # One save in flight: the drain of step 10 (about 0.4 s) outlasts 10 steps.
 grep -q "checkpoint: waited [0-9.]* s for step 10's save" "$work/slow_copy.out" ||
   fail "slow_copy: the save due at step 20 did not say it waited for step 10's"
+
+# PipeDream: its weight stash swaps other versions into the live arena for
+# each backward, yet the save reads the state in place (the arenas are
+# swapped, not their bytes): slowed, so the backwards run while it reads, and
+# with staging_mb = 0 the first update waits for all of it; nothing is
+# copied, so the memory line shows no staging.
+pd=(--set parallel.pp=2 --set parallel.dp=1 --set parallel.schedule=pipedream --set precision.dtype=bf16)
+run pd_sync "${pd[@]}"
+TRIDENT_FAULT_INJECT=ckpt:drain_slow run pd_async "${pd[@]}" --set checkpoint.async=true \
+  --set checkpoint.staging_mb=0
+REF=pd_sync same_files pd_async 10 20 30
+python3 "$here/same_losses.py" "$work/pd_sync.jsonl" "$work/pd_async.jsonl" || fail "pd_async: losses differ"
+grep -q "checkpoint: step 10 -> .*in the background" "$work/pd_async.out" || fail "pd_async: no background save"
+grep -q "async checkpoint staging" "$work/pd_async.out" && fail "pd_async: host memory copied at the save"
+"$bin" estimate "$dir/tiny.toml" --world 2 "${pd[@]}" --set checkpoint.async=true \
+  --set checkpoint.staging_mb=0 > "$work/pd_estimate.out" 2>&1 || { cat "$work/pd_estimate.out"; fail "pd estimate"; }
+grep -q "async checkpoint staging" "$work/pd_estimate.out" && fail "pd: estimate counts staging the run does not hold"
 
 # Resumed from an asynchronous checkpoint: the same losses and checkpoints.
 mkdir -p "$work/resumed" && cp "$work/async/step_000010.h5" "$work/resumed/"

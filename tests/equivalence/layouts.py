@@ -227,15 +227,19 @@ def async_pairs():
     """(layout saving every 2 steps, the same saving in the background) over
     a representative subset: data parallelism (replicated writes), tensor
     parallelism with SP (column shards with padding), pipeline stages, ZeRO
-    1-3, offloaded state (copied at the save), bf16 and fp16 (masters, the
-    loss scaler). run_matrix slows the step-2 drain so the optimizer meets
-    it; every checkpoint must equal the synchronous run's bit for bit."""
+    1-3, offloaded optimizer state and parameter shards (read in waves through
+    the bounded staging), PipeDream (read in place beside its weight stash),
+    bf16 and fp16 (masters, the loss scaler). run_matrix slows the step-2
+    drain so the optimizer meets it; every checkpoint must equal the
+    synchronous run's bit for bit."""
     out = []
     for values in (dict(dp=2, micro_batches=2),
                    dict(dp=2, tp=2, sp=True, zero=1, precision="bf16"),
                    dict(dp=2, pp=2, zero=2, precision="fp16", micro_batches=2),
                    dict(dp=2, zero=3, offload="cpu"),
-                   dict(dp=1, tp=2, zero=3, offload="params-nvme+nvme", precision="bf16")):
+                   dict(dp=1, tp=2, zero=3, offload="params-nvme+nvme", precision="bf16"),
+                   dict(dp=2, zero=3, offload="params-cpu"),
+                   dict(dp=2, pp=2, schedule="pipedream", micro_batches=2, precision="bf16")):
         base = make(checkpoints="every2", **values)
         out.append((base, with_values(base, {INDEX["checkpoints"]: "every2-async"})))
     return out

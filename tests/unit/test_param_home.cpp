@@ -1,14 +1,17 @@
 // The parameter shard's home on its own (offload.params): values stored in
 // unaligned pieces come back from staging at any offset, a full pool refuses
 // a prefetch and gives way to a required slice by dropping read-aheads, an
-// update sees and keeps exactly its range, and the ledger holds what
-// arena_bytes() says.
+// update sees and keeps exactly its range, the ledger holds what
+// arena_bytes() says, and a checkpoint's reader on another thread reads the
+// home right while the gathers stage from it.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
 #include <numeric>
+#include <thread>
 #include <vector>
 
 #include "compute/backend.hpp"
@@ -108,4 +111,33 @@ TEST(ParamHome, HostMemoryOnTheCpuBackendIsUsedInPlace) {
   });
   // On a device backend the same home stages and streams through device buffers.
   EXPECT_GT(ParamHome::arena_bytes(o, DType::bf16, kLarge, kSmall, false), 2 * (kLarge + kSmall));
+}
+
+// An asynchronous checkpoint's drain reads the home on its own thread while
+// the main thread stages slices for its gathers (through the swap's queue):
+// unaligned pieces of any size come back exact, from host memory or the swap.
+TEST(ParamHome, ACheckpointReadsBesideTheGathers) {
+  auto backend = make_cpu_backend(1);
+  for (OffloadTarget target : {OffloadTarget::nvme, OffloadTarget::cpu}) {
+    MemoryLedger ledger;
+    const OffloadSection o = section(target, "trident_param_home_beside");
+    const std::vector<std::uint16_t> want = pattern();
+    ParamHome home(o, *backend, ledger, kN, DType::bf16, kLarge, kSmall, 0);
+    home.store(0, kN, want.data());
+    std::vector<std::uint16_t> got(kN, 0);
+    std::thread drain([&] {
+      for (int pass = 0; pass < 20; ++pass)
+        for (std::size_t first = 0, k = 1; first < kN; first += k, k = k * 7 % 4999 + 1)
+          home.read_beside_gathers(first, std::min(k, kN - first), got.data() + first);
+    });
+    if (!home.in_place())
+      for (int i = 0; i < 200; ++i) {
+        const std::size_t first = std::size_t(i) * 131 % (kN - kSmall);
+        EXPECT_TRUE(home.stage(i, first, kSmall, false));  // no ASSERT: the drain is running
+        EXPECT_TRUE(same(home.staged(i), want, first, kSmall));
+        home.release(i);
+      }
+    drain.join();
+    EXPECT_EQ(got, want) << (target == OffloadTarget::nvme ? "nvme" : "cpu");
+  }
 }

@@ -126,6 +126,11 @@ class ZeroStorage final : public ModelStorage {
   // close(changed) stores what a load wrote.
   char* open_params_window();
   void close_params_window(bool changed);
+  // An asynchronous checkpoint's stand-in for the window: shard elements
+  // [first, first + count) to host memory from the drain's thread while the
+  // passes go on, persistent slices from the arenas and the rest through the
+  // home (ParamHome::read_beside_gathers). Valid until the optimizer step.
+  void read_params_beside_passes(std::size_t first, std::size_t count, void* out);
   DType grads_dtype() const { return grads_; }
   // Stage 1 sums each slice in place, in the full gradients (no second
   // copy); stages 2-3 keep the slices as a shard of their own. Unit u's slice

@@ -56,6 +56,22 @@ void ZeroStorage::close_params_window(bool changed) {
   window_ = Arena();
 }
 
+void ZeroStorage::read_params_beside_passes(std::size_t first, std::size_t count, void* out) {
+  const std::size_t w = dtype_size(weights_);
+  for (std::size_t u = 0; u < plan_.units().size(); ++u) {
+    const ZeroUnit& U = plan_.units()[u];
+    const std::size_t lo = std::max(first, U.shard_offset);
+    const std::size_t hi = std::min(first + count, U.shard_offset + plan_.slice(U));
+    if (lo >= hi) continue;
+    char* to = static_cast<char*>(out) + (lo - first) * w;
+    if (U.persistent)
+      backend_.copy_to_host_in_background(to, resident_slice(int(u)) + (lo - U.shard_offset) * w,
+                                          (hi - lo) * w);
+    else
+      home_->read_beside_gathers(lo, hi - lo, to);
+  }
+}
+
 void ZeroStorage::publish_params() {
   if (stage_ > 2) return;  // stage 3 gathers on use
   std::vector<Request> reqs;
