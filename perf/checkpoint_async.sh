@@ -91,7 +91,7 @@ d, steps, repeats, modes = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.
 def parse_one(path):
     text = open(path).read()
     wall = float(re.search(r"^  total +[0-9.]+ +[0-9.]+ +([0-9.]+)", text, re.M).group(1))
-    saves = re.findall(r"^checkpoint: step (\d+) -> .*? in ([0-9.]+) s, ([0-9.]+) GB/s(?:; in the background, training held up ([0-9.]+) s: ([0-9.]+) starting, ([0-9.]+) at optimizer steps, ([0-9.]+) waiting, ([0-9.]+) completing)?", text, re.M)
+    saves = re.findall(r"^checkpoint: step (\d+) -> .*? in ([0-9.]+) s, ([0-9.]+) GB/s(?:; in the background, training held up ([0-9.]+) s: ([0-9.]+) starting, ([0-9.]+) at optimizer steps, ([0-9.]+) waiting, ([0-9.]+) completing(?:; the drain's thread used ([0-9.]+) s of CPU)?)?", text, re.M)
     waited = [float(x) for x in re.findall(r"^checkpoint: waited ([0-9.]+) s", text, re.M)]
     final = [float(s[1]) for s in saves if int(s[0]) == steps]
     periodic = [s for s in saves if int(s[0]) != steps]
@@ -117,6 +117,11 @@ for m, r in runs.items():
         parts = [sum(float(s[i]) for s in r["periodic"]) / k for i in range(4, 8)]
         print(f"  {m}: held up per save {parts[0]:.3f} s starting, {parts[1]:.3f} at optimizer steps, "
               f"{parts[2]:.3f} waiting for the previous save, {parts[3]:.3f} completing")
+        if r["periodic"][0][8]:
+            drain = sum(float(s[8]) for s in r["periodic"]) / k
+            # With every core computing, the run loses at least the drain's CPU time.
+            print(f"  {m}: the drain's thread used {drain:.3f} s of CPU per save (rank 0)"
+                  + (f", {drain / sync_save:.1%} of the synchronous save" if sync_save else ""))
     if r["waited"]:
         print(f"  {m}: waited for the previous save {len(r['waited'])} times, {sum(r['waited']):.2f} s in all")
 PY

@@ -75,6 +75,9 @@ class CheckpointDrain {
   // After finished(): the waves read through the staging, and their bytes.
   std::size_t waves() const { return waves_; }
   std::size_t staged_bytes() const { return staged_bytes_; }
+  // After finished(): the CPU time the drain's thread spent (copies, checksums,
+  // queueing): on a machine whose cores all compute, training loses at least this.
+  double cpu_seconds() const { return cpu_seconds_; }
 
  private:
   void run();
@@ -99,6 +102,7 @@ class CheckpointDrain {
   char* staging_;
   std::size_t staging_bytes_;
   std::size_t bytes_ = 0, copied_bytes_ = 0, waves_ = 0, staged_bytes_ = 0;
+  double cpu_seconds_ = 0;
 
   std::mutex mutex_;
   std::condition_variable changed_;

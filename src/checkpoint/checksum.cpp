@@ -24,7 +24,31 @@ inline std::uint64_t sum_loop(const Bits* p, std::uint64_t first, std::size_t n)
   return sum;
 }
 
+// sum_loop that also copies each element to `out`: one pass over the source
+// where a copy and then a sum read it twice.
+template <class Bits>
+inline std::uint64_t copy_sum_loop(Bits* __restrict out, const Bits* __restrict p,
+                                   std::uint64_t first, std::size_t n) {
+  std::uint64_t sum = 0, spread = first * kChecksumIndexSpread;
+  for (std::size_t i = 0; i < n; ++i, spread += kChecksumIndexSpread) {
+    const Bits x = p[i];
+    out[i] = x;
+    sum += checksum_mix(spread ^ x);
+  }
+  return sum;
+}
+
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+template <class Bits>
+__attribute__((target("avx2,avx512f,avx512dq,avx512vl"), flatten))
+std::uint64_t copy_sum_avx512(Bits* out, const Bits* p, std::uint64_t first, std::size_t n) {
+  return copy_sum_loop(out, p, first, n);
+}
+template <class Bits>
+__attribute__((target("avx2"), flatten))
+std::uint64_t copy_sum_avx2(Bits* out, const Bits* p, std::uint64_t first, std::size_t n) {
+  return copy_sum_loop(out, p, first, n);
+}
 template <class Bits>
 __attribute__((target("avx2,avx512f,avx512dq,avx512vl"), flatten))
 std::uint64_t sum_avx512(const Bits* p, std::uint64_t first, std::size_t n) {
@@ -53,11 +77,21 @@ std::uint64_t sum_run(const Bits* p, std::uint64_t first, std::size_t n) {
   if (isa() == ChecksumIsa::avx2) return sum_avx2(p, first, n);
   return sum_loop(p, first, n);
 }
+template <class Bits>
+std::uint64_t copy_sum_run(Bits* out, const Bits* p, std::uint64_t first, std::size_t n) {
+  if (isa() == ChecksumIsa::avx512) return copy_sum_avx512(out, p, first, n);
+  if (isa() == ChecksumIsa::avx2) return copy_sum_avx2(out, p, first, n);
+  return copy_sum_loop(out, p, first, n);
+}
 #else
 ChecksumIsa isa() { return ChecksumIsa::scalar; }
 template <class Bits>
 std::uint64_t sum_run(const Bits* p, std::uint64_t first, std::size_t n) {
   return sum_loop(p, first, n);
+}
+template <class Bits>
+std::uint64_t copy_sum_run(Bits* out, const Bits* p, std::uint64_t first, std::size_t n) {
+  return copy_sum_loop(out, p, first, n);
 }
 #endif
 
@@ -71,7 +105,25 @@ std::uint64_t sum_unaligned(const void* data, std::uint64_t first, std::size_t n
   return sum_run(copy.data(), first, n);
 }
 
+template <class Bits>
+std::uint64_t copy_sum_unaligned(void* out, const void* data, std::uint64_t first, std::size_t n) {
+  const auto aligned = [](const void* q) {
+    return reinterpret_cast<std::uintptr_t>(q) % alignof(Bits) == 0;
+  };
+  if (aligned(out) && aligned(data))
+    return copy_sum_run(static_cast<Bits*>(out), static_cast<const Bits*>(data), first, n);
+  std::memcpy(out, data, n * sizeof(Bits));
+  return sum_unaligned<Bits>(out, first, n);
+}
+
 }  // namespace
+
+std::uint64_t checksum_copy(void* out, const void* data, std::size_t elem_bytes,
+                            std::uint64_t first, std::size_t n) {
+  if (elem_bytes == 4) return copy_sum_unaligned<std::uint32_t>(out, data, first, n);
+  if (elem_bytes == 2) return copy_sum_unaligned<std::uint16_t>(out, data, first, n);
+  throw std::logic_error("checksum_copy: unsupported element size");
+}
 
 ChecksumIsa checksum_isa() { return isa(); }
 

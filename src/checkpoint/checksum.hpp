@@ -43,6 +43,11 @@ const char* checksum_isa_name(ChecksumIsa isa);
 std::uint64_t checksum_run(const void* data, std::size_t elem_bytes, std::uint64_t first_index,
                            std::size_t n, bool all_threads = true);
 
+// checksum_run(data, ...) on one thread, copying the `n` elements to `out` in
+// the same pass (the background writer's copy into its direct-I/O buffers).
+std::uint64_t checksum_copy(void* out, const void* data, std::size_t elem_bytes,
+                            std::uint64_t first_index, std::size_t n);
+
 // Sum over the elements of a slice that `boxes` (slice_boxes of its range)
 // cover, read in place: padding is not part of any tensor and never counts.
 std::uint64_t checksum_slice(const TensorSlice& slice, const std::vector<SliceBox>& boxes,

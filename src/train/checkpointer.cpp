@@ -145,6 +145,8 @@ void Checkpointer::complete_pending(bool wait) {
   }
   const std::unique_ptr<AsyncSave> save = std::move(pending_);
   // Read before complete() joins the drain (its counts go with it).
+  const std::string drain_cpu =
+      fmt::format("; the drain's thread used {:.3f} s of CPU", save->drain_cpu_seconds());
   const std::string staged =
       save->waves() == 0 ? std::string()
                          : fmt::format("; {} staged through {} in {} wave{}",
@@ -162,10 +164,10 @@ void Checkpointer::complete_pending(bool wait) {
     const double completing = now_seconds() - t0;
     if (grid_.is_root())
       fmt::print("checkpoint: step {} -> {} ({}; in the background, training held up {:.3f} s: "
-                 "{:.3f} starting, {:.3f} at optimizer steps, {:.3f} waiting, {:.3f} completing{})\n",
+                 "{:.3f} starting, {:.3f} at optimizer steps, {:.3f} waiting, {:.3f} completing{}{})\n",
                  save->step(), io.path, rate(io.bytes, io.seconds),
                  held_start_s_ + held_update_s_ + held_wait_s_ + completing, held_start_s_,
-                 held_update_s_, held_wait_s_, completing, staged);
+                 held_update_s_, held_wait_s_, completing, drain_cpu, staged);
   } catch (const AgreedError& e) {
     if (++failed_in_row_ > 1)
       throw AgreedError(kExitRuntime, fmt::format("{}; the second background checkpoint in a row "

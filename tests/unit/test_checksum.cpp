@@ -8,6 +8,7 @@
 
 #include <cstring>
 #include <random>
+#include <stdexcept>
 #include <vector>
 
 #include "checkpoint/checksum.hpp"
@@ -60,6 +61,25 @@ TEST(Checksum, RunsMatchTheElementDefinition) {
         EXPECT_EQ(checksum_run(p, esz, first, n, false), reference(p, esz, first, n))
             << "esz " << esz << " n " << n << " misalign " << misalign;
       }
+}
+
+// The drain's one-pass copy and sum: the sum of the source, and a copy of it.
+TEST(Checksum, CopyingRunsSumTheSourceAndCopyIt) {
+  const std::vector<unsigned char> data = random_bytes(4 * 300 + 8, 11);
+  for (std::size_t esz : {std::size_t{2}, std::size_t{4}})
+    for (std::size_t misalign : {0, 1, 2})
+      for (std::size_t n = 0; n <= 300; n += (n < 40 ? 1 : 37)) {
+        const unsigned char* p = data.data() + misalign;
+        std::vector<unsigned char> out(n * esz + 3, 0xAB);
+        const std::uint64_t first = 77 * n + misalign;
+        EXPECT_EQ(checksum_copy(out.data() + misalign, p, esz, first, n),
+                  reference(p, esz, first, n))
+            << "esz " << esz << " n " << n << " misalign " << misalign;
+        EXPECT_EQ(std::memcmp(out.data() + misalign, p, n * esz), 0) << esz << " " << n;
+        EXPECT_EQ(out[misalign + n * esz], 0xAB) << "wrote past the end";
+      }
+  unsigned char one[4] = {};
+  EXPECT_THROW(checksum_copy(one, one, 8, 0, 0), std::logic_error);
 }
 
 TEST(Checksum, LargeRunIsTheSameOnOneThreadAndAll) {
