@@ -2,11 +2,17 @@
 // (compute/cpu/attention.cpp), f32 and with bf16 tile products, against the
 // (T, T) probability-matrix kernels they replaced
 // (tests/support/attention_reference.hpp), at a few sequence lengths, batch
-// 2, 4 heads of 64.
+// 2, 4 heads of 64. Also ring attention's block kernels (context
+// parallelism) against the whole-sequence kernel on the same work: one
+// sequence as the ring computes a rank's own block, forward and backward
+// apart.
 //   build/perf/bench_attention [--benchmark_filter=...]
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -64,6 +70,83 @@ void BM_ProbabilityMatrixAttention(benchmark::State& st) {
   st.counters["saved_bytes"] = double(att.size() * sizeof(float));
 }
 
+
+// One sequence (batch 1) of qkv (T, 3C) as a block of ring attention's
+// views: queries, keys and values in the same rows.
+trident::AttentionBlock sequence_block(int T, const float* qkv, float* out, float* lse) {
+  const std::size_t row = 3 * kC, Tz = T;
+  trident::AttentionBlock b;
+  b.batch = 1, b.width = kC, b.heads = kNH;
+  b.q = {qkv, row, Tz * row};
+  b.k = {qkv + kC, row, Tz * row};
+  b.v = {qkv + 2 * kC, row, Tz * row};
+  b.out = {out, std::size_t(kC), Tz * kC};
+  b.lse = lse, b.lse_head = Tz, b.lse_seq = Tz * kNH;
+  return b;
+}
+
+// Causal attention over the sequence as the ring computes a rank's own block
+// (parallel/context/ring_attention.cpp): each half's diagonal block and the
+// second half against the first. The same work as the whole-sequence kernel.
+template <class Fn>
+void each_half_block(int T, Fn&& fn) {
+  const int half = T / 2;
+  fn(0, 0, half, true);
+  fn(half, 0, half, false);
+  fn(half, half, half, true);
+}
+
+// Whole-sequence attention (kind 0) or the ring's blocks (kind 1) over one
+// sequence of T: forward (pass 0) or backward (pass 1) alone.
+void BM_AttentionOnSameWork(benchmark::State& st) {
+  const int T = int(st.range(0)), pass = int(st.range(1)), kind = int(st.range(2));
+  auto& be = backend();
+  const auto qkv = random_normals(std::size_t(T) * 3 * kC, 1);
+  const auto dout = random_normals(std::size_t(T) * kC, 2);
+  std::vector<float> out(dout.size()), lse(std::size_t(kNH) * T), dqkv(qkv.size());
+  const auto b = sequence_block(T, qkv.data(), out.data(), lse.data());
+  const std::size_t row = 3 * kC, Tz = T;
+  const trident::AttentionBlockGrads g{
+      {dout.data(), std::size_t(kC), Tz * kC},
+      {dqkv.data(), row, Tz * row},
+      {dqkv.data() + kC, row, Tz * row},
+      {dqkv.data() + 2 * kC, row, Tz * row}};
+  auto forward = [&] {
+    if (kind == 0) return be.attention_forward(out.data(), lse.data(), qkv.data(), 1, T, kC, kNH);
+    std::fill(out.begin(), out.end(), 0.f);
+    std::fill(lse.begin(), lse.end(), -std::numeric_limits<float>::infinity());
+    each_half_block(T, [&](int qi, int ki, int n, bool causal) {
+      auto x = b.from(qi, ki);
+      x.queries = n, x.keys = n, x.causal = causal;
+      be.attention_block_forward(x);
+    });
+  };
+  auto backward = [&] {
+    if (kind == 0)
+      return be.attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(),
+                                   1, T, kC, kNH);
+    each_half_block(T, [&](int qi, int ki, int n, bool causal) {
+      auto x = b.from(qi, ki);
+      x.queries = n, x.keys = n, x.causal = causal;
+      be.attention_block_backward(x, g.from(qi, ki));
+    });
+  };
+  forward();
+  for (auto _ : st) {
+    if (pass == 0) forward();
+    else backward();
+    benchmark::DoNotOptimize(out.data());
+    benchmark::DoNotOptimize(dqkv.data());
+  }
+  if (kind == 1 && pass == 0) {  // how far the blocks' output is from the whole kernel's
+    std::vector<float> whole(out.size()), whole_lse(lse.size());
+    be.attention_forward(whole.data(), whole_lse.data(), qkv.data(), 1, T, kC, kNH);
+    float gap = 0;
+    for (std::size_t i = 0; i < out.size(); ++i) gap = std::max(gap, std::abs(out[i] - whole[i]));
+    st.counters["max_gap"] = gap;
+  }
+}
+
 }  // namespace
 
 BENCHMARK(BM_FlashAttention)
@@ -71,4 +154,8 @@ BENCHMARK(BM_FlashAttention)
     ->ArgNames({"T", "bf16"})
     ->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_ProbabilityMatrixAttention)->Arg(256)->Arg(1024)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_AttentionOnSameWork)
+    ->ArgsProduct({{4096}, {0, 1}, {0, 1}})
+    ->ArgNames({"T", "backward", "blocks"})
+    ->Unit(benchmark::kMillisecond);
 BENCHMARK_MAIN();
