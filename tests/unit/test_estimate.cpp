@@ -153,7 +153,8 @@ TEST(Estimate, CudaOperandCopiesOnlyInBf16) {
   const double tokens = 8.0 * m.seq_len;
   EXPECT_EQ(cuda_operand_copy_bytes(m, 8, m.seq_len, vocab(1), Precision::bf16, ff, true),
             one + 2 * tokens * (ff - m.d_model));
-  EXPECT_EQ(cuda_operand_copy_bytes(m, 8, m.seq_len, vocab(1), Precision::bf16, ff, false, true), one);
+  EXPECT_EQ(cuda_operand_copy_bytes(m, 8, m.seq_len, vocab(1), Precision::bf16, ff, false, true),
+            one);
   EXPECT_EQ(cuda_operand_copy_bytes(m, 8, m.seq_len, 1000, Precision::bf16, ff, false, true),
             2 * tokens * (ff + m.d_model));
   // A context rank copies its own seq_len / cp rows of each sequence only.
