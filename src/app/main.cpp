@@ -4,7 +4,7 @@
 //   trident estimate DECK.toml --world N [--set section.key=value]... [--memory 80GiB]
 //   trident check DECK.toml --ranks N [--set section.key=value]... [--layouts FILE] [--json]
 //   trident plan DECK.toml --gpus N [--cluster NAME|FILE.toml] [--set ...]... [--top K]
-//                [--layout tp=8,pp=4,dp=16,v=2,mb=1,zero=1,sp=1,recompute=selective[,offload=cpu]] [--json]
+//                [--layout tp=8,pp=4,dp=16[,cp=2],v=2,mb=1,zero=1,sp=1,recompute=selective[,offload=cpu]] [--json]
 //                [--stored-attention]
 //   trident tokenize IN.txt OUT.bin [--ids] [--vocab N] [--format gpt-2|llama-3]
 //   trident deck --reference
@@ -75,7 +75,7 @@ CLI::App* add_plan(CLI::App& app, PlanOptions& plan) {
   cmd->add_option("--set", plan.overrides, "Override a deck key: section.key=value");
   cmd->add_option("--top", plan.top, "How many layouts to list (default 5)");
   cmd->add_option("--layout", plan.layout,
-                  "Predict one layout: tp=8,pp=4,dp=16,v=2,mb=1,zero=1,sp=1,"
+                  "Predict one layout: tp=8,pp=4,dp=16[,cp=2],v=2,mb=1,zero=1,sp=1,"
                   "recompute=selective[,offload=none|cpu|cpu:RATIO|nvme]");
   cmd->add_flag("--json", plan.json, "Print the plan as one JSON document");
   cmd->add_flag("--stored-attention", plan.stored_attention,

@@ -21,6 +21,7 @@ nlohmann::json to_json(const Prediction& p) {
           {"tp", p.shape.tp},
           {"pp", p.shape.pp},
           {"dp", p.shape.dp},
+          {"cp", p.shape.cp},
           {"virtual_stages", p.virtual_stages},
           {"micro_batch", p.micro_batch},
           {"micro_batches", p.micro_batches},

@@ -89,8 +89,8 @@ Prediction predict_step(const Deck& deck, const GridShape& shape, const Cluster&
       layers_per_rank * (2 * (layer.gemm + layer.scores + layer.memory_bound + layer.tp_comm)) +
       mb.recompute + 2.0 / 3.0 * logits.total();
   const DataParallelTimes dp = dp_comm_time(x, psi, backward_last, last_mb);
-  // Under ZeRO the optimizer updates its 1/dp shard.
-  const double shard = deck.zero.stage > 0 ? psi / shape.dp : psi;
+  // Under ZeRO the optimizer updates its 1/(dp x cp) shard.
+  const double shard = deck.zero.stage > 0 ? psi / shape.replicas() : psi;
   const double optimizer = optimizer_time(x, shard, backward_last);
 
   p.costs = {{"gemm", mbs * (mb.gemm + logits.gemm)},
@@ -102,6 +102,8 @@ Prediction predict_step(const Deck& deck, const GridShape& shape, const Cluster&
              {"dp-comm", dp.exposed},
              {"dp-latency", dp.latency},
              {"optimizer", optimizer}};
+  // The ring's transfers, a term only where there is a context group.
+  if (shape.cp > 1) p.costs.insert(p.costs.begin() + 4, {"cp-comm", mbs * mb.cp_comm});
   p.step_s = mbs * last_mb + bubble + dp.total() + optimizer;
   model_throughput(p, x);
   predict_memory(p, deck, shape, cluster, state, stored_attention);

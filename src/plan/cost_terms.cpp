@@ -57,11 +57,13 @@ StepContext::StepContext(const Deck& deck, const GridShape& shape, const Cluster
          c.peak_tflops(deck.precision.dtype) * 1e12 / on_node, elementwise_rate(cluster, c, on_node)},
       h(deck.model.d_model),
       s(deck.model.seq_len),
-      tokens(double(micro_batch) * s),
+      rows(s / shape.cp),
+      tokens(double(micro_batch) * rows),
       act_bytes(c.f32_activations ? 4 : w) {}
 
 // One layer, one micro-batch, forward (Megatron: QKV, projection, two MLP GEMMs
-// split over tp; scores and mixing batched over the rank's heads). An
+// split over tp; scores and mixing batched over the rank's heads, the rank's
+// rows against the whole sequence's keys under context parallelism). An
 // activation's bytes as passes and messages move it (Trident's CPU backend:
 // f32 in every precision); what element-wise passes move, and what selective
 // recompute drops: the probabilities (nothing under flash attention).
@@ -74,7 +76,7 @@ LayerTimes layer_forward(const StepContext& x) {
   l.gemm = x.sm.gemm(tokens, m.qkv_width() / double(t), h) + x.sm.gemm(tokens, h, h / t) +
            x.sm.gemm(tokens, ups * f / t, h) + x.sm.gemm(tokens, h, f / t);
   const double heads = double(x.micro_batch) * m.heads / t;
-  l.scores = 2 * x.sm.gemm(s, s, h / m.heads, heads);
+  l.scores = 2 * x.sm.gemm(x.rows, s, h / m.heads, heads);
   auto layer_bytes = [&](Recompute r, int bytes) {
     return layer_activation_bytes(m, tokens, t, x.sequence_parallel, r, false, bytes,
                                   x.stored_attention);
@@ -126,11 +128,13 @@ LogitsTimes logits_times(const StepContext& x) {
   return l;
 }
 
-// Activations cross each chunk boundary once each way (SP: 1/tp of them).
+// Activations cross each chunk boundary once each way (SP: 1/tp of them), to
+// the stage tp x cp x dp ranks on.
 double pp_p2p_time(const StepContext& x) {
   const int t = x.shape.tp, pp = x.shape.pp, v = x.deck.parallel.virtual_stages;
   const double p2p_bytes = x.tokens * x.h * x.act_bytes / (x.sequence_parallel ? t : 1);
-  const Link link = x.link_for(2 * t * x.shape.dp, t * x.shape.dp);
+  const int stride = t * x.shape.cp * x.shape.dp;
+  const Link link = x.link_for(2 * stride, stride);
   return pp > 1 ? 2 * v * (p2p_bytes / (link.gbps * 1e9 * x.c.comm_efficiency) +
                            link.latency_us * 1e-6)
                 : 0;
@@ -146,6 +150,7 @@ MicroBatchTimes micro_batch_times(const StepContext& x, const LayerTimes& layer)
   mb.tp_comm = layers_per_rank * (x.sequence_parallel ? 2.5 : 2.0) * layer.tp_comm;
   mb.recompute = layers_per_rank * layer_recompute(x, layer);
   mb.pp_p2p = pp_p2p_time(x);
+  mb.cp_comm = cp_ring_time(x, layer);
   return mb;
 }
 

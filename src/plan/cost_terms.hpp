@@ -1,7 +1,7 @@
 // predict_step's cost terms, one function each, named as Prediction::costs
-// names them (gemm, memory-bound, recompute, tp-comm, pp-p2p, pp-bubble,
-// dp-comm, optimizer), over what every term reads: the layout and the
-// cluster as one rank sees it. Internal to plan/.
+// names them (gemm, memory-bound, recompute, tp-comm, cp-comm, pp-p2p,
+// pp-bubble, dp-comm, optimizer), over what every term reads: the layout and
+// the cluster as one rank sees it. Internal to plan/.
 #pragma once
 #include "grid/grid.hpp"
 #include "io/deck.hpp"
@@ -44,7 +44,9 @@ struct StepContext {
   int on_node;
   Cluster c;  // the cluster's bandwidths as this rank gets them
   StepModel sm;
-  double h, s, tokens;  // d_model, seq_len, tokens of a micro-batch
+  double h, s;          // d_model, seq_len
+  double rows;          // a rank's rows of each sequence: seq_len / cp
+  double tokens;        // the rank's tokens of a micro-batch
   int act_bytes;        // an activation's bytes as passes and messages move it
 
   // A group spanning `span` ranks, members `stride` apart: NVLink inside a
@@ -90,10 +92,13 @@ LogitsTimes logits_times(const StepContext& x);
 
 // One micro-batch on one stage (without the head), per cost term.
 struct MicroBatchTimes {
-  double gemm = 0, memory_bound = 0, tp_comm = 0, recompute = 0, pp_p2p = 0;
-  double stage() const { return gemm + memory_bound + tp_comm + recompute + pp_p2p; }
+  double gemm = 0, memory_bound = 0, tp_comm = 0, recompute = 0, pp_p2p = 0, cp_comm = 0;
+  double stage() const { return gemm + memory_bound + tp_comm + recompute + pp_p2p + cp_comm; }
 };
 MicroBatchTimes micro_batch_times(const StepContext& x, const LayerTimes& layer);
+// Ring attention's key/value blocks around the context group on one stage's
+// layers, what the attention blocks beside them leave exposed; 0 at cp 1.
+double cp_ring_time(const StepContext& x, const LayerTimes& layer);
 double pp_p2p_time(const StepContext& x);
 // The schedule's idle time over a step whose stages take `stage_mb` per
 // micro-batch and the last one `logits` more.
@@ -102,7 +107,8 @@ double pp_bubble_time(const StepContext& x, double stage_mb, double logits);
 // Data-parallel traffic the compute does not hide: the bytes of the
 // gradients' reduction and the updated parameters' gather, ZeRO-3's gathers
 // of each unit (dp-comm); and the collectives' steps (dp-latency), which
-// wait on every rank of the group and so are not hidden.
+// wait on every rank of the group and so are not hidden. The group is data x
+// context: weights are replicated over both.
 struct DataParallelTimes {
   double exposed = 0, latency = 0;
   double total() const { return exposed + latency; }

@@ -1,5 +1,6 @@
 // predict_step's collectives: which link a group rides, what its bytes and its
-// steps cost, and what data parallelism leaves exposed (dp-comm, dp-latency).
+// steps cost, and what data parallelism (dp-comm, dp-latency) and the context
+// group's ring (cp-comm) leave exposed.
 #include <algorithm>
 #include <cmath>
 
@@ -57,7 +58,8 @@ double StepContext::gather_latency(int n, const Link& l) const {
   return (n - 1) * (l.across_nodes ? c.collective_step_us : l.latency_us) * 1e-6;
 }
 
-// Gradients reduced over dp ranks tp apart, unit by unit (one a layer, and
+// Gradients reduced over the data x context group (dp x cp ranks tp apart:
+// weights are replicated over both), unit by unit (one a layer, and
 // the embedding: zero_plan), each unit's collective once per step, or once
 // per micro-batch where the stage's slots hold a unit rather than a step's
 // sums (stages 2-3). The bytes overlap the backward (the gathers, ZeRO-3's
@@ -65,7 +67,8 @@ double StepContext::gather_latency(int n, const Link& l) const {
 // for the slowest to reach each one.
 DataParallelTimes dp_comm_time(const StepContext& x, double psi, double backward,
                                double micro_batch) {
-  const int t = x.shape.tp, dp = x.shape.dp, zs = x.deck.zero.stage, mbs = x.micro_batches;
+  const int t = x.shape.tp, dp = x.shape.replicas(), zs = x.deck.zero.stage;
+  const int mbs = x.micro_batches;
   const Link link = x.link_for(t * dp, t);
   const double units = double(x.deck.model.layers) / x.shape.pp + 1;
   const double grads = psi * x.g, params = psi * x.w;
@@ -100,6 +103,30 @@ DataParallelTimes dp_comm_time(const StepContext& x, double psi, double backward
   // The updated 16-bit parameters' all-gather follows the optimizer (ZeRO section 5).
   if (zs >= 1) d.exposed += gather_bytes, d.latency += gather_steps;
   return d;
+}
+
+// Ring attention: each layer's forward passes its key/value block cp - 1
+// times around the context group (ranks tp apart), in f32 as Trident's ring
+// moves them; backward passes the blocks again beside their gradients, twice
+// the bytes; full recompute runs the forward's ring again. Each transfer is in
+// flight while a block is computed, so the passes hide behind the layer's
+// attention products (backward's: twice the forward's) as far as the
+// cluster's overlap lets them. A shared host's cores copy what they compute
+// beside, so there nothing hides.
+double cp_ring_time(const StepContext& x, const LayerTimes& layer) {
+  const int cp = x.shape.cp, t = x.shape.tp;
+  if (cp <= 1) return 0;
+  const GptConfig& m = x.deck.model;
+  const double block = 2.0 * m.kv_width() / t * x.tokens * sizeof(float);
+  const Link link = x.link_for(t * cp, t);
+  const double pass =
+      block / (link.gbps * 1e9 * x.c.comm_efficiency) + link.latency_us * 1e-6;
+  const double forward = (cp - 1) * pass, backward = 2 * forward;
+  const double overlap = x.cluster.shared_node ? 0 : x.c.comm_overlap;
+  const double forwards = x.deck.train.recompute == Recompute::full ? 2 : 1;
+  const double per_layer = forwards * exposed_beside(forward, layer.scores, overlap) +
+                           exposed_beside(backward, 2 * layer.scores, overlap);
+  return double(m.layers) / x.shape.pp * per_layer;
 }
 
 }  // namespace trident

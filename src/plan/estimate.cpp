@@ -221,9 +221,9 @@ MemoryEstimate estimate_memory(const Deck& deck, const GridShape& shape, int zer
   const int B = deck.train.micro_batch > 0 ? deck.train.micro_batch : deck.train.batch / shape.dp;
   const bool split = splits_backward(deck.parallel.schedule) && shape.pp > 1;
   if (deck.system.device == Device::cuda)
-    e.device_copies =
-        cuda_operand_copy_bytes(m, B, tp.local_vocab(m), deck.precision.dtype, tp.local_ff(m),
-                                deck.train.recompute == Recompute::full, split);
+    e.device_copies = cuda_operand_copy_bytes(m, B, m.seq_len / shape.cp, tp.local_vocab(m),
+                                              deck.precision.dtype, tp.local_ff(m),
+                                              deck.train.recompute == Recompute::full, split);
   e.checkpoint_staging = async_staging_bytes(deck, e, zero_stage);
   return e;
 }
@@ -241,11 +241,11 @@ double async_staging_bytes(const Deck& deck, const MemoryEstimate& e, int zero_s
   return std::min(state, wave) + std::min(state, bound);
 }
 
-double cuda_operand_copy_bytes(const GptConfig& m, int micro_batch, int local_vocab,
+double cuda_operand_copy_bytes(const GptConfig& m, int micro_batch, int rows, int local_vocab,
                                Precision dtype, int local_ff, bool recomputed,
                                bool weight_pass) {
   if (dtype != Precision::bf16) return 0;
-  const double tokens = double(micro_batch) * m.seq_len;
+  const double tokens = double(micro_batch) * rows;
   // One copy of an output gradient and one of an input, each as wide as the widest.
   const int dout = weight_pass ? std::max(local_vocab, local_ff) : local_vocab;
   const int input = recomputed ? std::max(m.d_model, local_ff) : m.d_model;

@@ -56,12 +56,14 @@ constexpr double kRuntimeBaseBytes = 40.0 * 1024 * 1024;
 // The CUDA backend's bf16 copies of bf16-valued f32 GEMM operands in a bf16
 // run (CudaBackend::bits_of), which it keeps for reuse: the head's, the
 // logits' gradient (2 B x tokens x padded vocabulary shard) and the final
-// norm's output (2 B x tokens x d_model). With every block recomputed, the
+// norm's output (2 B x tokens x d_model), tokens being the micro-batch's
+// sequences times the rank's `rows` of each (seq_len / cp: a context rank
+// holds its chunks only). With every block recomputed, the
 // recomputed inputs of the weight GEMMs are packed too (the widest the MLP's
 // hidden, local_ff wide); with zero bubble's separate weight pass, the kept
 // output gradients (up to local_ff). Op scratch (1 MiB or more) aside, a
 // run's "kernel scratch"; 0 for other precisions.
-double cuda_operand_copy_bytes(const GptConfig& m, int micro_batch, int local_vocab,
+double cuda_operand_copy_bytes(const GptConfig& m, int micro_batch, int rows, int local_vocab,
                                Precision dtype, int local_ff = 0, bool recomputed = false,
                                bool weight_pass = false);
 double reduce_scatter_temporaries(int dp, double largest_unit_bytes);

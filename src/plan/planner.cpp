@@ -16,7 +16,7 @@
 namespace trident {
 namespace {
 
-const std::vector<std::string> kLayoutFields = {"tp",  "pp", "dp",        "v",       "mb",
+const std::vector<std::string> kLayoutFields = {"tp", "pp",   "dp", "cp",        "v",      "mb",
                                                 "zero", "sp", "recompute", "offload", "schedule"};
 
 int positive_int(const std::string& field, const std::string& value, int lowest) {
@@ -75,6 +75,89 @@ std::vector<std::string> offload_overrides(OffloadTarget home, double ratio) {
   return out;
 }
 
+// A grid of model-parallel axes; dp fills the rest of the GPUs.
+struct ModelGrid {
+  int tp = 1, pp = 1, cp = 1;
+};
+
+// Context groups that leave a rank fewer rows of a sequence than this are not
+// tried: at such lengths activations rarely need the split, and the cost
+// model prices neither the ring's per-block merges nor its smaller kernels
+// (Megatron-Core applies context parallelism from about 8K tokens).
+constexpr int kMinContextRows = 2048;
+
+// The grids plan_all tries on `gpus`: tp a power of two within a node, pp up
+// to the layers, cp a power of two that cuts seq_len into 2·cp chunks (as
+// `trident check` requires). The grids without a context group come first,
+// in the order they had before cp was planned.
+std::vector<ModelGrid> model_grids(int gpus, const Cluster& cluster, const GptConfig& m) {
+  std::vector<ModelGrid> out;
+  for (int tp = 1; tp <= std::min(gpus, cluster.gpus_per_node); tp *= 2)
+    for (int pp = 1; pp <= std::min(gpus / tp, m.layers); ++pp)
+      if (gpus % (tp * pp) == 0) out.push_back({tp, pp, 1});
+  const std::size_t without_context = out.size();
+  for (std::size_t i = 0; i < without_context; ++i) {
+    const ModelGrid g = out[i];
+    for (int cp = 2; gpus % (g.tp * g.pp * cp) == 0 && m.seq_len % (2 * cp) == 0 &&
+                     m.seq_len / cp >= kMinContextRows;
+         cp *= 2)
+      out.push_back({g.tp, g.pp, cp});
+  }
+  return out;
+}
+
+// Model state depends on the grid, chunks, ZeRO stage, SP and offload, not
+// on the micro-batch or recompute (save the ring's buffers, which grow with
+// the micro-batch: at cp > 1 the key holds it): tp, pp, cp, v, zero, sp, mb.
+using StateKey = std::tuple<int, int, int, int, int, bool, int>;
+
+// Each candidate layout tried with the optimizer's state at each home in turn,
+// model state estimated once per key and home.
+class LayoutTrials {
+ public:
+  LayoutTrials(const PlanRequest& r, const Cluster& cluster, PlanResult& out)
+      : r_(r), cluster_(cluster), out_(out) {
+    // A layout whose state does not fit the device tries the optimizer's
+    // state on the host, the smallest share first (the fastest), then on
+    // NVMe where the cluster says how fast its NVMe is.
+    if (cluster.host_gib > 0 && cluster.host_gbps > 0 && cluster.pcie_gbps > 0)
+      for (double ratio : {0.25, 0.5, 0.75, 1.0}) offloads_.emplace_back(OffloadTarget::cpu, ratio);
+    if (cluster.nvme_gbps > 0 && (cluster.pcie_gbps > 0 || cluster.shared_node))
+      offloads_.emplace_back(OffloadTarget::nvme, 1.0);
+  }
+
+  void run(const std::vector<std::string>& layout, const StateKey& key) {
+    const int zero = std::get<4>(key);  // the key's ZeRO stage
+    for (const auto& [home, ratio] : offloads_) {
+      if (home != OffloadTarget::none && zero == 0) break;  // offload needs ZeRO
+      std::vector<std::string> sets = layout;
+      for (auto& o : offload_overrides(home, ratio)) sets.push_back(std::move(o));
+      ++out_.considered;
+      try {
+        auto [deck, shape] = resolve(r_, sets);
+        auto it = states_.find(std::make_tuple(key, int(home), ratio));
+        if (it == states_.end())
+          it = states_.emplace(std::make_tuple(key, int(home), ratio),
+                               estimate_memory(deck, shape, zero)).first;
+        Prediction p = predict_step(deck, shape, cluster_, it->second, r_.stored_attention);
+        const bool fits = p.fits();
+        (fits ? out_.fitting : out_.too_large).push_back(std::move(p));
+        if (fits) break;  // more offload would only be slower
+      } catch (const InputError&) {
+        ++out_.invalid;
+        break;
+      }
+    }
+  }
+
+ private:
+  const PlanRequest& r_;
+  const Cluster& cluster_;
+  PlanResult& out_;
+  std::vector<std::pair<OffloadTarget, double>> offloads_ = {{OffloadTarget::none, 1.0}};
+  std::map<std::tuple<StateKey, int, double>, MemoryEstimate> states_;
+};
+
 }  // namespace
 
 std::vector<std::string> layout_overrides(const std::string& layout) {
@@ -106,6 +189,7 @@ std::vector<std::string> layout_overrides(const std::string& layout) {
     if (key == "tp") out.push_back("parallel.tp=" + std::to_string(positive_int(key, value, 1)));
     if (key == "pp") out.push_back("parallel.pp=" + std::to_string(positive_int(key, value, 1)));
     if (key == "dp") out.push_back("parallel.dp=" + std::to_string(positive_int(key, value, 1)));
+    if (key == "cp") out.push_back("parallel.cp=" + std::to_string(positive_int(key, value, 1)));
     if (key == "mb") out.push_back("train.micro_batch=" + std::to_string(positive_int(key, value, 1)));
     if (key == "zero") {
       const int z = positive_int(key, value, 0);
@@ -143,8 +227,9 @@ std::string layout_string(const Prediction& p) {
   if (p.offload != OffloadTarget::none) offload = fmt::format(",offload={}", choice_name(p.offload));
   if (p.offload == OffloadTarget::cpu && p.offload_ratio < 1)
     offload += fmt::format(":{}", p.offload_ratio);
-  return fmt::format("tp={},pp={},dp={},v={},mb={},zero={},sp={},recompute={}{}", p.shape.tp,
-                     p.shape.pp, p.shape.dp, p.virtual_stages, p.micro_batch, p.zero_stage,
+  const std::string cp = p.shape.cp > 1 ? fmt::format(",cp={}", p.shape.cp) : "";
+  return fmt::format("tp={},pp={},dp={}{},v={},mb={},zero={},sp={},recompute={}{}", p.shape.tp,
+                     p.shape.pp, p.shape.dp, cp, p.virtual_stages, p.micro_batch, p.zero_stage,
                      p.sequence_parallel ? 1 : 0, choice_name(p.recompute), offload);
 }
 
@@ -160,64 +245,36 @@ PlanResult plan_all(const PlanRequest& r, const Cluster& cluster) {
   const Deck base = parse_deck(r.deck_text, r.deck_path, r.overrides);
   const int batch = base.train.batch;
   const bool interleaved_deck = base.parallel.schedule == ScheduleKind::interleaved;
-  // Model state depends on the grid, chunks, ZeRO stage, SP and offload, not
-  // on the micro-batch or recompute: estimate it once per such key.
-  std::map<std::tuple<int, int, int, int, bool, int, double>, MemoryEstimate> states;
-  // A layout whose state does not fit the device tries the optimizer's state
-  // on the host, the smallest share first (the fastest), then on NVMe where
-  // the cluster says how fast its NVMe is.
-  std::vector<std::pair<OffloadTarget, double>> offloads = {{OffloadTarget::none, 1.0}};
-  if (cluster.host_gib > 0 && cluster.host_gbps > 0 && cluster.pcie_gbps > 0)
-    for (double ratio : {0.25, 0.5, 0.75, 1.0}) offloads.emplace_back(OffloadTarget::cpu, ratio);
-  if (cluster.nvme_gbps > 0 && (cluster.pcie_gbps > 0 || cluster.shared_node))
-    offloads.emplace_back(OffloadTarget::nvme, 1.0);
-  for (int tp = 1; tp <= std::min(r.gpus, cluster.gpus_per_node); tp *= 2)
-    for (int pp = 1; pp <= std::min(r.gpus / tp, base.model.layers); ++pp) {
-      if (r.gpus % (tp * pp) != 0) continue;
-      const int dp = r.gpus / (tp * pp);
-      for (int v : {1, 2, 4})
-        for (int mb = 1; mb <= std::min(8, batch / dp); mb *= 2)
-          for (int zero = 0; zero <= 3; ++zero)
-            for (int sp = 0; sp <= (tp > 1 ? 1 : 0); ++sp)
-              for (const auto& rc : kRecomputeNames) {
-                if (v > 1 && pp == 1) continue;
-                std::vector<std::string> layout = {
-                    fmt::format("parallel.tp={}", tp), fmt::format("parallel.pp={}", pp),
-                    fmt::format("parallel.dp={}", dp), fmt::format("parallel.virtual_stages={}", v),
-                    fmt::format("train.micro_batch={}", mb), fmt::format("zero.stage={}", zero),
-                    fmt::format("parallel.sequence_parallel={}", sp ? "true" : "false"),
-                    fmt::format("train.recompute={}", rc.name)};
-                if (v > 1) layout.push_back(schedule_override(ScheduleKind::interleaved));
-                else if (interleaved_deck)
-                  layout.push_back(schedule_override(ScheduleKind::one_f_one_b));
-                for (const auto& [home, ratio] : offloads) {
-                  if (home != OffloadTarget::none && zero == 0) break;  // offload needs ZeRO
-                  std::vector<std::string> sets = layout;
-                  for (auto& o : offload_overrides(home, ratio)) sets.push_back(std::move(o));
-                  ++out.considered;
-                  try {
-                    auto [deck, shape] = resolve(r, sets);
-                    const auto key = std::make_tuple(tp, pp, v, zero, sp == 1, int(home), ratio);
-                    auto it = states.find(key);
-                    if (it == states.end())
-                      it = states.emplace(key, estimate_memory(deck, shape, zero)).first;
-                    Prediction p =
-                        predict_step(deck, shape, cluster, it->second, r.stored_attention);
-                    const bool fits = p.fits();
-                    (fits ? out.fitting : out.too_large).push_back(std::move(p));
-                    if (fits) break;  // more offload would only be slower
-                  } catch (const InputError&) {
-                    ++out.invalid;
-                    break;
-                  }
-                }
-              }
-    }
-  // Within 0.5% the simpler layout wins: less ZeRO sharding, then less memory.
+  LayoutTrials trials(r, cluster, out);
+  for (const ModelGrid& g : model_grids(r.gpus, cluster, base.model)) {
+    const int dp = r.gpus / (g.tp * g.pp * g.cp);
+    for (int v : {1, 2, 4})
+      for (int mb = 1; mb <= std::min(8, batch / dp); mb *= 2)
+        for (int zero = 0; zero <= 3; ++zero)
+          for (int sp = 0; sp <= (g.tp > 1 ? 1 : 0); ++sp)
+            for (const auto& rc : kRecomputeNames) {
+              if (v > 1 && g.pp == 1) continue;
+              std::vector<std::string> layout = {
+                  fmt::format("parallel.tp={}", g.tp), fmt::format("parallel.pp={}", g.pp),
+                  fmt::format("parallel.dp={}", dp), fmt::format("parallel.cp={}", g.cp),
+                  fmt::format("parallel.virtual_stages={}", v),
+                  fmt::format("train.micro_batch={}", mb), fmt::format("zero.stage={}", zero),
+                  fmt::format("parallel.sequence_parallel={}", sp ? "true" : "false"),
+                  fmt::format("train.recompute={}", rc.name)};
+              if (v > 1) layout.push_back(schedule_override(ScheduleKind::interleaved));
+              else if (interleaved_deck)
+                layout.push_back(schedule_override(ScheduleKind::one_f_one_b));
+              const StateKey key{g.tp, g.pp, g.cp, v, zero, sp == 1, g.cp > 1 ? mb : 0};
+              trials.run(layout, key);
+            }
+  }
+  // Within 0.5% the simpler layout wins: less ZeRO sharding, no (or a
+  // smaller) context group, then less memory.
   auto faster = [](const Prediction& a, const Prediction& b) {
     if (std::abs(a.step_s - b.step_s) > 0.005 * std::min(a.step_s, b.step_s))
       return a.step_s < b.step_s;
     if (a.zero_stage != b.zero_stage) return a.zero_stage < b.zero_stage;
+    if (a.shape.cp != b.shape.cp) return a.shape.cp < b.shape.cp;
     return a.memory_bytes < b.memory_bytes;
   };
   std::sort(out.fitting.begin(), out.fitting.end(), faster);

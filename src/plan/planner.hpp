@@ -1,7 +1,8 @@
 // Layouts for a deck on N GPUs: one given as tp=8,pp=4,... or every layout the
 // deck validator (parse_deck + resolve_layout, as `trident check`) accepts,
-// each with its predicted step and memory; one that does not fit the device
-// is tried again with the optimizer's state offloaded.
+// context groups included at long sequences, each with its predicted step
+// and memory; one that does not fit the device is tried again with the
+// optimizer's state offloaded.
 #pragma once
 #include <string>
 #include <vector>
@@ -21,10 +22,11 @@ struct PlanRequest {
   bool stored_attention = false;
 };
 
-// "tp=8,pp=4,dp=16,v=2,mb=1,zero=1,sp=1,recompute=selective[,offload=cpu:0.5]"
+// "tp=8,pp=4,dp=16[,cp=2],v=2,mb=1,zero=1,sp=1,recompute=selective[,offload=cpu:0.5]"
 // as deck overrides. Throws InputError naming the malformed field.
 std::vector<std::string> layout_overrides(const std::string& layout);
-// A prediction's layout in the same words, so it can be pasted back.
+// A prediction's layout in the same words, so it can be pasted back (cp
+// only where there is a context group).
 std::string layout_string(const Prediction& p);
 
 // One layout; throws InputError with the validator's message if it is invalid.

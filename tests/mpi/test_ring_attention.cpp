@@ -49,7 +49,7 @@ Vec rank_rows(const ContextChunks& c, const Vec& all, int B, int width) {
   return mine;
 }
 
-// lse (B, NH, T) at this rank's positions.
+// lse (B, NH, T) at this rank's positions: B x NH sequences of one value a row.
 Vec rank_lse(const ContextChunks& c, const Vec& all, int B, int NH) {
   Vec mine(std::size_t(B) * NH * c.rows());
   trident::testing::take_rows(context_token_layout(c, B), B * NH, 1, all.data(), mine.data());
@@ -111,10 +111,12 @@ void expect_ring_equals_whole(Communicator& ring, ComputeBackend& backend, int K
 TEST(ContextChunks, LoadBalancedSplit) {
   const ContextChunks c(4, 1, 32);  // 8 chunks of 4: rank 1 holds chunks 1 and 6
   EXPECT_EQ(c.rows(), 8);
-  EXPECT_EQ(c.position(0), 4);
-  EXPECT_EQ(c.position(3), 7);
-  EXPECT_EQ(c.position(4), 24);
-  EXPECT_EQ(c.position(7), 27);
+  const TokenLayout layout = context_token_layout(c, 3);
+  EXPECT_EQ(layout.rows(), 24);
+  const std::vector<PositionRun>& runs = layout.sequence_runs();  // rows 0-3 at 4-7, 4-7 at 24-27
+  ASSERT_EQ(runs.size(), 2u);
+  EXPECT_EQ(runs[0].row, 0); EXPECT_EQ(runs[0].position, 4); EXPECT_EQ(runs[0].count, 4);
+  EXPECT_EQ(runs[1].row, 4); EXPECT_EQ(runs[1].position, 24); EXPECT_EQ(runs[1].count, 4);
   const std::vector<int> tokens = {0, 1, 2, 3, 4, 5, 6, 7, 10, 11, 12, 13, 14, 15, 16, 17};
   std::vector<int> mine(8);  // two sequences of 8 in chunks of 2: rank 1 holds chunks 1 and 2
   take_context_rows(ContextChunks(2, 1, 8), tokens.data(), mine.data(), 2);
@@ -122,6 +124,11 @@ TEST(ContextChunks, LoadBalancedSplit) {
   std::vector<int> r0(8);  // rank 0: chunks 0 and 3
   take_context_rows(ContextChunks(2, 0, 8), tokens.data(), r0.data(), 2);
   EXPECT_EQ(r0, (std::vector<int>{0, 1, 6, 7, 10, 11, 16, 17}));
+  // Rows of two values each: the same chunks, whole rows at a time.
+  std::vector<int> pairs(4);  // one sequence of 8 rows of 2; rank 1 of 4: chunks 1 and 6 of 8
+  take_layout_rows(context_token_layout(ContextChunks(4, 1, 8), 1), tokens.data(), pairs.data(),
+                   2);
+  EXPECT_EQ(pairs, (std::vector<int>{2, 3, 14, 15}));
   EXPECT_THROW(ContextChunks(3, 0, 16), std::invalid_argument);
 }
 

@@ -128,20 +128,21 @@ TEST(Estimate, ActivationsGrowLinearlyInSequenceLength) {
 
 // The CUDA backend's operand copies (cuda_operand_copy_bytes, the estimate's
 // device_copies on CUDA decks, which only a CUDA build loads: gpu_model checks
-// them against a run): bf16 only, linear in the micro-batch, and with tp each
-// rank copies its vocabulary shard's gradient but the whole final norm output.
+// them against a run): bf16 only, linear in the micro-batch and in a context
+// rank's rows, and with tp each rank copies its vocabulary shard's gradient
+// but the whole final norm output.
 TEST(Estimate, CudaOperandCopiesOnlyInBf16) {
   const std::string deck = std::string(TRIDENT_INPUT_DIR) + "/gpt2-124m.toml";
   Deck d = load_deck(deck, {"precision.dtype=bf16", "parallel.dp=1"});
   EXPECT_EQ(estimate_memory(d, resolve_layout(d, 1), 0).device_copies, 0.0);  // the CPU's
   const GptConfig& m = d.model;
   auto vocab = [&](int tp) { return TensorParallelLayout{tp, 0, false}.local_vocab(m); };
-  EXPECT_EQ(cuda_operand_copy_bytes(m, 8, vocab(1), Precision::fp32), 0.0);
-  EXPECT_EQ(cuda_operand_copy_bytes(m, 8, vocab(1), Precision::fp16), 0.0);
-  const double one = cuda_operand_copy_bytes(m, 8, vocab(1), Precision::bf16);
+  EXPECT_EQ(cuda_operand_copy_bytes(m, 8, m.seq_len, vocab(1), Precision::fp32), 0.0);
+  EXPECT_EQ(cuda_operand_copy_bytes(m, 8, m.seq_len, vocab(1), Precision::fp16), 0.0);
+  const double one = cuda_operand_copy_bytes(m, 8, m.seq_len, vocab(1), Precision::bf16);
   EXPECT_GT(one, 0.0);
-  EXPECT_EQ(cuda_operand_copy_bytes(m, 16, vocab(1), Precision::bf16), 2 * one);
-  const double split = cuda_operand_copy_bytes(m, 8, vocab(2), Precision::bf16);
+  EXPECT_EQ(cuda_operand_copy_bytes(m, 16, m.seq_len, vocab(1), Precision::bf16), 2 * one);
+  const double split = cuda_operand_copy_bytes(m, 8, m.seq_len, vocab(2), Precision::bf16);
   EXPECT_LT(split, one);
   EXPECT_GT(split, one / 2);
   // Every block recomputed: the MLP's recomputed hidden packed for its weight
@@ -150,9 +151,21 @@ TEST(Estimate, CudaOperandCopiesOnlyInBf16) {
   // output gradients, no wider than the vocabulary's here.
   const int ff = 4 * m.d_model;
   const double tokens = 8.0 * m.seq_len;
-  EXPECT_EQ(cuda_operand_copy_bytes(m, 8, vocab(1), Precision::bf16, ff, true),
+  EXPECT_EQ(cuda_operand_copy_bytes(m, 8, m.seq_len, vocab(1), Precision::bf16, ff, true),
             one + 2 * tokens * (ff - m.d_model));
-  EXPECT_EQ(cuda_operand_copy_bytes(m, 8, vocab(1), Precision::bf16, ff, false, true), one);
-  EXPECT_EQ(cuda_operand_copy_bytes(m, 8, 1000, Precision::bf16, ff, false, true),
+  EXPECT_EQ(cuda_operand_copy_bytes(m, 8, m.seq_len, vocab(1), Precision::bf16, ff, false, true),
+            one);
+  EXPECT_EQ(cuda_operand_copy_bytes(m, 8, m.seq_len, 1000, Precision::bf16, ff, false, true),
             2 * tokens * (ff + m.d_model));
+  // A context rank copies its own seq_len / cp rows of each sequence only.
+  auto cuda_copies = [&](int cp) {
+    Deck c = load_deck(deck, {"precision.dtype=bf16", "parallel.dp=1",
+                              "parallel.cp=" + std::to_string(cp)});
+    const GridShape shape = resolve_layout(c, cp);
+    c.system.device = Device::cuda;  // what a CUDA build would load; the estimate only reads it
+    return estimate_memory(c, shape, 0).device_copies;
+  };
+  EXPECT_EQ(cuda_copies(1), cuda_operand_copy_bytes(m, d.train.micro_batch, m.seq_len,
+                                                    vocab(1), Precision::bf16, ff));
+  EXPECT_EQ(cuda_copies(4), cuda_copies(1) / 4);
 }

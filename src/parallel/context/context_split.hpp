@@ -2,8 +2,11 @@
 // load balance cuts a sequence of T tokens into 2·cp chunks and gives rank i
 // chunks i and 2·cp−1−i, so every rank has as many query-key pairs below the
 // causal diagonal as the others. A rank's rows of one sequence are its first
-// chunk, then its second. No MPI: the deck, the trainer and tests read it.
+// chunk, then its second: context_token_layout's runs say so, and everything
+// else (the rows taken from a micro-batch) reads them. No MPI: the deck, the
+// trainer and tests read it.
 #pragma once
+#include <algorithm>
 #include <cstddef>
 #include <stdexcept>
 #include <string>
@@ -26,30 +29,33 @@ struct ContextChunks {
   int rows() const { return 2 * chunk(); }          // this rank's tokens of each sequence
   int first() const { return rank; }                // chunk indices
   int second() const { return 2 * cp - 1 - rank; }
-  // The position in its sequence of this rank's row `r`.
-  int position(int r) const {
-    const int c = chunk();
-    return r < c ? first() * c + r : second() * c + (r - c);
-  }
 };
 
-// The model's rows for a micro-batch of `batch` sequences: the two chunks.
+// The model's rows for a micro-batch of `batch` sequences: the two chunks, as
+// runs of positions. The one place a rank's rows map to positions.
 inline TokenLayout context_token_layout(const ContextChunks& c, int batch) {
   const int n = c.chunk();
   return TokenLayout(batch, c.seq_len, {{0, c.first() * n, n}, {n, c.second() * n, n}});
+}
+
+// The rows `layout` holds of its batch() sequences of seq_len() rows, `width`
+// values a row (tokens or targets: 1), in row order: batch() x
+// rows_per_sequence() rows into `mine`.
+template <class T>
+void take_layout_rows(const TokenLayout& layout, const T* all, T* mine, std::size_t width = 1) {
+  const std::size_t whole = std::size_t(layout.seq_len()) * width;
+  const std::size_t share = std::size_t(layout.rows_per_sequence()) * width;
+  for (int b = 0; b < layout.batch(); ++b)
+    for (const PositionRun& run : layout.sequence_runs())
+      std::copy_n(all + b * whole + std::size_t(run.position) * width, run.count * width,
+                  mine + b * share + std::size_t(run.row) * width);
 }
 
 // This rank's rows of `batch` sequences of seq_len values each (tokens or
 // targets), in row order: batch x rows() values into `mine`.
 template <class T>
 void take_context_rows(const ContextChunks& c, const T* all, T* mine, int batch) {
-  const int n = c.chunk();
-  for (int b = 0; b < batch; ++b) {
-    const T* seq = all + std::size_t(b) * c.seq_len;
-    T* out = mine + std::size_t(b) * c.rows();
-    for (int i = 0; i < n; ++i) out[i] = seq[c.first() * n + i];
-    for (int i = 0; i < n; ++i) out[n + i] = seq[c.second() * n + i];
-  }
+  take_layout_rows(context_token_layout(c, batch), all, mine);
 }
 
 }  // namespace trident
