@@ -87,7 +87,7 @@ const std::map<std::string, std::string>& meanings() {
       {"checkpoint.minutes", "wall-clock minutes between checkpoints, by rank 0's clock (0: not by time)"},
       {"checkpoint.keep", "complete checkpoints kept; older ones are deleted, never the one `latest` names (0: keep all)"},
       {"checkpoint.async", "write each periodic checkpoint in the background while the next steps compute, completed at a later step boundary (same file, checksums and crash safety; one save in flight; saves on a signal and after the last step stay synchronous); see docs/checkpoints.md"},
-      {"checkpoint.staging_mb", "with `async`: MiB of state not yet written that the next optimizer step may copy to host memory instead of waiting for the background write to read it (0: it waits)"},
+      {"checkpoint.staging_mb", "with `async`: MiB of state not yet written that the next optimizer step may copy to host memory instead of waiting for the background write to read it (0: it waits), and the size of the staging buffer through which device memory and offloaded state (optimizer state, ZeRO-3 parameter shards) are read in waves (at least one 2 MiB piece)"},
       {"system.threads", "OpenMP/BLAS threads per rank; 0: the cores this rank is bound to, or cores/ranks-per-node if unbound"},
       {"system.peak_tflops", "per-rank peak TFLOP/s for MFU, overriding the backend's (0: the backend's: CPU from its vector ISA, clock and threads, or FMAs measured back to back where that is faster (bf16 runs: the AMX tile unit's rate, measured back to back, or else a GEMM on the bf16 kernels their linears use); GPU from a table by device name)"},
       {"system.comm_timeout_s", "seconds a collective may wait before the job is aborted with a diagnosis naming the ranks elsewhere"},
