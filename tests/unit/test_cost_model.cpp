@@ -13,26 +13,13 @@
 #include "io/deck.hpp"
 #include "plan/cost_model.hpp"
 #include "plan/estimate.hpp"
+#include "support/cpu_host.hpp"
 
 using namespace trident;
 
 namespace {
 
-Cluster cpu_host() {
-  Cluster c;
-  c.name = "host";
-  c.gpus_per_node = 2;
-  c.shared_node = c.fp16_as_fp32 = c.f32_activations = true;
-  c.peak_tflops_16 = 2.0;
-  c.peak_tflops_32 = 0.4;
-  c.gemm_efficiency = {{1e6, 0.3}, {1e9, 0.9}};
-  c.gemm_efficiency_32 = {{1e6, 0.5}, {1e9, 1.0}};
-  c.hbm_gbps = 30;
-  c.elementwise_gbps = 20;
-  c.hbm_gib = c.host_gib = 16;
-  c.intra = c.inter = {3, 20};
-  return c;
-}
+using trident::testing::cpu_host;
 
 Prediction plan(const Cluster& c, int ranks, std::vector<std::string> sets) {
   Deck d = load_deck(std::string(TRIDENT_INPUT_DIR) + "/default.toml", sets);

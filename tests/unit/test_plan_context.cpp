@@ -11,6 +11,7 @@
 
 #include "io/deck.hpp"
 #include "plan/estimate.hpp"
+#include "support/cpu_host.hpp"
 #include "plan/planner.hpp"
 
 using namespace trident;
@@ -26,23 +27,7 @@ std::string long_deck(int seq_len) {
          "[precision]\ndtype = \"bf16\"\n";
 }
 
-// A 2-core host as `this-cpu` describes one, built by hand so the figures do
-// not depend on a calibration; `gib` of memory shared by the ranks.
-Cluster cpu_host(double gib) {
-  Cluster c;
-  c.name = "host";
-  c.gpus_per_node = 2;
-  c.shared_node = c.fp16_as_fp32 = c.f32_activations = true;
-  c.peak_tflops_16 = 2.0;
-  c.peak_tflops_32 = 0.4;
-  c.gemm_efficiency = {{1e6, 0.3}, {1e9, 0.9}};
-  c.gemm_efficiency_32 = {{1e6, 0.5}, {1e9, 1.0}};
-  c.hbm_gbps = 30;
-  c.elementwise_gbps = 20;
-  c.hbm_gib = c.host_gib = gib;
-  c.intra = c.inter = {3, 20};
-  return c;
-}
+using trident::testing::cpu_host;
 
 PlanRequest request(const std::string& text, int gpus) {
   PlanRequest r;
