@@ -8,7 +8,10 @@
 # time blocked by an asynchronous one (its own report: creating the file,
 # waiting or copying before the optimizer step, completing it) and each mode's
 # extra wall time over the run without checkpoints, with the ratios the issue
-# sets (blocked <= 5% and extra <= 15% of the synchronous save's time).
+# sets (blocked <= 5% and extra <= 15% of the synchronous save's time), the
+# CPU time the drain's two threads used, and where each mode's extra went on
+# the machine as a whole (user, kernel, interrupt, steal and idle seconds per
+# save over the run without checkpoints, from /proc/stat).
 # MODEL=1b: a GPT-2-shaped model of 1.01 B parameters (18 layers, d_model
 # 2048, 16 heads) under ZeRO-3 at dp 2 with the Adam moments offloaded to a
 # swap file (offload.optimizer = "nvme"), so it fits a 23 GiB machine: fp32
@@ -78,9 +81,11 @@ run() {  # MODE REPEAT -> $dir/MODE.REPEAT.out
                         --set "checkpoint.$mode") ;;
   esac
   sync; [ -w /proc/sys/vm/drop_caches ] && echo 3 > /proc/sys/vm/drop_caches; sleep 3
+  head -1 /proc/stat > "$dir/$mode.$r.stat"  # the machine's CPU time by kind, before and after
   mpirun -np 2 "${placement[@]}" "$bin" train "$here/../input/gpt2-124m.toml" "${common[@]}" "${sets[@]}" \
     --metrics "$dir/$mode.$r.jsonl" \
     > "$dir/$mode.$r.out" 2>&1 || { tail -20 "$dir/$mode.$r.out"; exit 1; }
+  head -1 /proc/stat >> "$dir/$mode.$r.stat"
 }
 for r in $(seq 1 "$repeats"); do for m in "${modes[@]}"; do run "$m" "$r"; done; done
 rm -rf "$dir/ck"
@@ -91,16 +96,25 @@ d, steps, repeats, modes = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.
 def parse_one(path):
     text = open(path).read()
     wall = float(re.search(r"^  total +[0-9.]+ +[0-9.]+ +([0-9.]+)", text, re.M).group(1))
-    saves = re.findall(r"^checkpoint: step (\d+) -> .*? in ([0-9.]+) s, ([0-9.]+) GB/s(?:; in the background, training held up ([0-9.]+) s: ([0-9.]+) starting, ([0-9.]+) at optimizer steps, ([0-9.]+) waiting, ([0-9.]+) completing(?:; the drain's thread used ([0-9.]+) s of CPU)?)?", text, re.M)
+    saves = re.findall(r"^checkpoint: step (\d+) -> .*? in ([0-9.]+) s, ([0-9.]+) GB/s(?:; in the background, training held up ([0-9.]+) s: ([0-9.]+) starting, ([0-9.]+) at optimizer steps, ([0-9.]+) waiting, ([0-9.]+) completing(?:; the drain's thread used ([0-9.]+) s of CPU(?:, its writer's ([0-9.]+))?)?)?", text, re.M)
     waited = [float(x) for x in re.findall(r"^checkpoint: waited ([0-9.]+) s", text, re.M)]
     final = [float(s[1]) for s in saves if int(s[0]) == steps]
     periodic = [s for s in saves if int(s[0]) != steps]
     return dict(wall=wall, final=sum(final), periodic=periodic, waited=waited)
+def cpu_kinds(path):  # /proc/stat's cpu line before and after: seconds by kind
+    before, after = ([int(x) for x in line.split()[1:9]] for line in open(path))
+    kinds = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
+    got = {k: (a - b) / 100 for k, a, b in zip(kinds, after, before)}  # USER_HZ
+    return {"user": got["user"] + got["nice"], "system": got["system"],
+            "irq": got["irq"] + got["softirq"], "steal": got["steal"],
+            "idle": got["idle"] + got["iowait"]}
 def parse(mode):  # the repeats' periodic saves together, the median of their walls
     rs = [parse_one(f"{d}/{mode}.{r}.out") for r in range(1, repeats + 1)]
+    cpu = [cpu_kinds(f"{d}/{mode}.{r}.stat") for r in range(1, repeats + 1)]
     return dict(wall=statistics.median(r["wall"] - r["final"] for r in rs), final=0,
                 periodic=[s for r in rs for s in r["periodic"]], waited=[w for r in rs for w in r["waited"]],
-                n=len(rs[0]["periodic"]), walls=[round(r["wall"] - r["final"], 1) for r in rs])
+                n=len(rs[0]["periodic"]), walls=[round(r["wall"] - r["final"], 1) for r in rs],
+                cpu={k: statistics.median(c[k] for c in cpu) for k in cpu[0]})
 runs = {m: parse(m) for m in modes}
 base = runs.get("none")
 sync = runs.get("sync")
@@ -119,9 +133,18 @@ for m, r in runs.items():
               f"{parts[2]:.3f} waiting for the previous save, {parts[3]:.3f} completing")
         if r["periodic"][0][8]:
             drain = sum(float(s[8]) for s in r["periodic"]) / k
-            # With every core computing, the run loses at least the drain's CPU time.
-            print(f"  {m}: the drain's thread used {drain:.3f} s of CPU per save (rank 0)"
-                  + (f", {drain / sync_save:.1%} of the synchronous save" if sync_save else ""))
+            writer = sum(float(s[9] or 0) for s in r["periodic"]) / k
+            # With every core computing, the run loses at least the CPU time of
+            # the save's threads (copying and summing; the writer's system calls).
+            print(f"  {m}: per save (rank 0) the drain's thread used {drain:.3f} s of CPU, its "
+                  f"writer's {writer:.3f}" + (f"; together {(drain + writer) / sync_save:.1%} of the "
+                                             "synchronous save" if sync_save else ""))
+    if base and r is not base and r["n"]:
+        # Where the extra went, per save against the run without checkpoints:
+        # the machine's kernel, interrupt, steal and idle seconds (medians).
+        extra_cpu = {k: (r["cpu"][k] - base["cpu"][k]) / r["n"] for k in r["cpu"]}
+        print(f"  {m}: the machine's CPU per save over none: " +
+              ", ".join(f"{k} {v:+.3f} s" for k, v in extra_cpu.items()))
     if r["waited"]:
         print(f"  {m}: waited for the previous save {len(r['waited'])} times, {sum(r['waited']):.2f} s in all")
 PY

@@ -7,7 +7,6 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
-#include <ctime>
 
 #include "checkpoint/checksum.hpp"
 #include "checkpoint/direct_queues.hpp"
@@ -65,14 +64,6 @@ void CheckpointDrain::pause_if_injected(bool mid) {
   else changed_.wait_for(lock, std::chrono::milliseconds(5), [&] { return stop_; });
 }
 
-namespace {
-double thread_cpu_seconds() {
-  timespec t{};
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
-  return double(t.tv_sec) + 1e-9 * double(t.tv_nsec);
-}
-}  // namespace
-
 void CheckpointDrain::run() {
   const double cpu0 = thread_cpu_seconds();
   try {
@@ -95,7 +86,10 @@ void CheckpointDrain::run() {
       if (staged) wave_at += pieces_[i].bytes;
       if (!write_piece(i, staged)) break;  // stopped: the file stays incomplete
     }
-    if (direct_) direct_->drain();
+    if (direct_) {
+      direct_->drain();
+      write_cpu_seconds_ = direct_->write_cpu_seconds();
+    }
     // Durable before anyone is told: the completion's sync then has little left.
     if (::fsync(fd_) != 0)
       throw RuntimeFailure(fmt::format("fsync failed: {}", std::strerror(errno)));

@@ -50,6 +50,8 @@ class DirectFile {
   void write_buffered(std::uint64_t at, const char* src, std::size_t len, const PieceFn& piece);
   // Waits for every write in flight; throws if one failed.
   void drain();
+  // The CPU time the write queue's thread has used (its system calls).
+  double write_cpu_seconds() { return writes_->cpu_seconds(); }
   // For a writer that copies into the bounce buffers itself (an asynchronous
   // checkpoint's drain copies its sources under its own lock): a free buffer
   // of kPieceBytes (waits while all are queued; throws an earlier failure),

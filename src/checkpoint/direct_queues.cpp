@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "core/error.hpp"
+#include "core/timer.hpp"
 
 namespace trident {
 
@@ -90,7 +91,13 @@ void WriteBehind::drain() {
   throw_if_failed();
 }
 
+double WriteBehind::cpu_seconds() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return cpu_seconds_;
+}
+
 void WriteBehind::run() {
+  const double cpu0 = thread_cpu_seconds();
   std::unique_lock<std::mutex> lock(mutex_);
   for (;;) {
     // Stops only once the queue is empty: a destructor mid-checkpoint still
@@ -110,7 +117,9 @@ void WriteBehind::run() {
         failed = std::current_exception();
       }
     }
+    const double cpu = thread_cpu_seconds() - cpu0;
     lock.lock();
+    cpu_seconds_ = cpu;
     if (failed && !error_) error_ = failed;
     busy_ = false;
     if (job.buf) free_.push_back(job.buf);

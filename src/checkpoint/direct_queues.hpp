@@ -47,6 +47,8 @@ class WriteBehind {
   void submit_copy(int fd, std::vector<char> bytes, std::uint64_t at);
   // Waits until every queued write is done; throws the first failure.
   void drain();
+  // The CPU time the writing thread has used so far.
+  double cpu_seconds();
 
  private:
   struct Job {
@@ -66,6 +68,7 @@ class WriteBehind {
   std::vector<char*> free_;
   std::deque<Job> queue_;
   bool busy_ = false, stop_ = false;
+  double cpu_seconds_ = 0;  // the thread's, after its last job
   std::exception_ptr error_;
   std::thread thread_;  // last: started once the rest is built
 };

@@ -40,6 +40,7 @@ class AsyncSave {
   std::size_t staged_bytes() const { return drain_->staged_bytes(); }
   std::size_t waves() const { return drain_->waves(); }
   double drain_cpu_seconds() const { return drain_->cpu_seconds(); }
+  double writer_cpu_seconds() const { return drain_->write_cpu_seconds(); }
   // This rank's data are written and synced (or its drain failed).
   bool drained() { return drain_->finished(); }
   // Waits for drained(); seconds waited. Throws RuntimeFailure when the drain

@@ -146,7 +146,8 @@ void Checkpointer::complete_pending(bool wait) {
   const std::unique_ptr<AsyncSave> save = std::move(pending_);
   // Read before complete() joins the drain (its counts go with it).
   const std::string drain_cpu =
-      fmt::format("; the drain's thread used {:.3f} s of CPU", save->drain_cpu_seconds());
+      fmt::format("; the drain's thread used {:.3f} s of CPU, its writer's {:.3f}",
+                  save->drain_cpu_seconds(), save->writer_cpu_seconds());
   const std::string staged =
       save->waves() == 0 ? std::string()
                          : fmt::format("; {} staged through {} in {} wave{}",
