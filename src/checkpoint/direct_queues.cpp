@@ -1,6 +1,7 @@
 #include "checkpoint/direct_queues.hpp"
 
 #include <fmt/format.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -32,11 +33,18 @@ std::size_t transfer_all(int fd, char* buf, std::size_t n, std::uint64_t at, boo
 void AlignedBuffers::Free::operator()(char* p) const { std::free(p); }
 
 AlignedBuffers::AlignedBuffers(int count, std::size_t bytes, std::size_t alignment) {
+  // Whole huge pages where the buffers are: a direct transfer then pins one
+  // page, not 512, and reaches the disk as one physically contiguous segment
+  // (a 4 KiB-paged 2 MiB buffer exceeds a virtio disk's 254 segments and is
+  // split), so the writing thread spends a fraction of the CPU.
+  constexpr std::size_t kHugePage = std::size_t{2} << 20;
+  const bool huge = bytes % kHugePage == 0 && kHugePage % alignment == 0;
   for (int i = 0; i < count; ++i) {
-    buffers_.emplace_back(static_cast<char*>(std::aligned_alloc(alignment, bytes)));
+    buffers_.emplace_back(static_cast<char*>(std::aligned_alloc(huge ? kHugePage : alignment, bytes)));
     if (!buffers_.back())
       throw RuntimeFailure(fmt::format("out of memory for {} direct I/O buffers of {} bytes",
                                        count, bytes));
+    if (huge) madvise(buffers_.back().get(), bytes, MADV_HUGEPAGE);
   }
 }
 
