@@ -268,17 +268,8 @@ PlanResult plan_all(const PlanRequest& r, const Cluster& cluster) {
               trials.run(layout, key);
             }
   }
-  // Within 0.5% the simpler layout wins: less ZeRO sharding, no (or a
-  // smaller) context group, then less memory.
-  auto faster = [](const Prediction& a, const Prediction& b) {
-    if (std::abs(a.step_s - b.step_s) > 0.005 * std::min(a.step_s, b.step_s))
-      return a.step_s < b.step_s;
-    if (a.zero_stage != b.zero_stage) return a.zero_stage < b.zero_stage;
-    if (a.shape.cp != b.shape.cp) return a.shape.cp < b.shape.cp;
-    return a.memory_bytes < b.memory_bytes;
-  };
-  std::sort(out.fitting.begin(), out.fitting.end(), faster);
-  std::sort(out.too_large.begin(), out.too_large.end(), faster);
+  order_fastest_first(out.fitting);
+  order_fastest_first(out.too_large);
   return out;
 }
 

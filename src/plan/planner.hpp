@@ -33,6 +33,14 @@ std::string layout_string(const Prediction& p);
 Prediction plan_layout(const PlanRequest& request, const std::vector<std::string>& layout,
                        const Cluster& cluster);
 
+// Fastest first, where within 0.5% the simpler layout wins: by predicted
+// step, the fastest layout not yet placed leads a group of every layout
+// within 0.5% of it; a group lists its layouts simplest first (less ZeRO
+// sharding, no or a smaller context group, less memory, then the faster;
+// last the layout string), and the groups follow fastest first. The same
+// predictions give the same order whatever order they come in.
+void order_fastest_first(std::vector<Prediction>& predictions);
+
 struct PlanResult {
   std::vector<Prediction> fitting;     // fastest first
   std::vector<Prediction> too_large;   // fastest first

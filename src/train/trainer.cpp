@@ -129,8 +129,8 @@ void Trainer::load_micro_batch(const TokenDataset& data, std::uint64_t first_win
   for (int i = 0; i < B; ++i)
     data.read_window(first_window + i, tokens + std::size_t(i) * T, targets + std::size_t(i) * T);
   if (!ring_) return;
-  take_context_rows(ring_->chunks(), tokens, tokens_.data(), B);  // this context rank's chunks
-  take_context_rows(ring_->chunks(), targets, targets_.data(), B);
+  take_layout_rows(rows_, tokens, tokens_.data());  // this context rank's chunks
+  take_layout_rows(rows_, targets, targets_.data());
 }
 
 StepContext Trainer::step_context() {

@@ -119,10 +119,10 @@ TEST(ContextChunks, LoadBalancedSplit) {
   EXPECT_EQ(runs[1].row, 4); EXPECT_EQ(runs[1].position, 24); EXPECT_EQ(runs[1].count, 4);
   const std::vector<int> tokens = {0, 1, 2, 3, 4, 5, 6, 7, 10, 11, 12, 13, 14, 15, 16, 17};
   std::vector<int> mine(8);  // two sequences of 8 in chunks of 2: rank 1 holds chunks 1 and 2
-  take_context_rows(ContextChunks(2, 1, 8), tokens.data(), mine.data(), 2);
+  take_layout_rows(context_token_layout(ContextChunks(2, 1, 8), 2), tokens.data(), mine.data());
   EXPECT_EQ(mine, (std::vector<int>{2, 3, 4, 5, 12, 13, 14, 15}));
   std::vector<int> r0(8);  // rank 0: chunks 0 and 3
-  take_context_rows(ContextChunks(2, 0, 8), tokens.data(), r0.data(), 2);
+  take_layout_rows(context_token_layout(ContextChunks(2, 0, 8), 2), tokens.data(), r0.data());
   EXPECT_EQ(r0, (std::vector<int>{0, 1, 6, 7, 10, 11, 16, 17}));
   // Rows of two values each: the same chunks, whole rows at a time.
   std::vector<int> pairs(4);  // one sequence of 8 rows of 2; rank 1 of 4: chunks 1 and 6 of 8

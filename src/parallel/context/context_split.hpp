@@ -51,11 +51,4 @@ void take_layout_rows(const TokenLayout& layout, const T* all, T* mine, std::siz
                   mine + b * share + std::size_t(run.row) * width);
 }
 
-// This rank's rows of `batch` sequences of seq_len values each (tokens or
-// targets), in row order: batch x rows() values into `mine`.
-template <class T>
-void take_context_rows(const ContextChunks& c, const T* all, T* mine, int batch) {
-  take_layout_rows(context_token_layout(c, batch), all, mine);
-}
-
 }  // namespace trident

@@ -15,7 +15,10 @@ RingAttention::RingAttention(ComputeBackend& backend, MemoryLedger& ledger, Comm
       ledger_(ledger),
       bf16_ops_(backend),
       ring_(ring),
-      chunks_(ring.size(), ring.rank(), seq_len) {}
+      chunks_(ring.size(), ring.rank(), seq_len) {
+  for (int j = 0; j < ring.size(); ++j)
+    layouts_.push_back(context_token_layout(ContextChunks(ring.size(), j, seq_len), 1));
+}
 
 std::size_t RingAttention::buffer_floats(int batch, int rows, int kv_width, int widened_width) {
   return std::size_t(batch) * rows * (10 * std::size_t(kv_width) + widened_width);
@@ -84,22 +87,65 @@ void RingAttention::each_head(const AttentionShape& s, const AttentionBlock& b,
   }
 }
 
-// Rank r holds chunks (r, 2cp-1-r); block j holds (j, 2cp-1-j). Own block:
-// each chunk sees itself causally, the second chunk sees the first in full.
-// An earlier rank's block: its first chunk precedes both of ours, its second
-// follows both. A later rank's: both its chunks precede our second only.
-template <class Fn>
-void RingAttention::each_visible(int j, int rows, Fn&& fn) const {
-  const int r = chunks_.rank, half = rows / 2;
-  if (j == r) {
-    fn(0, 0, half, half, true);
-    fn(half, 0, half, half, false);
-    fn(half, half, half, half, true);
-  } else if (j < r) {
-    fn(0, 0, rows, half, false);
-  } else {
-    fn(half, 0, half, rows, false);
+namespace {
+
+// One block call: query rows [q, q + nq) against key rows [k, k + nk).
+struct VisibleBlock {
+  int q = 0, k = 0, nq = 0, nk = 0;
+  bool causal = false;
+};
+
+// What query run `q` sees of `keys`' rows, in key-row order: a run wholly
+// before it in full (row-adjacent ones in one call, as one softmax pass), the
+// run at its own positions causally; a run after it not at all.
+std::vector<VisibleBlock> visible_keys(const PositionRun& q, const TokenLayout& keys) {
+  std::vector<VisibleBlock> out;
+  for (const PositionRun& k : keys.sequence_runs()) {
+    if (k.position + k.count <= q.position) {
+      if (!out.empty() && !out.back().causal && out.back().k + out.back().nk == k.row)
+        out.back().nk += k.count;
+      else
+        out.push_back({q.row, k.row, q.count, k.count, false});
+    } else if (k.position == q.position && k.count == q.count) {
+      out.push_back({q.row, k.row, q.count, k.count, true});
+    } else if (k.position < q.position + q.count) {
+      throw std::logic_error("ring attention: a key run straddles a query run's positions");
+    }
   }
+  return out;
+}
+
+// Row-adjacent query runs that see the same keys in full are one call, so
+// each key's gradient sums over those queries in one pass.
+bool join_queries(std::vector<VisibleBlock>& calls, const std::vector<VisibleBlock>& next) {
+  if (calls.empty() || calls.size() != next.size()) return false;
+  for (std::size_t i = 0; i < calls.size(); ++i) {
+    const VisibleBlock &a = calls[i], &b = next[i];
+    if (a.causal || b.causal || a.k != b.k || a.nk != b.nk || a.q + a.nq != b.q) return false;
+  }
+  for (std::size_t i = 0; i < calls.size(); ++i) calls[i].nq += next[i].nq;
+  return true;
+}
+
+}  // namespace
+
+// The positions come from each rank's TokenLayout (context_token_layout):
+// with the load balance, rank r's first chunk sees an earlier rank's first
+// chunk, its second chunk sees a later rank's both and its own first, and
+// each chunk sees itself causally.
+template <class Fn>
+void RingAttention::each_visible(int j, Fn&& fn) const {
+  std::vector<VisibleBlock> calls;
+  auto flush = [&] {
+    for (const VisibleBlock& b : calls) fn(b.q, b.k, b.nq, b.nk, b.causal);
+  };
+  for (const PositionRun& q : layouts_[chunks_.rank].sequence_runs()) {
+    const std::vector<VisibleBlock> seen = visible_keys(q, layouts_[j]);
+    if (join_queries(calls, seen)) continue;
+    flush();
+    calls = seen;
+  }
+  flush();
 }
 
 void RingAttention::forward(float* out, float* lse, MatrixIn qkv, const AttentionShape& s,
@@ -122,7 +168,7 @@ void RingAttention::forward(float* out, float* lse, MatrixIn qkv, const Attentio
     const AttentionBlock whole = block(s, q, kv, out, lse);
     {
       ScopedTimer compute(times_.compute);
-      each_visible((r - step + cp) % cp, s.seq_len,
+      each_visible((r - step + cp) % cp,
                    [&](int qi, int ki, int nq, int nk, bool causal) {
                      AttentionBlock b = whole.from(qi, ki);
                      b.queries = nq, b.keys = nk, b.causal = causal;
@@ -169,7 +215,7 @@ void RingAttention::backward(float* dqkv, MatrixIn dout, MatrixIn qkv, const flo
                                        const_cast<float*>(lse));
     {
       ScopedTimer compute(times_.compute);
-      each_visible((r - step + cp) % cp, s.seq_len,
+      each_visible((r - step + cp) % cp,
                    [&](int qi, int ki, int nq, int nk, bool causal) {
                      AttentionBlock b = whole.from(qi, ki);
                      b.queries = nq, b.keys = nk, b.causal = causal;

@@ -70,9 +70,10 @@ class RingAttention final : public AttentionOp {
   void finish(ContextComm::Shift& shift);  // waits, timed as exposed
   AttentionBlock block(const AttentionShape& s, const float* q, const float* kv, float* out,
                        float* lse) const;
-  // The blocks of block `j`'s keys and values that this rank's queries see.
+  // The blocks of block `j`'s keys and values that this rank's queries see,
+  // as fn(query row, key row, queries, keys, causal) of one sequence's rows.
   template <class Fn>
-  void each_visible(int j, int rows, Fn&& fn) const;
+  void each_visible(int j, Fn&& fn) const;
   void add_key_value_grads(float* dqkv, const float* dkv, const AttentionShape& s);
 
   ComputeBackend& backend_;
@@ -80,6 +81,7 @@ class RingAttention final : public AttentionOp {
   Bf16OperandsFor bf16_ops_;
   ContextComm ring_;
   ContextChunks chunks_;
+  std::vector<TokenLayout> layouts_;  // each ring rank's positions of one sequence
   Arena kv_[2], dkv_[2], dkv_in_, values_;
   std::vector<float> minus_inf_;  // host: lse's starting value
   RingTimes times_;
