@@ -27,10 +27,44 @@ std::string describe(const PipelineAction& a) {
   return fmt::format("{}{} (chunk {})", kind, a.micro_batch, a.chunk);
 }
 
+// Consecutive steps (StepJoins): rank s at action i of its repeated list.
+// Returns false while it must wait for another rank's step end; else raises
+// `start` to the step's join and sets `leave_at` where a forward computed
+// before the settle may send only after it.
+// `settles`: this action is where the rank settles (marked once it runs).
+bool join_steps(StepJoins& j, int s, std::size_t i, bool speculative, double& start,
+                double& leave_at, const std::vector<std::vector<bool>>& settled, bool& settles) {
+  const std::size_t len = j.step_len[std::size_t(s)];
+  const std::size_t k = i / len;
+  if (k == 0) return true;
+  auto all_ended = [&](double& latest) {  // every rank's step k - 1 with its tail
+    latest = 0;
+    for (std::size_t r = 0; r < j.tail.size(); ++r) {
+      if (j.ended[k - 1][r] < 0) return false;
+      latest = std::max(latest, j.ended[k - 1][r] + (j.barrier ? 0 : j.tail[r]));
+    }
+    return true;
+  };
+  double latest = 0;
+  if (j.barrier) {
+    if (i % len != 0) return true;
+    if (!all_ended(latest)) return false;
+    start = std::max(start, latest + j.tail[std::size_t(s)]);
+    return true;
+  }
+  if (i % len == 0) start = std::max(start, j.ended[k - 1][std::size_t(s)] + j.tail[std::size_t(s)]);
+  if (settled[k][std::size_t(s)]) return true;
+  if (!all_ended(latest)) return false;
+  if (speculative) leave_at = latest;
+  else start = std::max(start, latest);
+  settles = true;
+  return true;
+}
+
 }  // namespace
 
 ScheduleReplay replay_schedule(const std::vector<std::vector<PipelineAction>>& ranks, int v,
-                               bool v_shape, const ZeroBubbleCosts* costs) {
+                               bool v_shape, const ZeroBubbleCosts* costs, StepJoins* joins) {
   const int p = int(ranks.size()), V = p * v;
   // Finish time of the F and of the input-gradient pass, and when the rank
   // reached the latter and posted its receive, per (virtual stage, micro-batch).
@@ -45,6 +79,8 @@ ScheduleReplay replay_schedule(const std::vector<std::vector<PipelineAction>>& r
   std::map<std::tuple<int, int, int>, int> slot_sent;
   std::vector<std::size_t> next(p, 0);
   std::vector<double> free_at(p, 0);
+  std::vector<std::vector<bool>> settled;
+  if (joins) settled.assign(joins->ended.size(), std::vector<bool>(std::size_t(p), false));
   ScheduleReplay r;
   for (bool progress = true; progress;) {
     progress = false;
@@ -52,7 +88,11 @@ ScheduleReplay replay_schedule(const std::vector<std::vector<PipelineAction>>& r
       for (; next[s] < ranks[s].size(); ++next[s]) {
         const PipelineAction& a = ranks[s][next[s]];
         const int vs = virtual_stage_of(v_shape, p, s, a.chunk);
-        double start = free_at[s];
+        double start = free_at[s], leave_at = 0;
+        const bool speculative = a.forward && vs == 0 && V > 1;
+        bool settles = false;
+        if (joins && !join_steps(*joins, s, next[s], speculative, start, leave_at, settled, settles))
+          break;
         if (is_input_grad(a)) b_posted.emplace(std::make_pair(vs, a.micro_batch), start);
         if (a.forward) f_posted.emplace(std::make_pair(vs, a.micro_batch), start);
         const bool sends_grad = is_input_grad(a) && vs > 0 && a.send_buffer >= 0;
@@ -91,7 +131,10 @@ ScheduleReplay replay_schedule(const std::vector<std::vector<PipelineAction>>& r
           if (it == b_end.end()) break;
           start = std::max(start, it->second);
         }
-        free_at[s] = start + duration(a, vs, costs);
+        free_at[s] = std::max(start + duration(a, vs, costs), leave_at);
+        if (settles) settled[next[s] / joins->step_len[std::size_t(s)]][std::size_t(s)] = true;
+        if (joins && (next[s] + 1) % joins->step_len[std::size_t(s)] == 0)
+          joins->ended[next[s] / joins->step_len[std::size_t(s)]][std::size_t(s)] = free_at[s];
         if (a.forward) f_end[{vs, a.micro_batch}] = free_at[s];
         if (a.forward && a.slot >= 0 && vs < V - 1) slot_sent[slot_key] = a.micro_batch;
         if (sends_grad) sender[{s, a.send_buffer}] = {vs, a.micro_batch};
@@ -119,6 +162,37 @@ double replayed_bubble(const std::vector<std::vector<PipelineAction>>& ranks, in
     for (const PipelineAction& a : ranks[s])
       busy += duration(a, virtual_stage_of(v_shape, p, s, a.chunk), &costs);
   return 1.0 - busy / (p * r.time);
+}
+
+double steady_bubble(const std::vector<std::vector<PipelineAction>>& ranks, int chunks,
+                     bool v_shape, const ZeroBubbleCosts& costs, const std::vector<double>& tail,
+                     bool barrier, int steps) {
+  const int p = int(ranks.size());
+  int m = 0;
+  for (const auto& list : ranks)
+    for (const PipelineAction& a : list) m = std::max(m, a.micro_batch + 1);
+  // Step k's micro-batch i is micro-batch k * m + i of one long replay.
+  std::vector<std::vector<PipelineAction>> repeated(ranks.size());
+  StepJoins j{{}, tail, barrier, std::vector<std::vector<double>>(std::size_t(steps),
+                                                                  std::vector<double>(ranks.size(), -1))};
+  double busy = 0, working = 0;
+  for (int s = 0; s < p; ++s) {
+    j.step_len.push_back(ranks[s].size());
+    for (int k = 0; k < steps; ++k)
+      for (PipelineAction a : ranks[s]) {
+        a.micro_batch += k * m;
+        repeated[s].push_back(a);
+      }
+    for (const PipelineAction& a : ranks[s])
+      busy += duration(a, virtual_stage_of(v_shape, p, s, a.chunk), &costs);
+  }
+  const ScheduleReplay r = replay_schedule(repeated, chunks, v_shape, &costs, &j);
+  if (!r.deadlock.empty()) throw std::logic_error("steady_bubble: " + r.deadlock);
+  // Per rank, the period over the second half of the steps, less its tail.
+  const int h = steps / 2;
+  for (int s = 0; s < p; ++s)
+    working += (j.ended[steps - 1][s] - j.ended[steps - 1 - h][s]) / h - tail[s];
+  return 1.0 - busy / working;
 }
 
 std::string message_order_problem(const std::vector<std::vector<PipelineAction>>& ranks,

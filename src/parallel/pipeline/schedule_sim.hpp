@@ -22,6 +22,22 @@ struct ScheduleReplay {
   std::string early_reuse;
 };
 
+// Consecutive steps in one replay (steady_bubble): each rank's list repeats,
+// step_len actions a step, and a rank's step ends with `tail` of its own work
+// (reductions, optimizer). barrier: the synchronous step, where a rank starts
+// the next step only once every rank has ended its passes, after its own
+// tail. Else post-validation: each rank goes on after its own tail, and
+// settles the previous step, which needs every rank's tail done, before its
+// first send (the first virtual stage, which computes a forward ahead of it)
+// or its first computation (the others). The replay fills `ended`: per step
+// and rank, when its last pass ended (-1 before).
+struct StepJoins {
+  std::vector<std::size_t> step_len;
+  std::vector<double> tail;
+  bool barrier = true;
+  std::vector<std::vector<double>> ended;
+};
+
 // Each rank's actions (rank s runs virtual stages c * p + s, or the V's s and
 // 2p - 1 - s), started as soon as their input has arrived: receives block,
 // sends do not, and a B that names its send buffer waits, as the trainer
@@ -29,12 +45,21 @@ struct ScheduleReplay {
 // from that buffer has posted its receive (its rank has reached it). With
 // `costs`, each pass takes its virtual stage's time.
 ScheduleReplay replay_schedule(const std::vector<std::vector<PipelineAction>>& ranks, int chunks,
-                               bool v_shape = false, const ZeroBubbleCosts* costs = nullptr);
+                               bool v_shape = false, const ZeroBubbleCosts* costs = nullptr,
+                               StepJoins* joins = nullptr);
 
 // The idle share of the ranks' time when `ranks` run with `costs`' durations:
 // 1 - (the passes' time) / (ranks x the replay's makespan).
 double replayed_bubble(const std::vector<std::vector<PipelineAction>>& ranks, int chunks,
                        bool v_shape, const ZeroBubbleCosts& costs);
+
+// The steady idle share per step of `steps` consecutive steps (StepJoins):
+// 1 - (every rank's passes of a step) / (the ranks' steady period, each less
+// its own tail), the period taken over the second half of the steps. With a
+// barrier and no tails it is replayed_bubble.
+double steady_bubble(const std::vector<std::vector<PipelineAction>>& ranks, int chunks,
+                     bool v_shape, const ZeroBubbleCosts& costs, const std::vector<double>& tail,
+                     bool barrier, int steps = 8);
 
 // Empty when, between every pair of ranks and in each direction (activations
 // forward, gradients back), the receiver's list takes the messages in the
