@@ -101,6 +101,7 @@ void report_bubble(Grid& grid, const Trainer& t, const PhaseTimes& before) {
   grid.world().all_reduce(&span, 1, DType::f64, ReduceOp::max);
   grid.world().all_reduce(idle, 2, DType::f64, ReduceOp::sum);
   const double floor = t.measured_floor();
+  const double steady_floor = t.measured_floor(/*steady=*/true);
   if (!grid.is_root() || grid.shape().pp == 1) return;
   const int chunks = grid.shape().pp > 0 ? int(t.partition().size() - 1) / grid.shape().pp : 1;
   const std::string list =
@@ -118,8 +119,12 @@ void report_bubble(Grid& grid, const Trainer& t, const PhaseTimes& before) {
              choice_name(t.schedule()), grid.shape().pp, t.micro_batches(), chunks, list);
   if (idle[1] > 0)
     fmt::print("pipeline bubble over the steady steps: {:.1f}% (per rank its wall time less its "
-               "own reductions and optimizer; every idle second, across step boundaries too)\n",
-               100 * (1.0 - idle[0] / idle[1]));
+               "own reductions and optimizer; every idle second, across step boundaries too){}\n",
+               100 * (1.0 - idle[0] / idle[1]),
+               steady_floor >= 0 ? fmt::format("; floor {:.1f}% (steps back to back under the "
+                                               "measured pass costs and step tails, {} barrier)",
+                                               100 * steady_floor, across ? "no" : "with the")
+                                 : "");
 }
 
 void report_post_validation(Grid& grid, Trainer& t, int steps) {

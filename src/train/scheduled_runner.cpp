@@ -18,7 +18,9 @@ ScheduledRunner::ScheduledRunner(StepContext ctx, const std::vector<PipelineActi
       send_pool_(send_pool),
       in_v_(in_v),
       input_grad_sends_(std::size_t(send_pool.size)),
-      clocks_(ctx_.chunks.size()) {}
+      clocks_(ctx_.chunks.size()) {
+  if (ctx_.deck.parallel.post_validation) ctx_.pcomm.set_idle_work([this] { save_while_idle(); });
+}
 
 void ScheduledRunner::clock(const PipelineAction& a, double since) {
   if (clocking_) clocks_[std::size_t(a.chunk)].add(a, now_seconds() - since);

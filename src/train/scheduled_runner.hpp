@@ -28,8 +28,8 @@ class ScheduledRunner final : public StepRunner {
   bool defers_stats() const override { return ctx_.deck.parallel.post_validation; }
   void settle() override;
   std::vector<StepStats> take_settled() override;
-  double measured_floor(Communicator& world, const StagePlan& plan) const override {
-    return trident::measured_floor(world, plan, clocks_, floor_options());
+  double measured_floor(Communicator& world, const StagePlan& plan, bool steady) const override {
+    return trident::measured_floor(world, plan, clocks_, floor_options(steady));
   }
   StepWall step_wall() const override { return wall_; }
 
@@ -75,7 +75,12 @@ class ScheduledRunner final : public StepRunner {
   bool settle_pending();  // true when the weights are not those taken ahead
   void settle_in_schedule(int step, std::vector<Speculative>& speculative);
   void redo_forwards(int step, const std::vector<Speculative>& speculative);
-  FloorOptions floor_options() const;
+  FloorOptions floor_options(bool steady) const;
+  // Post-validation's undo copy, one chunk at a time, taken while a receive
+  // waits once the state it copies is final (no step pending): the copy
+  // step_ahead() would otherwise make on the step's critical path.
+  void save_while_idle();
+  std::size_t saved_chunks_ = 0;
 
   StepContext ctx_;
   const std::vector<PipelineAction>& actions_;

@@ -48,7 +48,8 @@ double measured_floor(Communicator& world, const StagePlan& plan,
     const double* t = &sums[std::size_t(8 * V + 2 * s)];
     tails.push_back(t[1] > 0 ? t[0] / t[1] : 0.0);
   }
-  return steady_bubble(plan.all_actions, chunks, v_shape, costs, tails, /*barrier=*/false);
+  return steady_bubble(plan.all_actions, chunks, v_shape, costs, tails, options.barrier,
+                       /*steps=*/8, options.tied_ends);
 }
 
 }  // namespace trident

@@ -18,13 +18,16 @@ struct PassClock {
   void add(const PipelineAction& a, double seconds);
 };
 
-// How measured_floor replays the lists: one step (the synchronous step's
-// barrier at its end), or post-validation's steps back to back, each rank's
-// next step starting after its own step tail (step_tail: this rank's mean
-// seconds from its last pass to its step's end: reductions, optimizer).
+// How measured_floor replays the lists: one step, or steps back to back
+// (steady_bubble), each rank's step ending with its step tail (this rank's
+// mean seconds from its last pass to its step's end: reductions,
+// optimizer), with the synchronous step's barrier or (post-validation)
+// without it.
 struct FloorOptions {
   bool across_steps = false;
+  bool barrier = true;
   double step_tail = 0;
+  bool tied_ends = false;  // StepJoins::tied_ends
 };
 
 // The idle share of every rank's lists (plan.all_actions) under the mean

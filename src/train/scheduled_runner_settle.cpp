@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <utility>
 
 #include "core/timer.hpp"
 #include "train/scheduled_runner.hpp"
@@ -128,6 +129,7 @@ std::vector<StepStats> ScheduledRunner::take_settled() {
 bool ScheduledRunner::step_ahead(float lr, const LocalGrads& g) {
   ScopedTimer timer(ctx_.times.optimizer);
   TraceScope ts(ctx_.trace, "optimizer ahead", "optimizer");
+  const std::size_t saved = std::exchange(saved_chunks_, 0);  // copies taken while idle
   const double loss_scale = ctx_.scaler ? ctx_.scaler->scale() : 1.0;
   const float unclipped = clip_coefficient(0.0, 0.0, loss_scale);
   const bool gather = ctx_.deck.parallel.dp_mode == DpMode::gather;
@@ -138,12 +140,20 @@ bool ScheduledRunner::step_ahead(float lr, const LocalGrads& g) {
     return false;
   }
   if (ctx_.before_update) ctx_.before_update();
-  for (ModelChunk& ch : ctx_.chunks) {
-    ch.engine->save_step();
-    ch.engine->step(lr, unclipped);
+  for (std::size_t c = 0; c < ctx_.chunks.size(); ++c) {
+    if (c >= saved) ctx_.chunks[c].engine->save_step();
+    ctx_.chunks[c].engine->step(lr, unclipped);
   }
   ++counts_.ahead;
   return true;
+}
+
+void ScheduledRunner::save_while_idle() {
+  if (pending_.active || saved_chunks_ >= ctx_.chunks.size()) return;
+  const double t0 = now_seconds();
+  TraceScope ts(ctx_.trace, "undo copy", "optimizer");
+  ctx_.chunks[saved_chunks_++].engine->save_step();
+  own_work(t0, false);
 }
 
 bool ScheduledRunner::update(float lr, const GradNorm& norm, bool ahead, StepStats& s) {
@@ -174,10 +184,12 @@ bool ScheduledRunner::update(float lr, const GradNorm& norm, bool ahead, StepSta
   return clean;
 }
 
-FloorOptions ScheduledRunner::floor_options() const {
+FloorOptions ScheduledRunner::floor_options(bool steady) const {
   FloorOptions o;
-  o.across_steps = ctx_.deck.parallel.post_validation;
+  o.across_steps = steady || ctx_.deck.parallel.post_validation;
+  o.barrier = !ctx_.deck.parallel.post_validation;
   o.step_tail = tail_steps_ > 0 ? step_tail_ / tail_steps_ : 0.0;
+  o.tied_ends = ctx_.deck.model.tied_embeddings && !in_v_;
   return o;
 }
 

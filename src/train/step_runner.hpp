@@ -96,8 +96,10 @@ class StepRunner {
   virtual std::vector<StepStats> take_settled() { return {}; }
   // The bubble `plan`'s lists leave under the passes' measured costs
   // (collective over `world`); -1 where the runner does not measure them.
-  virtual double measured_floor(Communicator& world, const StagePlan& plan) const {
-    (void)world, (void)plan;
+  // steady: steps back to back with each rank's measured step tail, as the
+  // run takes them (StepJoins); else one step's lists.
+  virtual double measured_floor(Communicator& world, const StagePlan& plan, bool steady) const {
+    (void)world, (void)plan, (void)steady;
     return -1;
   }
 };

@@ -88,7 +88,10 @@ class Trainer {
   PostValidationCounts post_validation() const { return runner_->post_validation(); }
   // The bubble this step's lists leave under the passes' measured costs, over
   // the steps after the first (collective over the world); -1: not measured.
-  double measured_floor() const { return runner_->measured_floor(grid_.world(), plan_); }
+  // steady: over steps back to back (StepRunner::measured_floor).
+  double measured_floor(bool steady = false) const {
+    return runner_->measured_floor(grid_.world(), plan_, steady);
+  }
   DType weight_dtype() const { return weights_; }
   LossScaler* loss_scaler() { return scaler_ ? &*scaler_ : nullptr; }  // fp16 only
   // With 16-bit weights: the weights become the rounding of the f32 masters

@@ -53,6 +53,9 @@ TEST(ScheduleSteps, WithoutTheBarrierZbH2CrossesTheStepBoundary) {
   // A tail on each rank: its own work, not idle; stage 0's comes before its
   // next F0, stage 1's overlaps it (posted at 9 + 1 = 10, F0 sent at 10).
   EXPECT_NEAR(steady_bubble(ranks, 1, false, costs, {1.0, 1.0}, false), 1.0 / 8, 1e-12);
+  // Tied embeddings on both ends: stage 0 waits for stage 1's last pass (9)
+  // before its step, so the next F0 leaves at 10 and nothing is won.
+  EXPECT_NEAR(steady_bubble(ranks, 1, false, costs, none, false, 8, true), 2.0 / 9, 1e-12);
 }
 
 // Without the barrier no list loses: the steady idle share is at most the

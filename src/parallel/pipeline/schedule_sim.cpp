@@ -35,13 +35,19 @@ std::string describe(const PipelineAction& a) {
 bool join_steps(StepJoins& j, int s, std::size_t i, bool speculative, double& start,
                 double& leave_at, const std::vector<std::vector<bool>>& settled, bool& settles) {
   const std::size_t len = j.step_len[std::size_t(s)];
-  const std::size_t k = i / len;
+  const std::size_t k = i / len, p = j.tail.size();
   if (k == 0) return true;
+  const std::vector<double>& ended = j.ended[k - 1];
+  // When rank r's tail begins: its passes' end, or with tied ends both ends'.
+  auto tail_from = [&](std::size_t r) {
+    const bool end = j.tied_ends && (r == 0 || r == p - 1);
+    return end ? std::max(ended[0], ended[p - 1]) : ended[r];
+  };
   auto all_ended = [&](double& latest) {  // every rank's step k - 1 with its tail
     latest = 0;
-    for (std::size_t r = 0; r < j.tail.size(); ++r) {
-      if (j.ended[k - 1][r] < 0) return false;
-      latest = std::max(latest, j.ended[k - 1][r] + (j.barrier ? 0 : j.tail[r]));
+    for (std::size_t r = 0; r < p; ++r) {
+      if (ended[r] < 0) return false;
+      latest = std::max(latest, j.barrier ? ended[r] : tail_from(r) + j.tail[r]);
     }
     return true;
   };
@@ -52,7 +58,10 @@ bool join_steps(StepJoins& j, int s, std::size_t i, bool speculative, double& st
     start = std::max(start, latest + j.tail[std::size_t(s)]);
     return true;
   }
-  if (i % len == 0) start = std::max(start, j.ended[k - 1][std::size_t(s)] + j.tail[std::size_t(s)]);
+  if (i % len == 0) {
+    if (j.tied_ends && (ended[0] < 0 || ended[p - 1] < 0)) return false;
+    start = std::max(start, tail_from(std::size_t(s)) + j.tail[std::size_t(s)]);
+  }
   if (settled[k][std::size_t(s)]) return true;
   if (!all_ended(latest)) return false;
   if (speculative) leave_at = latest;
@@ -166,15 +175,16 @@ double replayed_bubble(const std::vector<std::vector<PipelineAction>>& ranks, in
 
 double steady_bubble(const std::vector<std::vector<PipelineAction>>& ranks, int chunks,
                      bool v_shape, const ZeroBubbleCosts& costs, const std::vector<double>& tail,
-                     bool barrier, int steps) {
+                     bool barrier, int steps, bool tied_ends) {
   const int p = int(ranks.size());
   int m = 0;
   for (const auto& list : ranks)
     for (const PipelineAction& a : list) m = std::max(m, a.micro_batch + 1);
   // Step k's micro-batch i is micro-batch k * m + i of one long replay.
   std::vector<std::vector<PipelineAction>> repeated(ranks.size());
-  StepJoins j{{}, tail, barrier, std::vector<std::vector<double>>(std::size_t(steps),
-                                                                  std::vector<double>(ranks.size(), -1))};
+  StepJoins j{{}, tail, barrier,
+              std::vector<std::vector<double>>(std::size_t(steps), std::vector<double>(ranks.size(), -1)),
+              tied_ends};
   double busy = 0, working = 0;
   for (int s = 0; s < p; ++s) {
     j.step_len.push_back(ranks[s].size());

@@ -29,13 +29,16 @@ struct ScheduleReplay {
 // tail. Else post-validation: each rank goes on after its own tail, and
 // settles the previous step, which needs every rank's tail done, before its
 // first send (the first virtual stage, which computes a forward ahead of it)
-// or its first computation (the others). The replay fills `ended`: per step
-// and rank, when its last pass ended (-1 before).
+// or its first computation (the others). tied_ends: the first and last
+// ranks sum the tied embedding's gradients, so each begins its tail once
+// both have ended their passes. The replay fills `ended`: per step and rank,
+// when its last pass ended (-1 before).
 struct StepJoins {
   std::vector<std::size_t> step_len;
   std::vector<double> tail;
   bool barrier = true;
   std::vector<std::vector<double>> ended;
+  bool tied_ends = false;
 };
 
 // Each rank's actions (rank s runs virtual stages c * p + s, or the V's s and
@@ -59,7 +62,7 @@ double replayed_bubble(const std::vector<std::vector<PipelineAction>>& ranks, in
 // barrier and no tails it is replayed_bubble.
 double steady_bubble(const std::vector<std::vector<PipelineAction>>& ranks, int chunks,
                      bool v_shape, const ZeroBubbleCosts& costs, const std::vector<double>& tail,
-                     bool barrier, int steps = 8);
+                     bool barrier, int steps = 8, bool tied_ends = false);
 
 // Empty when, between every pair of ranks and in each direction (activations
 // forward, gradients back), the receiver's list takes the messages in the
