@@ -23,6 +23,9 @@ class ScheduledRunner final : public StepRunner {
   // actions: this rank's list; send_pool: its input-gradient send buffers.
   ScheduledRunner(StepContext ctx, const std::vector<PipelineAction>& actions,
                   const SendBufferPool& send_pool, bool in_v);
+  // A step still pending: its reductions, which every rank posted, complete
+  // before their buffers go (its stats are dropped).
+  ~ScheduledRunner() override;
   void step(StepStats& s) override;
   PostValidationCounts post_validation() const override { return counts_; }
   bool defers_stats() const override { return ctx_.deck.parallel.post_validation; }

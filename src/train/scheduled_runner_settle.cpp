@@ -108,6 +108,13 @@ void ScheduledRunner::redo_forwards(int step, const std::vector<Speculative>& sp
   }
 }
 
+ScheduledRunner::~ScheduledRunner() {
+  if (ctx_.deck.parallel.post_validation) ctx_.pcomm.set_idle_work(nullptr);
+  if (!pending_.active) return;
+  ctx_.grid.pipeline().wait(pending_.loss);
+  ctx_.grid.world().wait(pending_.norm);
+}
+
 void ScheduledRunner::settle() {
   if (!pending_.active) return;
   const double t0 = now_seconds();

@@ -13,8 +13,9 @@ namespace {
 
 bool is_input_grad(const PipelineAction& a) { return !a.forward && a.part != BackwardPart::weights; }
 
-// Without costs: F, B and W one unit each, B and W fused two.
-double duration(const PipelineAction& a, int vs, const ZeroBubbleCosts* costs) {
+}  // namespace
+
+double pass_duration(const PipelineAction& a, int vs, const ZeroBubbleCosts* costs) {
   if (!costs) return !a.forward && a.part == BackwardPart::both ? 2 : 1;
   const auto& c = *costs;
   if (a.forward) return c.f[vs];
@@ -22,52 +23,11 @@ double duration(const PipelineAction& a, int vs, const ZeroBubbleCosts* costs) {
   return a.part == BackwardPart::weights ? c.w[vs] : c.b[vs] + c.w[vs];
 }
 
+namespace {
+
 std::string describe(const PipelineAction& a) {
   const char* kind = a.forward ? "F" : a.part == BackwardPart::input ? "B" : a.part == BackwardPart::weights ? "W" : "BW";
   return fmt::format("{}{} (chunk {})", kind, a.micro_batch, a.chunk);
-}
-
-// Consecutive steps (StepJoins): rank s at action i of its repeated list.
-// Returns false while it must wait for another rank's step end; else raises
-// `start` to the step's join and sets `leave_at` where a forward computed
-// before the settle may send only after it.
-// `settles`: this action is where the rank settles (marked once it runs).
-bool join_steps(StepJoins& j, int s, std::size_t i, bool speculative, double& start,
-                double& leave_at, const std::vector<std::vector<bool>>& settled, bool& settles) {
-  const std::size_t len = j.step_len[std::size_t(s)];
-  const std::size_t k = i / len, p = j.tail.size();
-  if (k == 0) return true;
-  const std::vector<double>& ended = j.ended[k - 1];
-  // When rank r's tail begins: its passes' end, or with tied ends both ends'.
-  auto tail_from = [&](std::size_t r) {
-    const bool end = j.tied_ends && (r == 0 || r == p - 1);
-    return end ? std::max(ended[0], ended[p - 1]) : ended[r];
-  };
-  auto all_ended = [&](double& latest) {  // every rank's step k - 1 with its tail
-    latest = 0;
-    for (std::size_t r = 0; r < p; ++r) {
-      if (ended[r] < 0) return false;
-      latest = std::max(latest, j.barrier ? ended[r] : tail_from(r) + j.tail[r]);
-    }
-    return true;
-  };
-  double latest = 0;
-  if (j.barrier) {
-    if (i % len != 0) return true;
-    if (!all_ended(latest)) return false;
-    start = std::max(start, latest + j.tail[std::size_t(s)]);
-    return true;
-  }
-  if (i % len == 0) {
-    if (j.tied_ends && (ended[0] < 0 || ended[p - 1] < 0)) return false;
-    start = std::max(start, tail_from(std::size_t(s)) + j.tail[std::size_t(s)]);
-  }
-  if (settled[k][std::size_t(s)]) return true;
-  if (!all_ended(latest)) return false;
-  if (speculative) leave_at = latest;
-  else start = std::max(start, latest);
-  settles = true;
-  return true;
 }
 
 }  // namespace
@@ -88,8 +48,6 @@ ScheduleReplay replay_schedule(const std::vector<std::vector<PipelineAction>>& r
   std::map<std::tuple<int, int, int>, int> slot_sent;
   std::vector<std::size_t> next(p, 0);
   std::vector<double> free_at(p, 0);
-  std::vector<std::vector<bool>> settled;
-  if (joins) settled.assign(joins->ended.size(), std::vector<bool>(std::size_t(p), false));
   ScheduleReplay r;
   for (bool progress = true; progress;) {
     progress = false;
@@ -100,8 +58,7 @@ ScheduleReplay replay_schedule(const std::vector<std::vector<PipelineAction>>& r
         double start = free_at[s], leave_at = 0;
         const bool speculative = a.forward && vs == 0 && V > 1;
         bool settles = false;
-        if (joins && !join_steps(*joins, s, next[s], speculative, start, leave_at, settled, settles))
-          break;
+        if (joins && !joins->before(s, next[s], speculative, start, leave_at, settles)) break;
         if (is_input_grad(a)) b_posted.emplace(std::make_pair(vs, a.micro_batch), start);
         if (a.forward) f_posted.emplace(std::make_pair(vs, a.micro_batch), start);
         const bool sends_grad = is_input_grad(a) && vs > 0 && a.send_buffer >= 0;
@@ -140,10 +97,8 @@ ScheduleReplay replay_schedule(const std::vector<std::vector<PipelineAction>>& r
           if (it == b_end.end()) break;
           start = std::max(start, it->second);
         }
-        free_at[s] = std::max(start + duration(a, vs, costs), leave_at);
-        if (settles) settled[next[s] / joins->step_len[std::size_t(s)]][std::size_t(s)] = true;
-        if (joins && (next[s] + 1) % joins->step_len[std::size_t(s)] == 0)
-          joins->ended[next[s] / joins->step_len[std::size_t(s)]][std::size_t(s)] = free_at[s];
+        free_at[s] = std::max(start + pass_duration(a, vs, costs), leave_at);
+        if (joins) joins->after(s, next[s], free_at[s], settles);
         if (a.forward) f_end[{vs, a.micro_batch}] = free_at[s];
         if (a.forward && a.slot >= 0 && vs < V - 1) slot_sent[slot_key] = a.micro_batch;
         if (sends_grad) sender[{s, a.send_buffer}] = {vs, a.micro_batch};
@@ -169,40 +124,8 @@ double replayed_bubble(const std::vector<std::vector<PipelineAction>>& ranks, in
   double busy = 0;
   for (int s = 0; s < p; ++s)
     for (const PipelineAction& a : ranks[s])
-      busy += duration(a, virtual_stage_of(v_shape, p, s, a.chunk), &costs);
+      busy += pass_duration(a, virtual_stage_of(v_shape, p, s, a.chunk), &costs);
   return 1.0 - busy / (p * r.time);
-}
-
-double steady_bubble(const std::vector<std::vector<PipelineAction>>& ranks, int chunks,
-                     bool v_shape, const ZeroBubbleCosts& costs, const std::vector<double>& tail,
-                     bool barrier, int steps, bool tied_ends) {
-  const int p = int(ranks.size());
-  int m = 0;
-  for (const auto& list : ranks)
-    for (const PipelineAction& a : list) m = std::max(m, a.micro_batch + 1);
-  // Step k's micro-batch i is micro-batch k * m + i of one long replay.
-  std::vector<std::vector<PipelineAction>> repeated(ranks.size());
-  StepJoins j{{}, tail, barrier,
-              std::vector<std::vector<double>>(std::size_t(steps), std::vector<double>(ranks.size(), -1)),
-              tied_ends};
-  double busy = 0, working = 0;
-  for (int s = 0; s < p; ++s) {
-    j.step_len.push_back(ranks[s].size());
-    for (int k = 0; k < steps; ++k)
-      for (PipelineAction a : ranks[s]) {
-        a.micro_batch += k * m;
-        repeated[s].push_back(a);
-      }
-    for (const PipelineAction& a : ranks[s])
-      busy += duration(a, virtual_stage_of(v_shape, p, s, a.chunk), &costs);
-  }
-  const ScheduleReplay r = replay_schedule(repeated, chunks, v_shape, &costs, &j);
-  if (!r.deadlock.empty()) throw std::logic_error("steady_bubble: " + r.deadlock);
-  // Per rank, the period over the second half of the steps, less its tail.
-  const int h = steps / 2;
-  for (int s = 0; s < p; ++s)
-    working += (j.ended[steps - 1][s] - j.ended[steps - 1 - h][s]) / h - tail[s];
-  return 1.0 - busy / working;
 }
 
 std::string message_order_problem(const std::vector<std::vector<PipelineAction>>& ranks,
