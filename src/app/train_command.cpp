@@ -77,15 +77,16 @@ struct LoopTimes {
 };
 
 // Rank 0: the step's line every output.log_every steps (and the first and
-// last), and its metrics record.
+// last), and its metrics record. steady_seconds: the steps after the first
+// up to this one.
 void record_step(const Deck& deck, Grid& grid, Trainer& trainer, const MemoryLedger& ledger,
                  MetricsWriter& metrics, const RankPeak& peak, const StepStats& s, int first,
-                 const LoopTimes& loop, double val_loss, bool eval) {
+                 double steady_seconds, double val_loss, bool eval) {
   const int step = s.step, steps = deck.train.steps;
   const bool last = step + 1 == steps;
   const Throughput tp = throughput(deck, grid.size(), double(trainer.tokens_per_step()), s.seconds,
                                    peak.flops);
-  const double avg = step > first ? loop.steady_seconds / (step - first) : s.seconds;
+  const double avg = step > first ? steady_seconds / (step - first) : s.seconds;
   if ((step + 1) % deck.output.log_every == 0 || last || step == first) {
     fmt::print("{}{}\n", format_step_line(s, steps, tp, ledger.peak_total(), avg * (steps - step - 1)),
                eval ? fmt::format(" | val {:.4f}", val_loss) : "");
@@ -122,13 +123,23 @@ LoopTimes run_steps(const Deck& deck, Grid& grid, ComputeBackend& backend, Train
       loop.after_first = trainer.times();
       backend.info().reset_kernel_times();  // the table covers the steady steps, as the FOM
     }
+    const double steady_before = loop.steady_seconds;
     loop.train_seconds += s.seconds;
     if (step > first) loop.steady_seconds += s.seconds;
     const int every = deck.train.eval_every;
     const bool eval = validate && ((every > 0 && (step + 1) % every == 0) || step + 1 == steps);
+    // Post-validation: a step's stats arrive with the next step's settle;
+    // whatever reads the settled state settles first (a checkpoint's
+    // per-step agreement among it: with checkpoints on every step settles).
+    if (eval || step + 1 == steps || checkpoints.enabled()) trainer.settle();
     if (eval) val_loss = trainer.evaluate();
-    if (grid.is_root())
-      record_step(deck, grid, trainer, ledger, metrics, peak, s, first, loop, val_loss, eval);
+    const std::vector<StepStats> settled =
+        trainer.defers_stats() ? trainer.take_settled() : std::vector<StepStats>{s};
+    for (const StepStats& d : settled)
+      if (grid.is_root())
+        record_step(deck, grid, trainer, ledger, metrics, peak, d, first,
+                    d.step == step ? loop.steady_seconds : steady_before, val_loss,
+                    eval && d.step == step);
     if (checkpoints.after_step(step + 1)) {  // a stop signal: saved, now exit cleanly
       trainer.stop_stream(step + 1);
       if (grid.is_root()) fmt::print("{}\n", checkpoints.stop_message());

@@ -92,20 +92,39 @@ void report_bubble(Grid& grid, const Trainer& t, const PhaseTimes& before) {
   const PhaseTimes& p = t.times();
   double busy = p.forward + p.backward - before.forward - before.backward;
   double span = p.pipeline - before.pipeline;
+  // Every idle second, the same rule for every schedule: per rank, the
+  // steady steps' wall time (StepWall) less its own work outside the passes
+  // (gradient reductions, optimizer).
+  const StepWall w = t.step_wall();
+  double idle[2] = {busy, w.seconds - w.own_work};
   grid.world().all_reduce(&busy, 1, DType::f64, ReduceOp::sum);
   grid.world().all_reduce(&span, 1, DType::f64, ReduceOp::max);
+  grid.world().all_reduce(idle, 2, DType::f64, ReduceOp::sum);
   const double floor = t.measured_floor();
+  const double steady_floor = t.measured_floor(/*steady=*/true);
   if (!grid.is_root() || grid.shape().pp == 1) return;
   const int chunks = grid.shape().pp > 0 ? int(t.partition().size() - 1) / grid.shape().pp : 1;
   const std::string list =
       t.list_bubble() >= 0 ? fmt::format(" (these lists with their FLOP costs: {:.1f}%)", 100 * t.list_bubble()) : "";
+  const bool across = t.defers_stats();
   const std::string floor_text =
-      floor >= 0 ? fmt::format("; floor {:.1f}% (these lists under the measured pass costs)", 100 * floor) : "";
+      floor >= 0 ? fmt::format("; floor {:.1f}% (these lists under the measured pass costs{})",
+                               100 * floor, across ? ", steps back to back with each rank's "
+                                                     "measured step tail, no barrier" : "")
+                 : "";
   fmt::print("pipeline bubble: measured {:.1f}% of {} ranks x the slowest schedule{}; theory "
              "{:.1f}% for {} with p = {}, m = {}, v = {}{}\n",
              span > 0 ? 100 * (1.0 - busy / (grid.size() * span)) : 0.0, grid.size(), floor_text,
              100 * theoretical_bubble(t.schedule(), grid.shape().pp, t.micro_batches(), chunks),
              choice_name(t.schedule()), grid.shape().pp, t.micro_batches(), chunks, list);
+  if (idle[1] > 0)
+    fmt::print("pipeline bubble over the steady steps: {:.1f}% (per rank its wall time less its "
+               "own reductions and optimizer; every idle second, across step boundaries too){}\n",
+               100 * (1.0 - idle[0] / idle[1]),
+               steady_floor >= 0 ? fmt::format("; floor {:.1f}% (steps back to back under the "
+                                               "measured pass costs and step tails, {} barrier)",
+                                               100 * steady_floor, across ? "no" : "with the")
+                                 : "");
 }
 
 void report_post_validation(Grid& grid, Trainer& t, int steps) {

@@ -4,13 +4,21 @@
 
 namespace trident {
 
+std::array<double, 2> grad_norm_terms(double sum_squares, bool nonfinite) {
+  // The flag travels beside the sum: an inf counted nowhere must still stop the step.
+  return {sum_squares, nonfinite || !std::isfinite(sum_squares) ? 1.0 : 0.0};
+}
+
+GradNorm grad_norm_of(const std::array<double, 2>& v, double loss_scale) {
+  return GradNorm{std::sqrt(v[0]) / loss_scale, v[1] == 0.0};
+}
+
 GradNorm reduce_grad_norm(double sum_squares, bool nonfinite,
                           const std::vector<Communicator*>& groups, double loss_scale) {
-  // The flag travels beside the sum: an inf counted nowhere must still stop the step.
-  double v[2] = {sum_squares, nonfinite || !std::isfinite(sum_squares) ? 1.0 : 0.0};
+  std::array<double, 2> v = grad_norm_terms(sum_squares, nonfinite);
   for (Communicator* g : groups)
-    if (g->size() > 1) g->all_reduce(v, 2, DType::f64, ReduceOp::sum);
-  return GradNorm{std::sqrt(v[0]) / loss_scale, v[1] == 0.0};
+    if (g->size() > 1) g->all_reduce(v.data(), 2, DType::f64, ReduceOp::sum);
+  return grad_norm_of(v, loss_scale);
 }
 
 float clip_coefficient(double norm, double max_norm, double loss_scale) {

@@ -4,6 +4,7 @@
 // counted on exactly one rank of `groups`, see GradEngine::grad_sum_squares);
 // one all-reduce per group of (sum, non-finite flag) gives every rank the norm.
 #pragma once
+#include <array>
 #include <vector>
 
 #include "comm/communicator.hpp"
@@ -19,6 +20,10 @@ struct GradNorm {
 // rank holds, counted or not, is inf/NaN (a replica can overflow alone).
 GradNorm reduce_grad_norm(double sum_squares, bool nonfinite,
                           const std::vector<Communicator*>& groups, double loss_scale = 1.0);
+// The same in two halves, for a reduction left in flight: what a rank
+// contributes (sum of squares, non-finite flag), and the norm from their sums.
+std::array<double, 2> grad_norm_terms(double sum_squares, bool nonfinite);
+GradNorm grad_norm_of(const std::array<double, 2>& summed, double loss_scale = 1.0);
 
 // What the stored gradients are multiplied by before the update: 1/loss_scale,
 // times max_norm / (norm + 1e-6) when that is below 1 (PyTorch's

@@ -18,13 +18,15 @@ ScheduledRunner::ScheduledRunner(StepContext ctx, const std::vector<PipelineActi
       send_pool_(send_pool),
       in_v_(in_v),
       input_grad_sends_(std::size_t(send_pool.size)),
-      clocks_(ctx_.chunks.size()) {}
+      clocks_(ctx_.chunks.size()) {
+  if (ctx_.deck.parallel.post_validation) ctx_.pcomm.set_idle_work([this] { save_while_idle(); });
+}
 
 void ScheduledRunner::clock(const PipelineAction& a, double since) {
   if (clocking_) clocks_[std::size_t(a.chunk)].add(a, now_seconds() - since);
 }
 
-double ScheduledRunner::run_schedule(int step, float dloss) {
+double ScheduledRunner::run_schedule(int step) {
   const double t0 = now_seconds();
   PipelineComm& pcomm = ctx_.pcomm;
   for (std::size_t k = 0; k < ctx_.chunks.size(); ++k) {
@@ -33,37 +35,62 @@ double ScheduledRunner::run_schedule(int step, float dloss) {
       ctx_.chunks[k].weight_passes_left += a.frees_slot() && a.chunk == int(k);
   }
   double loss_sum = 0;
+  std::vector<Speculative> speculative;
   for (const PipelineAction& a : actions_) {
-    if (!a.forward) {
-      backward_pass(a);
+    if (a.forward) {
+      forward_pass(step, a, loss_sum, speculative);
       continue;
     }
-    ModelChunk& c = ctx_.chunks[a.chunk];
-    GptModel& m = *c.model;
-    const std::size_t n = m.boundary_elements();
-    const int mb = a.micro_batch;
-    const int slot = c.slots.acquire(mb, a.slot, pcomm);
-    const MicroBatchActs acts = c.slots.acts(slot);
-    ctx_.load_micro_batch(std::uint64_t(step), mb);
-    if (!pcomm.first_virtual(a.chunk)) {
-      ScopedTimer timer(ctx_.times.comm);
-      TraceScope ts(ctx_.trace, fmt::format("recv F{}", mb), "recv");
-      pcomm.recv_forward(m.input_buffer(acts), n, mb, a.chunk);
-    }
-    {
-      ScopedTimer timer(ctx_.times.forward);
-      TraceScope ts(ctx_.trace, fmt::format("F{}", mb), "forward");
-      const double t_pass = now_seconds();
-      loss_sum += m.forward(acts, ctx_.tokens.data(), ctx_.targets.data(), dloss);
-      clock(a, t_pass);
-    }
-    if (!pcomm.last_virtual(a.chunk))
-      c.slots.add_send(slot, pcomm.send_forward(m.output(acts), n, mb, a.chunk));
+    settle_in_schedule(step, speculative);  // gradients are summed into from here on
+    backward_pass(a);
   }
   for (ModelChunk& c : ctx_.chunks) c.slots.wait_all_sends(pcomm);
   for (Request& r : input_grad_sends_) pcomm.wait(r);
   ctx_.times.pipeline += now_seconds() - t0;
   return loss_sum;
+}
+
+// Post-validation (a step pending): the first virtual stage computes its
+// forward ahead of the settle and settles before sending it; any other
+// settles once its input is here (sent by a settled stage) and before
+// computing (the head needs the settled loss scale).
+void ScheduledRunner::forward_pass(int step, const PipelineAction& a, double& loss_sum,
+                                   std::vector<Speculative>& speculative) {
+  PipelineComm& pcomm = ctx_.pcomm;
+  ModelChunk& c = ctx_.chunks[a.chunk];
+  GptModel& m = *c.model;
+  const std::size_t n = m.boundary_elements();
+  const int mb = a.micro_batch;
+  const int slot = c.slots.acquire(mb, a.slot, pcomm);
+  const MicroBatchActs acts = c.slots.acts(slot);
+  if (!pcomm.first_virtual(a.chunk)) {
+    ScopedTimer timer(ctx_.times.comm);
+    TraceScope ts(ctx_.trace, fmt::format("recv F{}", mb), "recv");
+    pcomm.recv_forward(m.input_buffer(acts), n, mb, a.chunk);
+  }
+  const bool ahead_of_settle = pcomm.first_virtual(a.chunk) && !pcomm.last_virtual(a.chunk);
+  if (!ahead_of_settle) settle_in_schedule(step, speculative);
+  ctx_.load_micro_batch(std::uint64_t(step), mb);
+  {
+    ScopedTimer timer(ctx_.times.forward);
+    TraceScope ts(ctx_.trace, fmt::format("F{}", mb), "forward");
+    const double t_pass = now_seconds();
+    loss_sum += m.forward(acts, ctx_.tokens.data(), ctx_.targets.data(), loss_weight());
+    clock(a, t_pass);
+  }
+  if (pending_.active) speculative.push_back({a.chunk, mb, slot});
+  if (pcomm.last_virtual(a.chunk)) return;
+  settle_in_schedule(step, speculative);
+  c.slots.add_send(slot, pcomm.send_forward(m.output(acts), n, mb, a.chunk));
+}
+
+float ScheduledRunner::loss_weight() const {
+  // Each token's loss enters the global mean with weight 1/(batch * seq_len);
+  // summing over the data group then gives the mean over the global batch.
+  // fp16 multiplies it by the loss scale (gradients are unscaled in update()).
+  const auto& t = ctx_.deck.train;
+  return float(ctx_.scaler ? ctx_.scaler->scale() : 1.0) /
+         float(std::int64_t(t.batch) * ctx_.deck.model.seq_len);
 }
 
 void ScheduledRunner::backward_pass(const PipelineAction& a) {
@@ -123,25 +150,33 @@ void ScheduledRunner::backward_pass(const PipelineAction& a) {
   if (a.frees_slot()) c.slots.release(mb);
 }
 
-void ScheduledRunner::step(StepStats& s) {
-  const auto& t = ctx_.deck.train;
-  // Each token's loss enters the global mean with weight 1/(batch * seq_len);
-  // summing over the data group then gives the mean over the global batch.
-  // fp16 multiplies it by the loss scale (gradients are unscaled in update()).
-  const float dloss = float(ctx_.scaler ? ctx_.scaler->scale() : 1.0) /
-                      float(std::int64_t(t.batch) * ctx_.deck.model.seq_len);
+void ScheduledRunner::begin_step() {
   for (ModelChunk& c : ctx_.chunks) c.engine->begin_step();
-  double loss_sum = run_schedule(s.step, dloss);
+}
+
+void ScheduledRunner::step(StepStats& s) {
+  const double t0 = now_seconds();
+  if (ctx_.deck.parallel.post_validation) step_deferred(s);
+  else step_synchronous(s);
+  if (clocking_) wall_.seconds += now_seconds() - t0;
+  clocking_ = true;  // from the second step of the run on
+}
+
+void ScheduledRunner::step_synchronous(StepStats& s) {
+  const auto& t = ctx_.deck.train;
+  begin_step();
+  double loss_sum = run_schedule(s.step);
+  const double t_tail = now_seconds();
   {
     ScopedTimer timer(ctx_.times.comm);
     TraceScope ts(ctx_.trace, "all-reduce", "allreduce");
     for (ModelChunk& c : ctx_.chunks) c.engine->finish_backward();
+    own_work(t_tail);  // the tied sum below waits for the other end: not counted
     sum_tied_embedding();
   }
-  // This rank's gradients are final: post-validation steps now, before the
-  // reductions below wait for the other stages.
+  const double t_grads = now_seconds();
   const LocalGrads grads = local_grads(s.step);
-  const bool ahead = ctx_.deck.parallel.post_validation && step_ahead(float(s.lr), grads);
+  own_work(t_grads);
   {
     ScopedTimer timer(ctx_.times.comm);
     TraceScope ts(ctx_.trace, "all-reduce", "allreduce");
@@ -152,14 +187,30 @@ void ScheduledRunner::step(StepStats& s) {
     ctx_.grid.data_context().all_reduce(&loss_sum, 1, DType::f64, ReduceOp::sum);
   }
   s.loss = loss_sum / (double(t.batch) * ctx_.deck.model.seq_len);
-  update(float(s.lr), grads, ahead, s);
+  GradNorm norm;
+  {
+    // Each element is counted on one rank of the job: one sum over the world.
+    ScopedTimer timer(ctx_.times.optimizer);
+    norm = reduce_grad_norm(grads.sum_squares, grads.nonfinite, {&ctx_.grid.world()},
+                            ctx_.scaler ? ctx_.scaler->scale() : 1.0);
+  }
+  const double t_update = now_seconds();
+  update(float(s.lr), norm, false, s);
   {
     ScopedTimer timer(ctx_.times.optimizer);
     // The step ends when an asynchronous device has finished it. (Backward is
     // not synchronised: the host must stay free to drive bucket reductions.)
     ctx_.backend.synchronize();
   }
-  clocking_ = true;  // from the second step of the run on
+  own_work(t_update);
+  tail_steps_ += clocking_;
+}
+
+void ScheduledRunner::own_work(double since, bool step_end) {
+  if (!clocking_) return;
+  const double dt = now_seconds() - since;
+  wall_.own_work += dt;
+  if (step_end) step_tail_ += dt;
 }
 
 void ScheduledRunner::sum_tied_embedding() {
@@ -188,64 +239,6 @@ ScheduledRunner::LocalGrads ScheduledRunner::local_grads(int step) {
     g.nonfinite = g.nonfinite || (ctx_.scaler && ch.engine->grads_nonfinite());
   }
   return g;
-}
-
-// The step the synchronous path takes when the global norm does not clip:
-// the gradients times 1/loss_scale. A norm is a sum of every rank's squares,
-// so this rank's own share already shows a clip (or an overflow) that the
-// global check would find; then the step waits for it. (Gather mode: the
-// data ranks must agree, and only the root holds sums: always ahead.)
-bool ScheduledRunner::step_ahead(float lr, const LocalGrads& g) {
-  ScopedTimer timer(ctx_.times.optimizer);
-  TraceScope ts(ctx_.trace, "optimizer ahead", "optimizer");
-  const double loss_scale = ctx_.scaler ? ctx_.scaler->scale() : 1.0;
-  const float unclipped = clip_coefficient(0.0, 0.0, loss_scale);
-  const bool gather = ctx_.deck.parallel.dp_mode == DpMode::gather;
-  const double own_norm = std::sqrt(g.sum_squares) / loss_scale;
-  if (!gather && (g.nonfinite || !std::isfinite(own_norm) ||
-                  clip_coefficient(own_norm, ctx_.deck.train.grad_clip, loss_scale) != unclipped)) {
-    ++counts_.held;
-    return false;
-  }
-  if (ctx_.before_update) ctx_.before_update();
-  for (ModelChunk& ch : ctx_.chunks) {
-    ch.engine->save_step();
-    ch.engine->step(lr, unclipped);
-  }
-  ++counts_.ahead;
-  return true;
-}
-
-void ScheduledRunner::update(float lr, const LocalGrads& g, bool ahead, StepStats& s) {
-  ScopedTimer timer(ctx_.times.optimizer);
-  TraceScope ts(ctx_.trace, "optimizer", "optimizer");
-  LossScaler* scaler = ctx_.scaler;
-  // Each element is counted on one rank of the job: one sum over the world.
-  // fp16: the gradients carry the loss scale; a step that overflowed anywhere
-  // is skipped everywhere.
-  const double loss_scale = scaler ? scaler->scale() : 1.0;
-  const GradNorm norm = reduce_grad_norm(g.sum_squares, g.nonfinite, {&ctx_.grid.world()}, loss_scale);
-  s.loss_scale = loss_scale;
-  s.grad_norm = norm.norm;
-  s.skipped = scaler && !norm.finite;
-  const float coef = clip_coefficient(norm.norm, ctx_.deck.train.grad_clip, loss_scale);
-  // Post-validation: the step taken ahead stands where it is the one the
-  // checks call for (same gradients, learning rate and coefficient: the same
-  // bits); else it is undone from the copy and the right one taken.
-  bool done = false;
-  if (ahead) {
-    done = !s.skipped && coef == clip_coefficient(0.0, 0.0, loss_scale);
-    if (!done) {
-      for (ModelChunk& ch : ctx_.chunks) ch.engine->undo_step();
-      ++(s.skipped ? counts_.skipped : counts_.clipped);
-      s.rolled_back = true;
-    }
-  }
-  if (!s.skipped && !done) {
-    if (ctx_.before_update && !ahead) ctx_.before_update();
-    for (ModelChunk& ch : ctx_.chunks) ch.engine->step(lr, coef);
-  }
-  if (scaler) scaler->update(s.skipped);
 }
 
 }  // namespace trident

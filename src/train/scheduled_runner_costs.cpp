@@ -12,10 +12,16 @@ void PassClock::add(const PipelineAction& a, double seconds) {
 }
 
 double measured_floor(Communicator& world, const StagePlan& plan,
-                      const std::vector<PassClock>& clocks) {
+                      const std::vector<PassClock>& clocks, const FloorOptions& options) {
   const int V = int(plan.partition.size()) - 1;
-  // Per virtual stage: the sums and counts of F, B, W and fused passes.
-  std::vector<double> sums(std::size_t(8 * V), 0.0);
+  const int p = int(plan.all_actions.size());
+  // Per virtual stage: the sums and counts of F, B, W and fused passes; then
+  // per pipeline rank the sum and count of its step tails.
+  std::vector<double> sums(std::size_t(8 * V + 2 * p), 0.0);
+  if (!plan.chunks.empty()) {
+    double* tail = &sums[std::size_t(8 * V + 2 * plan.chunks.front().virtual_stage)];
+    tail[0] += options.step_tail, tail[1] += 1;
+  }
   for (std::size_t c = 0; c < clocks.size() && c < plan.chunks.size(); ++c) {
     const PassClock& k = clocks[c];
     double* at = &sums[std::size_t(8 * plan.chunks[c].virtual_stage)];
@@ -35,7 +41,15 @@ double measured_floor(Communicator& world, const StagePlan& plan,
     costs.w.push_back(split ? mean(2) : 0.0);
   }
   const int chunks = int(plan.chunks.size());
-  return replayed_bubble(plan.all_actions, chunks, places_chunks_in_v(plan.schedule), costs);
+  const bool v_shape = places_chunks_in_v(plan.schedule);
+  if (!options.across_steps) return replayed_bubble(plan.all_actions, chunks, v_shape, costs);
+  std::vector<double> tails;
+  for (int s = 0; s < p; ++s) {
+    const double* t = &sums[std::size_t(8 * V + 2 * s)];
+    tails.push_back(t[1] > 0 ? t[0] / t[1] : 0.0);
+  }
+  return steady_bubble(plan.all_actions, chunks, v_shape, costs, tails, options.barrier,
+                       /*steps=*/8, options.tied_ends);
 }
 
 }  // namespace trident

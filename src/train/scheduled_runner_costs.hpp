@@ -18,12 +18,26 @@ struct PassClock {
   void add(const PipelineAction& a, double seconds);
 };
 
+// How measured_floor replays the lists: one step, or steps back to back
+// (steady_bubble), each rank's step ending with its step tail (this rank's
+// mean seconds from its last pass to its step's end: reductions,
+// optimizer), with the synchronous step's barrier or (post-validation)
+// without it.
+struct FloorOptions {
+  bool across_steps = false;
+  bool barrier = true;
+  double step_tail = 0;
+  bool tied_ends = false;  // StepJoins::tied_ends
+};
+
 // The idle share of every rank's lists (plan.all_actions) under the mean
 // durations `clocks` measured on this rank's chunks, averaged per virtual
 // stage over the ranks of `world` that run it (collective over `world`).
 // A chunk that never split its backward replays its fused passes as B.
-// -1 where some virtual stage measured nothing.
+// -1 where some virtual stage measured nothing. Across steps: the steady
+// per-step idle share of steps_replayed_across (schedule_sim), each rank's
+// tail averaged over the ranks at its pipeline position.
 double measured_floor(Communicator& world, const StagePlan& plan,
-                      const std::vector<PassClock>& clocks);
+                      const std::vector<PassClock>& clocks, const FloorOptions& options = {});
 
 }  // namespace trident

@@ -49,6 +49,14 @@ struct PostValidationCounts {
   int rolled_back() const { return clipped + skipped; }
 };
 
+// One rank's time in the steps after the run's first (the runner's step()
+// and settle() calls, so not the loop's logging between them), and its own
+// work outside the passes in it (gradient reductions, the optimizer): the
+// rest is passes or waiting.
+struct StepWall {
+  double seconds = 0, own_work = 0;
+};
+
 // What a runner reaches of the trainer.
 struct StepContext {
   const Deck& deck;
@@ -79,10 +87,19 @@ class StepRunner {
   // The activation slot evaluation may use between steps.
   virtual int eval_slot() const { return 0; }
   virtual PostValidationCounts post_validation() const { return {}; }
+  // Post-validation: step() returns with the step's global checks still in
+  // flight; the next step settles it (or settle(), which blocks), and its
+  // stats come from take_settled(), in step order (`seconds` left 0).
+  virtual bool defers_stats() const { return false; }
+  virtual StepWall step_wall() const { return {}; }
+  virtual void settle() {}
+  virtual std::vector<StepStats> take_settled() { return {}; }
   // The bubble `plan`'s lists leave under the passes' measured costs
   // (collective over `world`); -1 where the runner does not measure them.
-  virtual double measured_floor(Communicator& world, const StagePlan& plan) const {
-    (void)world, (void)plan;
+  // steady: steps back to back with each rank's measured step tail, as the
+  // run takes them (StepJoins); else one step's lists.
+  virtual double measured_floor(Communicator& world, const StagePlan& plan, bool steady) const {
+    (void)world, (void)plan, (void)steady;
     return -1;
   }
 };

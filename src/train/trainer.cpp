@@ -164,7 +164,29 @@ StepStats Trainer::step(int step) {
   runner_->step(s);
   if (ring_) times_.ring_compute = ring_->times().compute, times_.ring_exposed = ring_->times().exposed;
   s.seconds = now_seconds() - t0;
+  if (runner_->defers_stats()) {
+    collect_settled();  // the previous step, settled inside this one
+    pending_seconds_ = s.seconds;
+  }
   return s;
+}
+
+void Trainer::collect_settled() {
+  for (StepStats& s : runner_->take_settled()) {
+    s.seconds = pending_seconds_;  // one step pending at most
+    settled_.push_back(s);
+  }
+}
+
+void Trainer::settle() {
+  runner_->settle();
+  collect_settled();
+}
+
+std::vector<StepStats> Trainer::take_settled() {
+  std::vector<StepStats> out;
+  out.swap(settled_);
+  return out;
 }
 
 void Trainer::stop_stream(int done) { runner_->stop_stream(done); }
@@ -181,6 +203,7 @@ void Trainer::set_optimizer_steps(std::int64_t t) {
 
 double Trainer::evaluate() {
   if (!val_data_) return 0.0;
+  settle();  // post-validation: the weights the last step leaves
   ScopedTimer timer(times_.eval);
   const auto& t = deck_.train;
   const int per_rank = t.eval_sequences / grid_.shape().dp;

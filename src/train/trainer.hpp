@@ -47,6 +47,16 @@ class Trainer {
           TraceRecorder* trace = nullptr);
 
   StepStats step(int step);
+  // parallel.post_validation: step() returns before the step's global checks
+  // (its stats hold step, lr and seconds only); the next step settles it, or
+  // settle() (blocking) does, and take_settled() hands over the settled
+  // steps' stats in order. Else step() returns the whole stats.
+  bool defers_stats() const { return runner_->defers_stats(); }
+  void settle();
+  std::vector<StepStats> take_settled();
+  // This rank's time from the first step's end to the last settled step's,
+  // and its own work outside the passes in it.
+  StepWall step_wall() const { return runner_->step_wall(); }
   double evaluate();  // mean validation loss over train.eval_sequences (collective)
   // A run stopping before train.steps (a signal), after `done` steps: pipedream
   // takes the forwards sent ahead so every send completes. Others: nothing.
@@ -78,7 +88,10 @@ class Trainer {
   PostValidationCounts post_validation() const { return runner_->post_validation(); }
   // The bubble this step's lists leave under the passes' measured costs, over
   // the steps after the first (collective over the world); -1: not measured.
-  double measured_floor() const { return runner_->measured_floor(grid_.world(), plan_); }
+  // steady: over steps back to back (StepRunner::measured_floor).
+  double measured_floor(bool steady = false) const {
+    return runner_->measured_floor(grid_.world(), plan_, steady);
+  }
   DType weight_dtype() const { return weights_; }
   LossScaler* loss_scaler() { return scaler_ ? &*scaler_ : nullptr; }  // fp16 only
   // With 16-bit weights: the weights become the rounding of the f32 masters
@@ -133,6 +146,11 @@ class Trainer {
   std::unique_ptr<StepRunner> runner_;  // scheduled, or PipeDream's
   PipedreamRunner* pipedream_ = nullptr;  // runner_, where it is PipeDream's
   std::function<void()> before_update_;
+  // Deferred stats: the settled ones not yet taken, and the seconds of the
+  // step still pending.
+  std::vector<StepStats> settled_;
+  double pending_seconds_ = 0;
+  void collect_settled();
 };
 
 }  // namespace trident

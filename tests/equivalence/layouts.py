@@ -162,7 +162,7 @@ def post_validation_runs():
     the synchronous step and post-validation each against the serial run, and
     post-validation against the synchronous step bit for bit (its rolled-back
     steps redone exactly). Plus dp2 tp2 pp2 bf16 zb-v, whose larger send pool
-    once deadlocked, and gather mode."""
+    once deadlocked, gather mode, and zb-h2 and zb-v at pp 4."""
     out = []
     for schedule in ("zb-h1", "zb-h2", "zb-v"):
         for precision in ("fp32", "bf16", "fp16"):
@@ -177,6 +177,12 @@ def post_validation_runs():
         sync = make(micro_batches=4, precision="bf16", step="clip-some", **grid)
         pv = with_values(sync, {INDEX["step"]: "pv-clip-some"})
         out += [(pv, make(precision="bf16", step="clip-some"), "bf16"), (pv, sync, "exact")]
+    # pp 4: middle stages settle after a receive and before computing, and
+    # send on; the first stage's forward computed ahead is redone after a rollback.
+    for schedule in ("zb-h2", "zb-v"):
+        sync = make(pp=4, schedule=schedule, micro_batches=4, precision="fp32", step="clip-some")
+        pv = with_values(sync, {INDEX["step"]: "pv-clip-some"})
+        out += [(pv, make(precision="fp32", step="clip-some"), "fp32"), (pv, sync, "exact")]
     return out
 
 

@@ -178,7 +178,11 @@ void expect_overflow_skips(const std::vector<std::string>& layout) {
     if (grid.rank() == victim && (s == 3 || s == 4)) setenv("TRIDENT_FAULT_INJECT", fmt::format("grad:inf@{}", s).c_str(), 1);
     const std::vector<float> before = local_weights(tr);
     const std::int64_t t_before = tr.optimizer_steps();
-    const StepStats st = tr.step(s);
+    StepStats st = tr.step(s);
+    if (tr.defers_stats()) {  // post-validation: settled here, before the weights are read
+      tr.settle();
+      st = tr.take_settled().back();
+    }
     unsetenv("TRIDENT_FAULT_INJECT");
     const std::vector<float> after = local_weights(tr);
     const bool same = before.size() == after.size() &&

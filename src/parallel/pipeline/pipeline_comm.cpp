@@ -51,6 +51,7 @@ void PipelineComm::receive(Communicator& channel, float* buf, std::size_t n, int
   }
   Request r = channel.irecv(buf, n, DType::f32, peer, tag);
   flush();
+  if (idle_work_ && !channel.test(r)) idle_work_();
   channel.wait(r);
 }
 

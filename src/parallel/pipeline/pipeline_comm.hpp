@@ -16,6 +16,7 @@
 // its receive copies it (compute backend) and completes its send.
 #pragma once
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <vector>
@@ -49,6 +50,9 @@ class PipelineComm {
     acts_.wait(r);
   }
   bool test(Request& r) { return acts_.test(r); }
+  // Work for a receive that finds its message not there yet, run before
+  // waiting for it (post-validation's undo copy); empty: none.
+  void set_idle_work(std::function<void()> work) { idle_work_ = std::move(work); }
 
  private:
   int virtual_stage(int chunk) const { return virtual_stage_of(v_shape_, stages(), stage(), chunk); }
@@ -75,6 +79,7 @@ class PipelineComm {
   std::map<int, std::deque<LocalMessage>> local_;  // sent to this rank, by tag
   int chunks_;
   bool v_shape_;
+  std::function<void()> idle_work_;
 };
 
 }  // namespace trident

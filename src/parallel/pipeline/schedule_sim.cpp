@@ -13,14 +13,17 @@ namespace {
 
 bool is_input_grad(const PipelineAction& a) { return !a.forward && a.part != BackwardPart::weights; }
 
-// Without costs: F, B and W one unit each, B and W fused two.
-double duration(const PipelineAction& a, int vs, const ZeroBubbleCosts* costs) {
+}  // namespace
+
+double pass_duration(const PipelineAction& a, int vs, const ZeroBubbleCosts* costs) {
   if (!costs) return !a.forward && a.part == BackwardPart::both ? 2 : 1;
   const auto& c = *costs;
   if (a.forward) return c.f[vs];
   if (a.part == BackwardPart::input) return c.b[vs];
   return a.part == BackwardPart::weights ? c.w[vs] : c.b[vs] + c.w[vs];
 }
+
+namespace {
 
 std::string describe(const PipelineAction& a) {
   const char* kind = a.forward ? "F" : a.part == BackwardPart::input ? "B" : a.part == BackwardPart::weights ? "W" : "BW";
@@ -30,7 +33,7 @@ std::string describe(const PipelineAction& a) {
 }  // namespace
 
 ScheduleReplay replay_schedule(const std::vector<std::vector<PipelineAction>>& ranks, int v,
-                               bool v_shape, const ZeroBubbleCosts* costs) {
+                               bool v_shape, const ZeroBubbleCosts* costs, StepJoins* joins) {
   const int p = int(ranks.size()), V = p * v;
   // Finish time of the F and of the input-gradient pass, and when the rank
   // reached the latter and posted its receive, per (virtual stage, micro-batch).
@@ -52,7 +55,10 @@ ScheduleReplay replay_schedule(const std::vector<std::vector<PipelineAction>>& r
       for (; next[s] < ranks[s].size(); ++next[s]) {
         const PipelineAction& a = ranks[s][next[s]];
         const int vs = virtual_stage_of(v_shape, p, s, a.chunk);
-        double start = free_at[s];
+        double start = free_at[s], leave_at = 0;
+        const bool speculative = a.forward && vs == 0 && V > 1;
+        bool settles = false;
+        if (joins && !joins->before(s, next[s], speculative, start, leave_at, settles)) break;
         if (is_input_grad(a)) b_posted.emplace(std::make_pair(vs, a.micro_batch), start);
         if (a.forward) f_posted.emplace(std::make_pair(vs, a.micro_batch), start);
         const bool sends_grad = is_input_grad(a) && vs > 0 && a.send_buffer >= 0;
@@ -91,7 +97,8 @@ ScheduleReplay replay_schedule(const std::vector<std::vector<PipelineAction>>& r
           if (it == b_end.end()) break;
           start = std::max(start, it->second);
         }
-        free_at[s] = start + duration(a, vs, costs);
+        free_at[s] = std::max(start + pass_duration(a, vs, costs), leave_at);
+        if (joins) joins->after(s, next[s], free_at[s], settles);
         if (a.forward) f_end[{vs, a.micro_batch}] = free_at[s];
         if (a.forward && a.slot >= 0 && vs < V - 1) slot_sent[slot_key] = a.micro_batch;
         if (sends_grad) sender[{s, a.send_buffer}] = {vs, a.micro_batch};
@@ -117,7 +124,7 @@ double replayed_bubble(const std::vector<std::vector<PipelineAction>>& ranks, in
   double busy = 0;
   for (int s = 0; s < p; ++s)
     for (const PipelineAction& a : ranks[s])
-      busy += duration(a, virtual_stage_of(v_shape, p, s, a.chunk), &costs);
+      busy += pass_duration(a, virtual_stage_of(v_shape, p, s, a.chunk), &costs);
   return 1.0 - busy / (p * r.time);
 }
 

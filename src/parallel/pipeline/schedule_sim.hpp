@@ -22,19 +22,64 @@ struct ScheduleReplay {
   std::string early_reuse;
 };
 
+// Consecutive steps in one replay (steady_bubble, schedule_steps.cpp): each
+// rank's list repeats, step_len actions a step, and a rank's step ends with
+// `tail` of its own work (reductions, optimizer). barrier: the synchronous
+// step, where a rank starts the next step only once every rank has ended its
+// passes, after its own tail. Else post-validation: each rank goes on after
+// its own tail, and settles the previous step, which needs every rank's tail
+// done, before its first send (the first virtual stage, which computes a
+// forward ahead of it) or its first computation (the others). tied_ends: the
+// first and last ranks sum the tied embedding's gradients, so each begins its
+// tail once both have ended their passes.
+class StepJoins {
+ public:
+  StepJoins(std::vector<std::size_t> step_len, std::vector<double> tail, bool barrier, int steps,
+            bool tied_ends);
+  // Before action i of rank s: false while it waits for another rank's step
+  // end; else raises `start` to the step's join, sets `leave_at` where a
+  // forward computed ahead of the settle may leave only after it, and
+  // `settles` where the rank settles at this action.
+  bool before(int s, std::size_t i, bool speculative, double& start, double& leave_at,
+              bool& settles) const;
+  void after(int s, std::size_t i, double end, bool settles);  // action i ended at `end`
+  double ended(int step, int s) const { return ended_[std::size_t(step)][std::size_t(s)]; }
+
+ private:
+  double tail_from(std::size_t k, std::size_t r) const;  // when rank r's tail of step k begins
+  std::vector<std::size_t> step_len_;
+  std::vector<double> tail_;
+  bool barrier_, tied_ends_;
+  std::vector<std::vector<double>> ended_;  // per step and rank, its last pass's end (-1: not yet)
+  std::vector<std::vector<bool>> settled_;  // per step and rank
+};
+
 // Each rank's actions (rank s runs virtual stages c * p + s, or the V's s and
 // 2p - 1 - s), started as soon as their input has arrived: receives block,
 // sends do not, and a B that names its send buffer waits, as the trainer
 // does after its own receive, until the B that receives the gradient last sent
 // from that buffer has posted its receive (its rank has reached it). With
 // `costs`, each pass takes its virtual stage's time.
+// A pass's duration at virtual stage vs: costs' F, B, W (B + W fused), or
+// without costs one unit each (fused two).
+double pass_duration(const PipelineAction& a, int vs, const ZeroBubbleCosts* costs);
+
 ScheduleReplay replay_schedule(const std::vector<std::vector<PipelineAction>>& ranks, int chunks,
-                               bool v_shape = false, const ZeroBubbleCosts* costs = nullptr);
+                               bool v_shape = false, const ZeroBubbleCosts* costs = nullptr,
+                               StepJoins* joins = nullptr);
 
 // The idle share of the ranks' time when `ranks` run with `costs`' durations:
 // 1 - (the passes' time) / (ranks x the replay's makespan).
 double replayed_bubble(const std::vector<std::vector<PipelineAction>>& ranks, int chunks,
                        bool v_shape, const ZeroBubbleCosts& costs);
+
+// The steady idle share per step of `steps` consecutive steps (StepJoins):
+// 1 - (every rank's passes of a step) / (the ranks' steady period, each less
+// its own tail), the period taken over the second half of the steps. With a
+// barrier and no tails it is replayed_bubble.
+double steady_bubble(const std::vector<std::vector<PipelineAction>>& ranks, int chunks,
+                     bool v_shape, const ZeroBubbleCosts& costs, const std::vector<double>& tail,
+                     bool barrier, int steps = 8, bool tied_ends = false);
 
 // Empty when, between every pair of ranks and in each direction (activations
 // forward, gradients back), the receiver's list takes the messages in the
