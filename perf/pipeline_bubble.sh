@@ -21,13 +21,14 @@
 # rank's measured step tail (with the barrier for synchronous steps, without
 # it for +pv rows; docs/parallelism.md). For 1F1B steady stays within about
 # a point of measured.
-# Every row runs without checkpoints (their per-step agreement is a world
-# all-reduce that brings the barrier back) and with GRAD_CLIP (default 1e3:
+# Every row runs without checkpoints (a save settles its step first) and with
+# GRAD_CLIP (default 1e3:
 # off): the deck's 1.0 clips every step of these short runs, and a step whose
 # own share already clips is held for the global check, not taken ahead.
 # Issue 49's acceptance (p 2 on 2 cores, d 512):
 #   ROUNDS=5 D_MODEL=512 SCHEDULES="1f1b zb-h1 zb-h2+pv zb-v+pv" perf/pipeline_bubble.sh
-#   usage: [ROUNDS=N] [D_MODEL=...] [LAYERS=...] [SCHEDULES="..."] [STEPS=...]
+# SETS: more deck overrides for every run, e.g. SETS="model.tied_embeddings=false".
+#   usage: [ROUNDS=N] [D_MODEL=...] [LAYERS=...] [SCHEDULES="..."] [STEPS=...] [SETS="k=v ..."]
 #          perf/pipeline_bubble.sh [DECK] [P...]
 # Give each rank its own core (p <= cores): with shared cores a waiting rank
 # also waits for CPU and the measurement is meaningless.
@@ -43,13 +44,15 @@ d_model=${D_MODEL:-256} layers=${LAYERS:-8}
 schedules=${SCHEDULES:-gpipe 1f1b interleaved zb-h1 zb-h2 zb-v zb-h2+pv zb-v+pv pipedream}
 steps=${STEPS:-8}
 grad_clip=${GRAD_CLIP:-1e3}
+extra=()
+for kv in ${SETS:-}; do extra+=(--set "$kv"); done
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 # ROUNDS: each (p, m) runs every schedule once per round, the schedules in
 # turn, so a drift in the machine's speed reaches them all alike; the table
 # gives each schedule's median over the rounds (and the measured range).
 rounds=${ROUNDS:-1}
 echo "machine: $(nproc) cores; deck $deck (d_model $d_model, $layers layers, micro_batch 1)," \
-  "$rounds round(s)"
+  "$rounds round(s)${SETS:+; $SETS}"
 printf '%-3s %-12s %-3s %-3s %10s %13s %8s %8s %10s %8s %8s %9s %7s %10s %8s %8s %8s %8s\n' p schedule m v \
   measured range floor x_floor theory x_theory x_1f1b act_MiB x_act tokens/s steady s_floor \
   xs_floor xs_1f1b
@@ -67,7 +70,8 @@ for p in $pps; do
           --set model.d_model="$d_model" --set model.heads=8 --set train.micro_batch=1 \
           --set train.batch="$m" --set data.val='[]' --set output.metrics='""' \
           --set output.log_every=1000 --set system.threads=1 --set checkpoint.dir='""' \
-          --set checkpoint.every=0 --set train.grad_clip="$grad_clip" 2>&1 </dev/null)
+          --set checkpoint.every=0 --set train.grad_clip="$grad_clip" ${extra[@]+"${extra[@]}"} \
+          2>&1 </dev/null)
         line=$(grep '^pipeline bubble:' <<<"$out")
         meas=$(sed -E 's/.*measured ([0-9.]+)%.*/\1/' <<<"$line")
         theo=$(sed -E 's/.*theory ([0-9.]+)%.*/\1/' <<<"$line")

@@ -129,9 +129,11 @@ LoopTimes run_steps(const Deck& deck, Grid& grid, ComputeBackend& backend, Train
     const int every = deck.train.eval_every;
     const bool eval = validate && ((every > 0 && (step + 1) % every == 0) || step + 1 == steps);
     // Post-validation: a step's stats arrive with the next step's settle;
-    // whatever reads the settled state settles first (a checkpoint's
-    // per-step agreement among it: with checkpoints on every step settles).
-    if (eval || step + 1 == steps || checkpoints.enabled()) trainer.settle();
+    // whatever reads the settled state settles first: evaluation, the last
+    // step, a save (the checkpointer's per-step agreement is then posted
+    // at one boundary and read at the next: no barrier either).
+    if (eval || step + 1 == steps || (trainer.defers_stats() && checkpoints.save_due(step + 1)))
+      trainer.settle();
     if (eval) val_loss = trainer.evaluate();
     const std::vector<StepStats> settled =
         trainer.defers_stats() ? trainer.take_settled() : std::vector<StepStats>{s};

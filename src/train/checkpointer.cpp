@@ -25,7 +25,8 @@ std::string rate(std::uint64_t bytes, double seconds) {
 }  // namespace
 
 Checkpointer::Checkpointer(const Deck& deck, Grid& grid, Trainer& trainer)
-    : deck_(deck), grid_(grid), trainer_(trainer), last_save_s_(now_seconds()) {
+    : deck_(deck), grid_(grid), trainer_(trainer),
+      agreement_(grid.host(), trainer.defers_stats()), last_save_s_(now_seconds()) {
   if (enabled()) signals_ = std::make_unique<StopSignalGuard>();
   if (!deck_.checkpoint.async) return;
   // The step about to change what the save reads: let the drain finish
@@ -81,23 +82,40 @@ int Checkpointer::resume(const std::string& what) {
   return resumed_step_;
 }
 
-bool Checkpointer::after_step(int done) {
-  if (!enabled()) return false;
-  // One all-reduce per step: any rank's stop signal, rank 0's clock, any
-  // rank's background save still writing.
-  std::int32_t flags[3] = {StopSignalGuard::received(), 0, pending_ && !pending_->drained()};
+// This rank's flags: its stop signal, rank 0's clock, its save still writing.
+StepFlags Checkpointer::local_flags() const {
+  StepFlags flags = {StopSignalGuard::received(), 0, pending_ && !pending_->drained()};
   const double minutes = deck_.checkpoint.minutes;
   if (grid_.is_root() && minutes > 0 && now_seconds() - last_save_s_ >= 60 * minutes) flags[1] = 1;
-  grid_.host().all_reduce(flags, 3, DType::i32, ReduceOp::max);
+  return flags;
+}
+
+const StepFlags& Checkpointer::agreed(int done) {
+  return agreement_.at(done, done == deck_.train.steps, local_flags());
+}
+
+bool Checkpointer::save_due(int done) {
+  if (!enabled()) return false;
+  const StepFlags& flags = agreed(done);
   const int every = deck_.checkpoint.every;
+  return done == deck_.train.steps || flags[0] || flags[1] || (every > 0 && done % every == 0);
+}
+
+bool Checkpointer::after_step(int done) {
+  if (!enabled()) return false;
+  const StepFlags flags = agreed(done);
   const bool last = done == deck_.train.steps;
   if (pending_ && !flags[2]) complete_pending(false);
-  if (last || flags[0] || flags[1] || (every > 0 && done % every == 0)) {
+  if (save_due(done)) {
+    trainer_.settle();  // a post-validated step: the state it saves is the checked one
     if (pending_) complete_pending(true);  // one save in flight at most
     // A signal and the end of the run save as ever: the job is about to end.
     if (deck_.checkpoint.async && !last && !flags[0]) start_async(done);
     else save(done);
   }
+  // Lagged: this boundary's flags, read at the next (after any save started,
+  // so they tell whether it still writes).
+  if (agreement_.lagged() && !last && !flags[0]) agreement_.post(local_flags());
   if (!flags[0] || last) return false;
   stop_signal_ = flags[0];
   stopped_at_ = done;

@@ -2,8 +2,9 @@
 // every checkpoint.minutes (rank 0's clock decides), on SIGUSR1 or SIGTERM,
 // and after the last step, whenever checkpoint.dir is set. The stop signal,
 // the clock and whether a background save is still writing (checkpoint.async)
-// are agreed with one small all-reduce per step, so every rank saves,
-// completes a background save and stops at the same step boundary.
+// are agreed with one small all-reduce per step (train/step_agreement.hpp), so
+// every rank saves, completes a background save and stops at the same step
+// boundary.
 #pragma once
 #include <algorithm>
 #include <cstddef>
@@ -17,6 +18,7 @@
 #include "checkpoint/checkpoint_schema.hpp"
 #include "io/deck.hpp"
 #include "train/async_save.hpp"
+#include "train/step_agreement.hpp"
 #include "train/stop_signal.hpp"
 #include "train/trainer.hpp"
 
@@ -35,6 +37,10 @@ class Checkpointer {
   // names) into the trainer. Returns the step to continue from. Collective;
   // errors are agreed (exit 2 for a missing or bad checkpoint).
   int resume(const std::string& what);
+
+  // Whether a save comes due after `steps_done` steps (the trainer settles a
+  // post-validated step before it). Collective: the boundary's agreement.
+  bool save_due(int steps_done);
 
   // Call after every step with the number of steps done. Saves when one is
   // due. Returns true when training must stop here (a stop signal arrived; a
@@ -55,11 +61,14 @@ class Checkpointer {
   // then complete it everywhere. A failed background save is a warning; a
   // second in a row stops the run.
   void complete_pending(bool wait);
+  StepFlags local_flags() const;
+  const StepFlags& agreed(int steps_done);
 
   const Deck& deck_;
   Grid& grid_;
   Trainer& trainer_;
   std::unique_ptr<StopSignalGuard> signals_;  // only while checkpointing is on
+  StepAgreement agreement_;
   double last_save_s_;
   int resumed_step_ = 0;
   std::int64_t resumed_tokens_ = 0;
