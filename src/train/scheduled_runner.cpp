@@ -166,14 +166,7 @@ void ScheduledRunner::step_synchronous(StepStats& s) {
   const auto& t = ctx_.deck.train;
   begin_step();
   double loss_sum = run_schedule(s.step);
-  const double t_tail = now_seconds();
-  {
-    ScopedTimer timer(ctx_.times.comm);
-    TraceScope ts(ctx_.trace, "all-reduce", "allreduce");
-    for (ModelChunk& c : ctx_.chunks) c.engine->finish_backward();
-    own_work(t_tail);  // the tied sum below waits for the other end: not counted
-    sum_tied_embedding();
-  }
+  finish_gradients();
   const double t_grads = now_seconds();
   const LocalGrads grads = local_grads(s.step);
   own_work(t_grads);
@@ -204,6 +197,17 @@ void ScheduledRunner::step_synchronous(StepStats& s) {
   }
   own_work(t_update);
   tail_steps_ += clocking_;
+}
+
+// The step's gradients reduced (this rank's own work) and the tied
+// embedding's two ends summed (a wait for the other end: not counted).
+void ScheduledRunner::finish_gradients() {
+  const double t_tail = now_seconds();
+  ScopedTimer timer(ctx_.times.comm);
+  TraceScope ts(ctx_.trace, "all-reduce", "allreduce");
+  for (ModelChunk& c : ctx_.chunks) c.engine->finish_backward();
+  own_work(t_tail);
+  sum_tied_embedding();
 }
 
 void ScheduledRunner::own_work(double since, bool step_end) {

@@ -64,6 +64,7 @@ class ScheduledRunner final : public StepRunner {
   void backward_pass(const PipelineAction& a);
   float loss_weight() const;  // dloss: 1/(batch * seq_len), times the loss scale
   void sum_tied_embedding();
+  void finish_gradients();  // gradients reduced, the tied ends summed
   LocalGrads local_grads(int step);
   void begin_step();
   void step_synchronous(StepStats& s);

@@ -22,14 +22,7 @@ void ScheduledRunner::step_deferred(StepStats& s) {
   // (its redo still needs them).
   if (!pending_.active) begin_step();
   const double loss_sum = run_schedule(s.step);
-  const double t_tail = now_seconds();
-  {
-    ScopedTimer timer(ctx_.times.comm);
-    TraceScope ts(ctx_.trace, "all-reduce", "allreduce");
-    for (ModelChunk& c : ctx_.chunks) c.engine->finish_backward();
-    own_work(t_tail);  // the tied sum below waits for the other end: not counted
-    sum_tied_embedding();
-  }
+  finish_gradients();
   const double t_grads = now_seconds();
   const LocalGrads grads = local_grads(s.step);
   const bool ahead = step_ahead(float(s.lr), grads);
