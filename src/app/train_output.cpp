@@ -90,16 +90,16 @@ void print_pipeline(const Deck& deck, Grid& grid, const Trainer& t) {
 // the first step's one-time costs (first touch, kernel JIT) differ by rank.
 void report_bubble(Grid& grid, const Trainer& t, const PhaseTimes& before) {
   const PhaseTimes& p = t.times();
-  double busy = p.forward + p.backward - before.forward - before.backward;
-  double span = p.pipeline - before.pipeline;
-  // Every idle second, the same rule for every schedule: per rank, the
-  // steady steps' wall time (StepWall) less its own work outside the passes
-  // (gradient reductions, optimizer).
+  // Summed over ranks: the passes' busy time, and (every idle second, the
+  // same rule for every schedule) the steady steps' wall time (StepWall) less
+  // each rank's own work outside the passes (gradient reductions, optimizer).
   const StepWall w = t.step_wall();
-  double idle[2] = {busy, w.seconds - w.own_work};
-  grid.world().all_reduce(&busy, 1, DType::f64, ReduceOp::sum);
+  double sums[2] = {p.forward + p.backward - before.forward - before.backward,
+                    w.seconds - w.own_work};
+  double span = p.pipeline - before.pipeline;
+  grid.world().all_reduce(sums, 2, DType::f64, ReduceOp::sum);
   grid.world().all_reduce(&span, 1, DType::f64, ReduceOp::max);
-  grid.world().all_reduce(idle, 2, DType::f64, ReduceOp::sum);
+  const double busy = sums[0], steady_wall = sums[1];
   const double floor = t.measured_floor();
   const double steady_floor = t.measured_floor(/*steady=*/true);
   if (!grid.is_root() || grid.shape().pp == 1) return;
@@ -117,10 +117,10 @@ void report_bubble(Grid& grid, const Trainer& t, const PhaseTimes& before) {
              span > 0 ? 100 * (1.0 - busy / (grid.size() * span)) : 0.0, grid.size(), floor_text,
              100 * theoretical_bubble(t.schedule(), grid.shape().pp, t.micro_batches(), chunks),
              choice_name(t.schedule()), grid.shape().pp, t.micro_batches(), chunks, list);
-  if (idle[1] > 0)
+  if (steady_wall > 0)
     fmt::print("pipeline bubble over the steady steps: {:.1f}% (per rank its wall time less its "
                "own reductions and optimizer; every idle second, across step boundaries too){}\n",
-               100 * (1.0 - idle[0] / idle[1]),
+               100 * (1.0 - busy / steady_wall),
                steady_floor >= 0 ? fmt::format("; floor {:.1f}% (steps back to back under the "
                                                "measured pass costs and step tails, {} barrier)",
                                                100 * steady_floor, across ? "no" : "with the")

@@ -158,7 +158,9 @@ void ScheduledRunner::step(StepStats& s) {
   const double t0 = now_seconds();
   if (ctx_.deck.parallel.post_validation) step_deferred(s);
   else step_synchronous(s);
-  if (clocking_) wall_.seconds += now_seconds() - t0;
+  const double seconds = now_seconds() - t0;
+  if (pending_.active) pending_.stats.seconds = seconds;  // its stats leave at the settle
+  if (clocking_) wall_.seconds += seconds;
   clocking_ = true;  // from the second step of the run on
 }
 

@@ -89,7 +89,8 @@ class StepRunner {
   virtual PostValidationCounts post_validation() const { return {}; }
   // Post-validation: step() returns with the step's global checks still in
   // flight; the next step settles it (or settle(), which blocks), and its
-  // stats come from take_settled(), in step order (`seconds` left 0).
+  // stats come from take_settled(), in step order (`seconds`: the runner's
+  // own step()).
   virtual bool defers_stats() const { return false; }
   virtual StepWall step_wall() const { return {}; }
   virtual void settle() {}

@@ -164,30 +164,12 @@ StepStats Trainer::step(int step) {
   runner_->step(s);
   if (ring_) times_.ring_compute = ring_->times().compute, times_.ring_exposed = ring_->times().exposed;
   s.seconds = now_seconds() - t0;
-  if (runner_->defers_stats()) {
-    collect_settled();  // the previous step, settled inside this one
-    pending_seconds_ = s.seconds;
-  }
   return s;
 }
 
-void Trainer::collect_settled() {
-  for (StepStats& s : runner_->take_settled()) {
-    s.seconds = pending_seconds_;  // one step pending at most
-    settled_.push_back(s);
-  }
-}
+void Trainer::settle() { runner_->settle(); }
 
-void Trainer::settle() {
-  runner_->settle();
-  collect_settled();
-}
-
-std::vector<StepStats> Trainer::take_settled() {
-  std::vector<StepStats> out;
-  out.swap(settled_);
-  return out;
-}
+std::vector<StepStats> Trainer::take_settled() { return runner_->take_settled(); }
 
 void Trainer::stop_stream(int done) { runner_->stop_stream(done); }
 

@@ -146,11 +146,6 @@ class Trainer {
   std::unique_ptr<StepRunner> runner_;  // scheduled, or PipeDream's
   PipedreamRunner* pipedream_ = nullptr;  // runner_, where it is PipeDream's
   std::function<void()> before_update_;
-  // Deferred stats: the settled ones not yet taken, and the seconds of the
-  // step still pending.
-  std::vector<StepStats> settled_;
-  double pending_seconds_ = 0;
-  void collect_settled();
 };
 
 }  // namespace trident
