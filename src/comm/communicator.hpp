@@ -101,6 +101,12 @@ class Communicator {
   virtual Request isend(const void* buf, std::size_t count, DType t, int peer, int tag) = 0;
   virtual Request irecv(void* buf, std::size_t count, DType t, int peer, int tag) = 0;
   virtual Request ibarrier() = 0;
+  // Whether a message from `peer` with `tag` has arrived and no receive has
+  // taken it yet; false where the backend cannot tell (NCCL, staged).
+  virtual bool message_waiting(int peer, int tag) {
+    (void)peer, (void)tag;
+    return false;
+  }
   // Issues queued sends and receives now (a backend that batches them until
   // one is waited for: NCCL), before this rank blocks on another communicator.
   virtual void flush() {}

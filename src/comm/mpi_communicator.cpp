@@ -42,6 +42,10 @@ Request MpiCommunicator::irecv(void* buf, std::size_t count, DType t, int peer, 
   return mpi_ops::recv(comm_, begin_op(CommOp::recv, count, t), buf, count, t, peer, tag);
 }
 
+bool MpiCommunicator::message_waiting(int peer, int tag) {
+  return mpi_ops::message_waiting(comm_, peer, tag);
+}
+
 Request MpiCommunicator::ibarrier() {
   return mpi_ops::barrier(comm_, begin_op(CommOp::barrier, 0, DType::u8));
 }

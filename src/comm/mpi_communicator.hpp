@@ -25,6 +25,7 @@ class MpiCommunicator final : public Communicator {
   Request isend(const void* buf, std::size_t count, DType t, int peer, int tag) override;
   Request irecv(void* buf, std::size_t count, DType t, int peer, int tag) override;
   Request ibarrier() override;
+  bool message_waiting(int peer, int tag) override;
 
  private:
   MPI_Comm comm_;

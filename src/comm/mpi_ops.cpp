@@ -241,6 +241,12 @@ Request recv(MPI_Comm c, std::string what, void* buf, std::size_t count, DType t
   });
 }
 
+bool message_waiting(MPI_Comm c, int peer, int tag) {
+  int flag = 0;
+  check(MPI_Iprobe(peer, tag, c, &flag, MPI_STATUS_IGNORE), "MPI_Iprobe");
+  return flag != 0;
+}
+
 Request barrier(MPI_Comm c, std::string what) {
   auto p = std::make_unique<MpiPending>();
   p->what = std::move(what);

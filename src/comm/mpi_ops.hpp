@@ -26,6 +26,8 @@ Request all_gather(MPI_Comm c, std::string what, const void* send, void* recv, s
 Request broadcast(MPI_Comm c, std::string what, void* buf, std::size_t count, DType t, int root);
 Request send(MPI_Comm c, std::string what, const void* buf, std::size_t count, DType t, int peer,
              int tag);
+// MPI_Iprobe: a matching message has arrived and waits for its receive.
+bool message_waiting(MPI_Comm c, int peer, int tag);
 Request recv(MPI_Comm c, std::string what, void* buf, std::size_t count, DType t, int peer,
              int tag);
 Request barrier(MPI_Comm c, std::string what);

@@ -39,6 +39,10 @@ void DataParallelEngine::attach(GptModel& model, std::uint64_t seed) {
 
 void DataParallelEngine::save_step() { undo_.save(steps_taken()); }
 
+bool DataParallelEngine::save_step_part(std::size_t bytes) {
+  return undo_.save_part(steps_taken(), bytes);
+}
+
 void DataParallelEngine::undo_step() { set_steps_taken(undo_.restore()); }
 
 void DataParallelEngine::begin_step() { model_->grads().zero(); }

@@ -26,6 +26,8 @@ class DataParallelEngine final : public GradEngine {
   void step(float lr, float grad_scale) override;
   void save_step() override;
   void undo_step() override;
+  bool save_step_part(std::size_t bytes) override;
+  void drop_partial_save() override { undo_.drop_part(); }
   std::size_t undo_bytes() const override { return undo_.bytes(); }
   void freeze(const TensorInfo& t) override { frozen_ = &t; }
   void refresh_weights() override;

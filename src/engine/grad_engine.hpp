@@ -73,6 +73,14 @@ class GradEngine {
   // refuses the others).
   virtual void save_step() { throw std::logic_error("this gradient engine cannot undo a step"); }
   virtual void undo_step() { throw std::logic_error("this gradient engine cannot undo a step"); }
+  // save_step() in pieces of at most `bytes`: true once the copy is whole
+  // (save_step() then finishes one begun).
+  virtual bool save_step_part(std::size_t bytes) {
+    (void)bytes;
+    save_step();
+    return true;
+  }
+  virtual void drop_partial_save() {}  // a copy begun is not finished: the next starts over
   virtual std::size_t undo_bytes() const { return 0; }  // the copy's bytes on this rank
   // A tensor this chunk holds but another rank updates (pipedream's last-stage
   // copy of the tied embedding): step() leaves it alone.

@@ -13,9 +13,23 @@ StepSnapshot::StepSnapshot(ComputeBackend& backend, MemoryLedger& ledger,
 }
 
 void StepSnapshot::save(std::int64_t steps_taken) {
-  for (std::size_t i = 0; i < sources_.size(); ++i)
-    backend_->copy(copies_[i].data(), sources_[i]->data(), sources_[i]->bytes());
+  save_part(steps_taken, SIZE_MAX);
+}
+
+bool StepSnapshot::save_part(std::int64_t steps_taken, std::size_t bytes) {
+  while (next_source_ < sources_.size() && bytes > 0) {
+    const Arena& src = *sources_[next_source_];
+    const std::size_t n = std::min(bytes, src.bytes() - next_byte_);
+    backend_->copy(static_cast<char*>(copies_[next_source_].data()) + next_byte_,
+                   static_cast<const char*>(src.data()) + next_byte_, n);
+    bytes -= n;
+    next_byte_ += n;
+    if (next_byte_ == src.bytes()) ++next_source_, next_byte_ = 0;
+  }
   steps_taken_ = steps_taken;
+  if (next_source_ < sources_.size()) return false;
+  next_source_ = 0;  // whole: the next save starts over
+  return true;
 }
 
 std::int64_t StepSnapshot::restore() {

@@ -19,7 +19,11 @@ class StepSnapshot {
   // now, as optimizer memory.
   StepSnapshot(ComputeBackend& backend, MemoryLedger& ledger, const std::vector<Arena*>& sources);
 
-  void save(std::int64_t steps_taken);  // every source, and the step count
+  void save(std::int64_t steps_taken);  // every source (the rest of one begun), and the step count
+  // At most `bytes` more of the copy; true once it is whole. The sources must
+  // not change between the parts.
+  bool save_part(std::int64_t steps_taken, std::size_t bytes);
+  void drop_part() { next_source_ = next_byte_ = 0; }
   std::int64_t restore();               // every source as saved; returns the step count
   std::size_t bytes() const;
 
@@ -28,6 +32,7 @@ class StepSnapshot {
   std::vector<Arena*> sources_;
   std::vector<Arena> copies_;
   std::int64_t steps_taken_ = 0;
+  std::size_t next_source_ = 0, next_byte_ = 0;  // where a copy in parts goes on
 };
 
 }  // namespace trident

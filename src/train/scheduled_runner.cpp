@@ -19,7 +19,7 @@ ScheduledRunner::ScheduledRunner(StepContext ctx, const std::vector<PipelineActi
       in_v_(in_v),
       input_grad_sends_(std::size_t(send_pool.size)),
       clocks_(ctx_.chunks.size()) {
-  if (ctx_.deck.parallel.post_validation) ctx_.pcomm.set_idle_work([this] { save_while_idle(); });
+  if (ctx_.deck.parallel.post_validation) ctx_.pcomm.set_idle_work([this] { return save_while_idle(); });
 }
 
 void ScheduledRunner::clock(const PipelineAction& a, double since) {

@@ -80,10 +80,11 @@ class ScheduledRunner final : public StepRunner {
   void settle_in_schedule(int step, std::vector<Speculative>& speculative);
   void redo_forwards(int step, const std::vector<Speculative>& speculative);
   FloorOptions floor_options(bool steady) const;
-  // Post-validation's undo copy, one chunk at a time, taken while a receive
+  // Post-validation's undo copy, a piece at a time, taken while a receive
   // waits once the state it copies is final (no step pending): the copy
-  // step_ahead() would otherwise make on the step's critical path.
-  void save_while_idle();
+  // step_ahead() would otherwise make on the step's critical path. Returns
+  // whether any is left.
+  bool save_while_idle();
   std::size_t saved_chunks_ = 0;
 
   StepContext ctx_;

@@ -137,6 +137,7 @@ bool ScheduledRunner::step_ahead(float lr, const LocalGrads& g) {
   if (!gather && (g.nonfinite || !std::isfinite(own_norm) ||
                   clip_coefficient(own_norm, ctx_.deck.train.grad_clip, loss_scale) != unclipped)) {
     ++counts_.held;
+    if (saved < ctx_.chunks.size()) ctx_.chunks[saved].engine->drop_partial_save();
     return false;
   }
   if (ctx_.before_update) ctx_.before_update();
@@ -148,12 +149,15 @@ bool ScheduledRunner::step_ahead(float lr, const LocalGrads& g) {
   return true;
 }
 
-void ScheduledRunner::save_while_idle() {
-  if (pending_.active || saved_chunks_ >= ctx_.chunks.size()) return;
+bool ScheduledRunner::save_while_idle() {
+  // A piece overruns a message that comes while it copies by at most its time.
+  constexpr std::size_t kPieceBytes = std::size_t{4} << 20;
+  if (pending_.active || saved_chunks_ >= ctx_.chunks.size()) return false;
   const double t0 = now_seconds();
   TraceScope ts(ctx_.trace, "undo copy", "optimizer");
-  ctx_.chunks[saved_chunks_++].engine->save_step();
+  if (ctx_.chunks[saved_chunks_].engine->save_step_part(kPieceBytes)) ++saved_chunks_;
   own_work(t0, false);
+  return saved_chunks_ < ctx_.chunks.size();
 }
 
 bool ScheduledRunner::update(float lr, const GradNorm& norm, bool ahead, StepStats& s) {

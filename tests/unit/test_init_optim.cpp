@@ -241,6 +241,38 @@ TEST(StepSnapshot, UndoneAndRedoneStepEqualsTheDirectOne) {
   EXPECT_EQ(ahead.opt.steps_taken(), 2);
 }
 
+// The undo copy taken in pieces while receives wait (parts of any size,
+// across the arenas) restores what a whole copy does; a copy dropped half
+// way starts over, so sources changed since its first part are copied anew.
+TEST(StepSnapshot, CopyInPartsEqualsWholeAndDroppedPartStartsOver) {
+  auto be = make_cpu_backend(0);
+  MemoryLedger ledger;
+  Arena a(*be, ledger, MemCategory::parameters, 1000), b(*be, ledger, MemCategory::parameters, 37);
+  auto fill = [&](float base) {
+    for (std::size_t i = 0; i < a.numel(); ++i) a.f32()[i] = base + float(i);
+    for (std::size_t i = 0; i < b.numel(); ++i) b.f32()[i] = -base - float(i);
+  };
+  StepSnapshot undo(*be, ledger, {&a, &b});
+  fill(1.0f);
+  undo.save_part(5, 3 * sizeof(float));  // begun, then dropped: the sources change
+  undo.drop_part();
+  fill(2.0f);
+  const std::vector<float> want_a(a.f32(), a.f32() + a.numel()), want_b(b.f32(), b.f32() + b.numel());
+  int parts = 0;
+  while (!undo.save_part(7, 333)) ++parts;  // 333 bytes: not a multiple of an element
+  EXPECT_EQ(parts, int((a.bytes() + b.bytes()) / 333));
+  fill(9.0f);
+  EXPECT_EQ(undo.restore(), 7);
+  EXPECT_EQ(std::memcmp(a.data(), want_a.data(), a.bytes()), 0);
+  EXPECT_EQ(std::memcmp(b.data(), want_b.data(), b.bytes()), 0);
+  fill(3.0f);  // the next whole save starts at the beginning
+  undo.save(8);
+  fill(4.0f);
+  undo.restore();
+  EXPECT_EQ(a.f32()[0], 3.0f);
+  EXPECT_EQ(b.f32()[36], -3.0f - 36.0f);
+}
+
 TEST(Clip, ScalesOnlyAboveTheThreshold) {
   // Gradients (3, 4): sum of squares 25, no group to sum over.
   const GradNorm n = reduce_grad_norm(25.0, false, {});

@@ -49,9 +49,15 @@ void PipelineComm::receive(Communicator& channel, float* buf, std::size_t n, int
     *m.taken = true;
     return;
   }
+  // A message already here (its sender done with it) is only a copy away: no
+  // idle work before it. Else pieces of idle work while it has not come.
+  // Probed before the receive is posted, which takes it off the queue.
+  const bool here = idle_work_ && channel.message_waiting(peer, tag);
   Request r = channel.irecv(buf, n, DType::f32, peer, tag);
   flush();
-  if (idle_work_ && !channel.test(r)) idle_work_();
+  if (idle_work_ && !here)
+    while (!channel.test(r) && idle_work_()) {
+    }
   channel.wait(r);
 }
 

@@ -50,9 +50,10 @@ class PipelineComm {
     acts_.wait(r);
   }
   bool test(Request& r) { return acts_.test(r); }
-  // Work for a receive that finds its message not there yet, run before
-  // waiting for it (post-validation's undo copy); empty: none.
-  void set_idle_work(std::function<void()> work) { idle_work_ = std::move(work); }
+  // Work for a receive whose message has not come yet, run a piece at a time
+  // (each returns whether more is left) until it comes (post-validation's
+  // undo copy); empty: none.
+  void set_idle_work(std::function<bool()> work) { idle_work_ = std::move(work); }
 
  private:
   int virtual_stage(int chunk) const { return virtual_stage_of(v_shape_, stages(), stage(), chunk); }
@@ -79,7 +80,7 @@ class PipelineComm {
   std::map<int, std::deque<LocalMessage>> local_;  // sent to this rank, by tag
   int chunks_;
   bool v_shape_;
-  std::function<void()> idle_work_;
+  std::function<bool()> idle_work_;
 };
 
 }  // namespace trident
