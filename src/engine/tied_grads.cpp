@@ -33,4 +33,50 @@ void sum_tied_grads_locally(GradEngine& first, GradEngine& last, ComputeBackend&
   backend.copy(b.data, a.data, a.count * dtype_size(a.dtype));
 }
 
+TiedGradExchange::~TiedGradExchange() {
+  try {  // the other end receives it in its sum(); a failed run does not wait
+    ends_.wait(send_);
+    ends_.wait(recv_);
+  } catch (const std::exception&) {
+  }
+  const std::size_t bytes = count_ * sizeof(float);
+  if (other_) backend_.release(other_, bytes);
+  if (own_copy_) backend_.release(own_copy_, bytes);
+}
+
+void TiedGradExchange::post(GradEngine& engine) {
+  const GradSpan g = engine.tied_grads();
+  if (!g.data) return;
+  if (g.dtype != DType::f32)
+    throw std::logic_error("tied embedding: its gradients are summed by messages in f32 only");
+  const bool first = ends_.rank() == 0;
+  if (!other_) {
+    count_ = g.count;
+    other_ = static_cast<float*>(backend_.allocate(count_ * sizeof(float)));
+    if (first) own_copy_ = static_cast<float*>(backend_.allocate(count_ * sizeof(float)));
+  }
+  if (g.count != count_) throw std::logic_error("tied embedding: its gradients changed size");
+  ends_.wait(send_);  // the previous step's: received long since
+  const int peer = 1 - ends_.rank();
+  recv_ = ends_.irecv(other_, count_, DType::f32, peer, 0);
+  const void* share = g.data;
+  if (first) {
+    backend_.copy(own_copy_, g.data, count_ * sizeof(float));
+    share = own_copy_;
+  }
+  send_ = ends_.isend(share, count_, DType::f32, peer, 0);
+  posted_ = true;
+}
+
+void TiedGradExchange::sum(GradEngine& engine) {
+  if (!posted_) post(engine);
+  posted_ = false;
+  const GradSpan g = engine.tied_grads();
+  if (!g.data) return;
+  ends_.wait(recv_);
+  if (ends_.rank() != 0) ends_.wait(send_);  // it reads the gradients the sum overwrites
+  float* x = static_cast<float*>(g.data);
+  backend_.add(x, x, other_, count_);
+}
+
 }  // namespace trident

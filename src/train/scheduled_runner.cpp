@@ -7,6 +7,7 @@
 #include "core/fault_inject.hpp"
 #include "core/timer.hpp"
 #include "optim/clip.hpp"
+#include "parallel/pipeline/schedule_costs.hpp"
 #include "train/trainer.hpp"
 
 namespace trident {
@@ -20,6 +21,12 @@ ScheduledRunner::ScheduledRunner(StepContext ctx, const std::vector<PipelineActi
       input_grad_sends_(std::size_t(send_pool.size)),
       clocks_(ctx_.chunks.size()) {
   if (ctx_.deck.parallel.post_validation) ctx_.pcomm.set_idle_work([this] { save_while_idle(); });
+  Communicator* ends = ctx_.grid.embedding();
+  if (!ends || !tied_table_grads_in_b(schedule_cost_deck(ctx_.deck), ctx_.grid.shape())) return;
+  tied_exchange_ = std::make_unique<TiedGradExchange>(*ends, ctx_.backend);
+  if (ctx_.grid.coord().pp == 0) return;
+  for (std::size_t i = 0; i < actions_.size(); ++i)
+    if (!actions_[i].forward && actions_[i].part != BackwardPart::weights) tied_post_at_ = i;
 }
 
 void ScheduledRunner::clock(const PipelineAction& a, double since) {
@@ -36,13 +43,15 @@ double ScheduledRunner::run_schedule(int step) {
   }
   double loss_sum = 0;
   std::vector<Speculative> speculative;
-  for (const PipelineAction& a : actions_) {
+  for (std::size_t i = 0; i < actions_.size(); ++i) {
+    const PipelineAction& a = actions_[i];
     if (a.forward) {
       forward_pass(step, a, loss_sum, speculative);
       continue;
     }
     settle_in_schedule(step, speculative);  // gradients are summed into from here on
     backward_pass(a);
+    if (i == tied_post_at_) tied_exchange_->post(*ctx_.chunks.back().engine);
   }
   for (ModelChunk& c : ctx_.chunks) c.slots.wait_all_sends(pcomm);
   for (Request& r : input_grad_sends_) pcomm.wait(r);
@@ -228,9 +237,10 @@ void ScheduledRunner::sum_tied_embedding() {
                              ctx_.backend);
     return;
   }
-  Communicator* ends = ctx_.grid.embedding();
-  if (!ends) return;
-  (ctx_.grid.coord().pp == 0 ? ctx_.chunks.front() : ctx_.chunks.back()).engine->sum_tied_grads(*ends);
+  // The last stage's share may be on its way already (tied_exchange_).
+  GradEngine& end = *(ctx_.grid.coord().pp == 0 ? ctx_.chunks.front() : ctx_.chunks.back()).engine;
+  if (tied_exchange_) return tied_exchange_->sum(end);
+  if (Communicator* ends = ctx_.grid.embedding()) end.sum_tied_grads(*ends);
 }
 
 ScheduledRunner::LocalGrads ScheduledRunner::local_grads(int step) {
