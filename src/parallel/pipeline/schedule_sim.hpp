@@ -45,12 +45,14 @@ class StepJoins {
  public:
   StepJoins(std::vector<std::size_t> step_len, std::vector<double> tail, bool barrier, int steps,
             std::vector<std::size_t> share_at = {});
-  // Before action i of rank s: false while it waits for another rank's step
-  // end; else raises `start` to the step's join, sets `leave_at` where a
-  // forward computed ahead of the settle may leave only after it, and
-  // `settles` where the rank settles at this action.
-  bool before(int s, std::size_t i, bool speculative, double& start, double& leave_at,
-              bool& settles) const;
+  // Where action i of rank s, free from `start`, may run.
+  struct Join {
+    bool wait = false;     // another rank's step end is not replayed yet
+    double start = 0;      // `start` raised to the step's join
+    double leave_at = 0;   // a forward computed ahead of the settle leaves only then
+    bool settles = false;  // the rank settles at this action
+  };
+  Join before(int s, std::size_t i, bool speculative, double start) const;
   void after(int s, std::size_t i, double end, bool settles);  // action i ended at `end`
   double ended(int step, int s) const { return ended_[std::size_t(step)][std::size_t(s)]; }
 

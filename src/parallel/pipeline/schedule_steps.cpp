@@ -23,30 +23,32 @@ double StepJoins::tail_from(std::size_t k, std::size_t r) const {
   return std::max(ended_[k][r], shared_[k][r == 0 ? p - 1 : 0]);
 }
 
-bool StepJoins::before(int s, std::size_t i, bool speculative, double& start, double& leave_at,
-                       bool& settles) const {
+StepJoins::Join StepJoins::before(int s, std::size_t i, bool speculative, double start) const {
   const std::size_t rank = std::size_t(s), len = step_len_[rank], k = i / len, p = tail_.size();
-  if (k == 0) return true;
+  Join j;
+  j.start = start;
+  if (k == 0) return j;
   const std::vector<double>& ended = ended_[k - 1];
   double latest = 0;  // every rank's step k - 1 ended (with its tail, without a barrier)
   for (std::size_t r = 0; r < p; ++r) {
     if (ended[r] < 0) {
-      if (barrier_ ? i % len == 0 : !settled_[k][rank] || i % len == 0) return false;
+      j.wait = barrier_ ? i % len == 0 : !settled_[k][rank] || i % len == 0;
+      if (j.wait) return j;
       latest = -1;
       break;
     }
     latest = std::max(latest, barrier_ ? ended[r] : tail_from(k - 1, r) + tail_[r]);
   }
   if (barrier_) {
-    if (i % len == 0) start = std::max(start, latest + tail_[rank]);
-    return true;
+    if (i % len == 0) j.start = std::max(j.start, latest + tail_[rank]);
+    return j;
   }
-  if (i % len == 0) start = std::max(start, tail_from(k - 1, rank) + tail_[rank]);
-  if (settled_[k][rank]) return true;
-  if (speculative) leave_at = latest;
-  else start = std::max(start, latest);
-  settles = true;
-  return true;
+  if (i % len == 0) j.start = std::max(j.start, tail_from(k - 1, rank) + tail_[rank]);
+  if (settled_[k][rank]) return j;
+  if (speculative) j.leave_at = latest;
+  else j.start = std::max(j.start, latest);
+  j.settles = true;
+  return j;
 }
 
 void StepJoins::after(int s, std::size_t i, double end, bool settles) {
