@@ -34,9 +34,11 @@ void sum_tied_grads_locally(GradEngine& first, GradEngine& last, ComputeBackend&
 }
 
 TiedGradExchange::~TiedGradExchange() {
-  try {  // the other end receives it in its sum(); a failed run does not wait
+  // Mid-step (a failed run) its messages may still be in flight: the buffers
+  // stay and nothing waits. Else the last send is the other end's, received.
+  if (posted_) return;
+  try {
     ends_.wait(send_);
-    ends_.wait(recv_);
   } catch (const std::exception&) {
   }
   const std::size_t bytes = count_ * sizeof(float);
