@@ -160,10 +160,12 @@ void sum_tied_grads_locally(GradEngine& first, GradEngine& last, ComputeBackend&
 // for the last stage's share to arrive, not for its weight passes. The
 // first end sends a copy (its sum overwrites its share while the send may
 // still read it); the last sends its gradients, waited for before its sum.
-// f32 gradients; held buffers: the other end's share, and the first's copy.
+// f32 gradients of `count` elements; the buffers (counted as buffers): the
+// other end's share, and on the first end the copy.
 class TiedGradExchange {
  public:
-  TiedGradExchange(Communicator& ends, ComputeBackend& backend) : ends_(ends), backend_(backend) {}
+  TiedGradExchange(Communicator& ends, ComputeBackend& backend, MemoryLedger& ledger,
+                   std::size_t count);
   ~TiedGradExchange();
   TiedGradExchange(const TiedGradExchange&) = delete;
   TiedGradExchange& operator=(const TiedGradExchange&) = delete;
@@ -173,9 +175,8 @@ class TiedGradExchange {
  private:
   Communicator& ends_;
   ComputeBackend& backend_;
-  std::size_t count_ = 0;
-  float* other_ = nullptr;      // the other end's share, received
-  float* own_copy_ = nullptr;   // the first end's share as sent
+  std::unique_ptr<Arena> other_;     // the other end's share, received
+  std::unique_ptr<Arena> own_copy_;  // the first end's share as sent
   Request send_, recv_;
   bool posted_ = false;  // this step's share posted
 };

@@ -13,7 +13,8 @@
 namespace trident {
 
 ScheduledRunner::ScheduledRunner(StepContext ctx, const std::vector<PipelineAction>& actions,
-                                 const SendBufferPool& send_pool, bool in_v)
+                                 const SendBufferPool& send_pool, bool in_v,
+                                 MemoryLedger& ledger)
     : ctx_(std::move(ctx)),
       actions_(actions),
       send_pool_(send_pool),
@@ -23,8 +24,11 @@ ScheduledRunner::ScheduledRunner(StepContext ctx, const std::vector<PipelineActi
   if (ctx_.deck.parallel.post_validation) ctx_.pcomm.set_idle_work([this] { save_while_idle(); });
   Communicator* ends = ctx_.grid.embedding();
   if (!ends || !tied_table_grads_in_b(schedule_cost_deck(ctx_.deck), ctx_.grid.shape())) return;
-  tied_exchange_ = std::make_unique<TiedGradExchange>(*ends, ctx_.backend);
-  if (ctx_.grid.coord().pp == 0) return;
+  const bool first = ctx_.grid.coord().pp == 0;
+  GradEngine& end = *(first ? ctx_.chunks.front() : ctx_.chunks.back()).engine;
+  tied_exchange_ =
+      std::make_unique<TiedGradExchange>(*ends, ctx_.backend, ledger, end.tied_grads().count);
+  if (first) return;
   for (std::size_t i = 0; i < actions_.size(); ++i)
     if (!actions_[i].forward && actions_[i].part != BackwardPart::weights) tied_post_at_ = i;
 }

@@ -24,7 +24,7 @@ class ScheduledRunner final : public StepRunner {
  public:
   // actions: this rank's list; send_pool: its input-gradient send buffers.
   ScheduledRunner(StepContext ctx, const std::vector<PipelineAction>& actions,
-                  const SendBufferPool& send_pool, bool in_v);
+                  const SendBufferPool& send_pool, bool in_v, MemoryLedger& ledger);
   // A step still pending: its reductions, which every rank posted, complete
   // before their buffers go (its stats are dropped).
   ~ScheduledRunner() override;

@@ -152,7 +152,7 @@ void Trainer::make_runner(MemoryLedger& ledger) {
     return;
   }
   runner_ = std::make_unique<ScheduledRunner>(step_context(), plan_.actions, plan_.send_pool,
-                                              places_chunks_in_v(schedule_));
+                                              places_chunks_in_v(schedule_), ledger);
 }
 
 StepStats Trainer::step(int step) {
