@@ -160,6 +160,35 @@ UnitLayout zero_unit_layout(const ZeroSection& zero, const GptConfig& model, int
 // the sum (16-bit gradients added in f32 and rounded, as the MPI sum does).
 void sum_tied_grads_locally(GradEngine& first, GradEngine& last, ComputeBackend& backend);
 
+// The tied embedding's two copies summed by messages where the last stage's
+// share is final with its last B (tied_table_grads_in_b): each end posts its
+// share once final (post) and adds the other's (sum), a + b on both ends,
+// one IEEE addition and commutative: the bits of sum_tied_grads' all-reduce.
+// A receive needs no call from the sender, so the first stage's sum waits
+// for the last stage's share to arrive, not for its weight passes. The
+// first end sends a copy (its sum overwrites its share while the send may
+// still read it); the last sends its gradients, waited for before its sum.
+// f32 gradients of `count` elements; the buffers (counted as buffers): the
+// other end's share, and on the first end the copy.
+class TiedGradExchange {
+ public:
+  TiedGradExchange(Communicator& ends, ComputeBackend& backend, MemoryLedger& ledger,
+                   std::size_t count);
+  ~TiedGradExchange();
+  TiedGradExchange(const TiedGradExchange&) = delete;
+  TiedGradExchange& operator=(const TiedGradExchange&) = delete;
+  void post(GradEngine& engine);  // this end's share is final: sent, the other's receive posted
+  void sum(GradEngine& engine);   // posts if not yet, then adds the other end's share
+
+ private:
+  Communicator& ends_;
+  ComputeBackend& backend_;
+  std::unique_ptr<Arena> other_;     // the other end's share, received
+  std::unique_ptr<Arena> own_copy_;  // the first end's share as sent
+  Request send_, recv_;
+  bool posted_ = false;  // this step's share posted
+};
+
 // Whether a rank's copy of `t` is the one saved and counted: replicated
 // tensors by tensor rank 0, data replicas by data rank 0, secondary copies
 // (primary == false) never.

@@ -33,4 +33,53 @@ void sum_tied_grads_locally(GradEngine& first, GradEngine& last, ComputeBackend&
   backend.copy(b.data, a.data, a.count * dtype_size(a.dtype));
 }
 
+TiedGradExchange::TiedGradExchange(Communicator& ends, ComputeBackend& backend,
+                                   MemoryLedger& ledger, std::size_t count)
+    : ends_(ends), backend_(backend) {
+  other_ = std::make_unique<Arena>(backend, ledger, MemCategory::buffers, count);
+  if (ends.rank() == 0) own_copy_ = std::make_unique<Arena>(backend, ledger, MemCategory::buffers, count);
+}
+
+TiedGradExchange::~TiedGradExchange() {
+  // Mid-step (a failed run) its messages may still be in flight: the buffers
+  // stay and nothing waits. Else the last send is the other end's, received.
+  if (posted_) {
+    (void)other_.release();
+    (void)own_copy_.release();
+    return;
+  }
+  try {
+    ends_.wait(send_);
+  } catch (const std::exception&) {
+  }
+}
+
+void TiedGradExchange::post(GradEngine& engine) {
+  const GradSpan g = engine.tied_grads();
+  if (!g.data) return;
+  if (g.dtype != DType::f32 || g.count != other_->numel())
+    throw std::logic_error("tied embedding: the exchange's buffers do not fit its gradients");
+  ends_.wait(send_);  // the previous step's: received long since
+  const int peer = 1 - ends_.rank();
+  recv_ = ends_.irecv(other_->f32(), g.count, DType::f32, peer, 0);
+  const void* share = g.data;
+  if (own_copy_) {
+    backend_.copy(own_copy_->f32(), g.data, g.count * sizeof(float));
+    share = own_copy_->f32();
+  }
+  send_ = ends_.isend(share, g.count, DType::f32, peer, 0);
+  posted_ = true;
+}
+
+void TiedGradExchange::sum(GradEngine& engine) {
+  if (!posted_) post(engine);
+  posted_ = false;
+  const GradSpan g = engine.tied_grads();
+  if (!g.data) return;
+  ends_.wait(recv_);
+  if (!own_copy_) ends_.wait(send_);  // it reads the gradients the sum overwrites
+  float* x = static_cast<float*>(g.data);
+  backend_.add(x, x, other_->f32(), g.count);
+}
+
 }  // namespace trident

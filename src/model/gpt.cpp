@@ -19,6 +19,7 @@ GptModel::GptModel(const GptConfig& c, int micro_batch, ComputeBackend& backend,
       math_(c, tp_, tokens_, backend),
       group_(o.tensor_group ? o.tensor_group : &solo_group_),
       stage_(o.stage),
+      table_grads_in_b_(o.table_grads_in_b && c.tied_embeddings && o.stage.head && !o.stage.embedding),
       table_(build_gpt_param_table(c, o.tp, o.units, o.stage)),
       table_units_(table_units(table_, c.d_model)) {
   if (c.kv_head_count() % tp_.size != 0)

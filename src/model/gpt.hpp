@@ -233,7 +233,7 @@ class GptModel {
   void block_backward(const MicroBatchActs& acts, int l, bool split, bool finalize);
   void embedding_grads(const MicroBatchActs& acts, const float* d_emb, bool finalize);
   // After a unit's weight gradients of one micro-batch: SP sums, storage told.
-  void finish_head_grads(bool finalize);
+  void finish_head_grads(bool finalize, bool table = true);  // table: the tied table's too
   void finish_block_grads(int l, bool finalize);
   void norm_grads_done(int unit, const std::vector<const TensorInfo*>& norms);  // after B
   void keep_for_weights(const MicroBatchActs& acts, bool split, const WeightInputPlace& at,
@@ -274,6 +274,7 @@ class GptModel {
   std::unique_ptr<AttentionOp> own_attention_;
   AttentionOp* attention_;
   StageSpec stage_;
+  bool table_grads_in_b_;  // GptModelOptions::table_grads_in_b, on a tied head's stage
   TensorTable table_;
   std::vector<TableUnit> table_units_;
   std::unique_ptr<FullStorage> own_storage_;

@@ -5,7 +5,8 @@
 // 2): B computes the activation gradients the previous stage waits for and
 // keeps the output gradient of each weight op for W (the micro-batch's
 // weight_inputs, or dead room of its saved activations); W computes the
-// weight gradients from those and the saved inputs. backward() runs both in
+// weight gradients from those and the saved inputs (a tied head's table's in
+// B where GptModelOptions::table_grads_in_b asks). backward() runs both in
 // one pass, each weight op where its output gradient is made.
 #include "model/gpt.hpp"
 
@@ -31,7 +32,7 @@ void GptModel::head_backward(const MicroBatchActs& acts, float* d_res, bool spli
   // A whole table's gradients, on the first stage, collect here and at the very end.
   // The table's slot is taken before the norm's: the norm must not take the one slot
   // that fits the table.
-  if (tied()) logits_backward(acts, d_c, lnf_all, weights_now, finalize);
+  if (tied()) logits_backward(acts, d_c, lnf_all, weights_now || table_grads_in_b_, finalize);
   else untied_logits_backward(acts, d_c, lnf_all, weights_now);
   st.need_grads(e.lnf_w->unit);  // the norm's weight gradients come with B (see norm_grads_done)
   round(d_c, std::size_t(BT) * C);
@@ -42,8 +43,9 @@ void GptModel::head_backward(const MicroBatchActs& acts, float* d_res, bool spli
   st.done_params(e.lnf_w->unit);
   if (!tied()) st.done_params(e.lm_head->unit);
   else if (!table_cut()) st.done_params(e.wte->unit);  // the embedding's backward needs only gradients
-  if (weights_now) finish_head_grads(finalize);
-  else norm_grads_done(e.lnf_w->unit, e.lnf_norms);
+  if (weights_now) return finish_head_grads(finalize);
+  norm_grads_done(e.lnf_w->unit, e.lnf_norms);
+  if (table_grads_in_b_ && !table_cut()) st.done_grads(e.wte->unit, false);
 }
 
 void GptModel::norm_grads_done(int u, const std::vector<const TensorInfo*>& norms) {
@@ -56,13 +58,13 @@ void GptModel::norm_grads_done(int u, const std::vector<const TensorInfo*>& norm
   st.done_grads(u, false);
 }
 
-void GptModel::finish_head_grads(bool finalize) {
+void GptModel::finish_head_grads(bool finalize, bool table) {
   ModelStorage& st = *storage_;
   if (finalize || st.grads_leave_each_backward()) sum_partial_grads(ends_.lnf_norms);
   st.done_grads(ends_.lnf_w->unit, finalize);
   // The head's copy is done (a cut table's units left in logits_backward).
   if (!tied()) st.done_grads(ends_.lm_head->unit, finalize);
-  else if (!stage_.embedding && !table_cut()) st.done_grads(ends_.wte->unit, finalize);
+  else if (table && !stage_.embedding && !table_cut()) st.done_grads(ends_.wte->unit, finalize);
 }
 
 void GptModel::block_backward(const MicroBatchActs& acts, int l, bool split,
@@ -206,10 +208,10 @@ void GptModel::backward_weights(const MicroBatchActs& acts, const GradsReadyFn& 
   };
   if (stage_.head) {
     const float* lnf_all = tp_.sp() ? act(acts, ends_.lnf_full) : act(acts, ends_.lnf);
-    if (tied()) logits_backward(acts, nullptr, lnf_all, true, finalize);  // the table's slot first
-    else untied_logits_backward(acts, nullptr, lnf_all, true);
+    if (!tied()) untied_logits_backward(acts, nullptr, lnf_all, true);
+    else if (!table_grads_in_b_) logits_backward(acts, nullptr, lnf_all, true, finalize);  // the table's slot first
     st.need_grads(ends_.lnf_w->unit);  // the norm's gradients came with B
-    finish_head_grads(finalize);
+    finish_head_grads(finalize, !table_grads_in_b_);
     notify(ends_.lnf_w);
   }
   for (int l = last_block() - 1; l >= stage_.first_block; --l) {

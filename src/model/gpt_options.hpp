@@ -29,6 +29,10 @@ struct GptModelOptions {
   // The micro-batch's rows this rank computes (default: whole sequences).
   TokenLayout tokens;
   ActivationPolicy activations;     // what is saved for backward, and in which type
+  // A tied head's split backward takes the table's gradient in B, not W, so
+  // the stage's share of it is final with its last B (sent to the first
+  // stage then). Whole tables only.
+  bool table_grads_in_b = false;
   // Not owned; null: the model's own. Models of one rank with the same config
   // and micro-batch may share one (the first built allocates it).
   ModelWorkspace* workspace = nullptr;

@@ -213,6 +213,12 @@ MemoryEstimate estimate_memory(const Deck& deck, const GridShape& shape, int zer
     else add_sharded_state(x, table, plan);
     if (zero_stage == 0) add_post_validation_copy(x, table);
     add_activations(x, chunk, &chunk == &stage_plan.chunks.front());
+    // The tied embedding summed by messages (TiedGradExchange, without ZeRO):
+    // the other end's share, and on the first stage the copy it sends.
+    const bool tied_end = chunk.spec.embedding || chunk.spec.head;
+    if (tied_end && zero_stage == 0 && tied_table_grads_in_b(schedule_cost_deck(deck), shape))
+      x.at(MemCategory::buffers) +=
+          (chunk.spec.embedding ? 2.0 : 1.0) * double(table.at("wte").numel) * sizeof(float);
   }
   // The input gradients being sent: one pool for the rank's chunks.
   x.at(MemCategory::activations) += stage_plan.send_pool.size * send_buffer_bytes(schedule_cost_deck(deck), shape);

@@ -7,12 +7,14 @@
 #include "core/fault_inject.hpp"
 #include "core/timer.hpp"
 #include "optim/clip.hpp"
+#include "parallel/pipeline/schedule_costs.hpp"
 #include "train/trainer.hpp"
 
 namespace trident {
 
 ScheduledRunner::ScheduledRunner(StepContext ctx, const std::vector<PipelineAction>& actions,
-                                 const SendBufferPool& send_pool, bool in_v)
+                                 const SendBufferPool& send_pool, bool in_v,
+                                 MemoryLedger& ledger)
     : ctx_(std::move(ctx)),
       actions_(actions),
       send_pool_(send_pool),
@@ -20,6 +22,15 @@ ScheduledRunner::ScheduledRunner(StepContext ctx, const std::vector<PipelineActi
       input_grad_sends_(std::size_t(send_pool.size)),
       clocks_(ctx_.chunks.size()) {
   if (ctx_.deck.parallel.post_validation) ctx_.pcomm.set_idle_work([this] { return save_while_idle(); });
+  Communicator* ends = ctx_.grid.embedding();
+  if (!ends || !tied_table_grads_in_b(schedule_cost_deck(ctx_.deck), ctx_.grid.shape())) return;
+  const bool first = ctx_.grid.coord().pp == 0;
+  GradEngine& end = *(first ? ctx_.chunks.front() : ctx_.chunks.back()).engine;
+  tied_exchange_ =
+      std::make_unique<TiedGradExchange>(*ends, ctx_.backend, ledger, end.tied_grads().count);
+  if (first) return;
+  for (std::size_t i = 0; i < actions_.size(); ++i)
+    if (!actions_[i].forward && actions_[i].part != BackwardPart::weights) tied_post_at_ = i;
 }
 
 void ScheduledRunner::clock(const PipelineAction& a, double since) {
@@ -36,13 +47,15 @@ double ScheduledRunner::run_schedule(int step) {
   }
   double loss_sum = 0;
   std::vector<Speculative> speculative;
-  for (const PipelineAction& a : actions_) {
+  for (std::size_t i = 0; i < actions_.size(); ++i) {
+    const PipelineAction& a = actions_[i];
     if (a.forward) {
       forward_pass(step, a, loss_sum, speculative);
       continue;
     }
     settle_in_schedule(step, speculative);  // gradients are summed into from here on
     backward_pass(a);
+    if (i == tied_post_at_) tied_exchange_->post(*ctx_.chunks.back().engine);
   }
   for (ModelChunk& c : ctx_.chunks) c.slots.wait_all_sends(pcomm);
   for (Request& r : input_grad_sends_) pcomm.wait(r);
@@ -230,9 +243,10 @@ void ScheduledRunner::sum_tied_embedding() {
                              ctx_.backend);
     return;
   }
-  Communicator* ends = ctx_.grid.embedding();
-  if (!ends) return;
-  (ctx_.grid.coord().pp == 0 ? ctx_.chunks.front() : ctx_.chunks.back()).engine->sum_tied_grads(*ends);
+  // The last stage's share may be on its way already (tied_exchange_).
+  GradEngine& end = *(ctx_.grid.coord().pp == 0 ? ctx_.chunks.front() : ctx_.chunks.back()).engine;
+  if (tied_exchange_) return tied_exchange_->sum(end);
+  if (Communicator* ends = ctx_.grid.embedding()) end.sum_tied_grads(*ends);
 }
 
 ScheduledRunner::LocalGrads ScheduledRunner::local_grads(int step) {

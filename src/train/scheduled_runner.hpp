@@ -8,8 +8,10 @@
 // the next step (scheduled_runner_settle.cpp).
 #pragma once
 #include <array>
+#include <memory>
 #include <vector>
 
+#include "engine/grad_engine.hpp"
 #include "optim/clip.hpp"
 
 #include "parallel/pipeline/schedule.hpp"
@@ -22,7 +24,7 @@ class ScheduledRunner final : public StepRunner {
  public:
   // actions: this rank's list; send_pool: its input-gradient send buffers.
   ScheduledRunner(StepContext ctx, const std::vector<PipelineAction>& actions,
-                  const SendBufferPool& send_pool, bool in_v);
+                  const SendBufferPool& send_pool, bool in_v, MemoryLedger& ledger);
   // A step still pending: its reductions, which every rank posted, complete
   // before their buffers go (its stats are dropped).
   ~ScheduledRunner() override;
@@ -91,6 +93,10 @@ class ScheduledRunner final : public StepRunner {
   const std::vector<PipelineAction>& actions_;
   const SendBufferPool& send_pool_;
   bool in_v_;                       // zb-v: both ends of the model on rank 0
+  // The tied embedding summed by messages (tied_table_grads_in_b): on the
+  // last stage its share leaves after the action at tied_post_at_, its last B.
+  std::unique_ptr<TiedGradExchange> tied_exchange_;
+  std::size_t tied_post_at_ = std::size_t(-1);
   std::vector<Request> input_grad_sends_;  // per send buffer: the send still reading it
   PostValidationCounts counts_;
   PendingStep pending_;

@@ -49,7 +49,7 @@ double measured_floor(Communicator& world, const StagePlan& plan,
     tails.push_back(t[1] > 0 ? t[0] / t[1] : 0.0);
   }
   return steady_bubble(plan.all_actions, chunks, v_shape, costs, tails, options.barrier,
-                       /*steps=*/8, options.tied_ends);
+                       /*steps=*/8, options.tied);
 }
 
 }  // namespace trident

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "comm/communicator.hpp"
+#include "parallel/pipeline/schedule_sim.hpp"
 #include "parallel/pipeline/stage_plan.hpp"
 
 namespace trident {
@@ -27,7 +28,7 @@ struct FloorOptions {
   bool across_steps = false;
   bool barrier = true;
   double step_tail = 0;
-  bool tied_ends = false;  // StepJoins::tied_ends
+  TiedJoin tied = TiedJoin::none;  // where the tied embedding's ends join (StepJoins)
 };
 
 // The idle share of every rank's lists (plan.all_actions) under the mean

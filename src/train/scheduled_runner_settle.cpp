@@ -193,7 +193,9 @@ FloorOptions ScheduledRunner::floor_options(bool steady) const {
   o.across_steps = steady || ctx_.deck.parallel.post_validation;
   o.barrier = !ctx_.deck.parallel.post_validation;
   o.step_tail = tail_steps_ > 0 ? step_tail_ / tail_steps_ : 0.0;
-  o.tied_ends = ctx_.deck.model.tied_embeddings && !in_v_;
+  o.tied = !ctx_.deck.model.tied_embeddings || in_v_ ? TiedJoin::none
+           : tied_exchange_                            ? TiedJoin::last_input_grad
+                                                       : TiedJoin::last_pass;
   return o;
 }
 

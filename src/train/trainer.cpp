@@ -12,6 +12,7 @@
 #include "model/gpt_params.hpp"
 #include "optim/clip.hpp"
 #include "optim/lr_schedule.hpp"
+#include "parallel/pipeline/schedule_costs.hpp"
 #include "train/pipedream_runner.hpp"
 #include "train/scheduled_runner.hpp"
 #include "train/profile.hpp"
@@ -87,6 +88,7 @@ void Trainer::build_chunk(ModelChunk& ch, MemoryLedger& ledger, int slots, int w
     o.attention = ring_.get();
   }
   o.stage = ch.spec;
+  o.table_grads_in_b = tied_table_grads_in_b(schedule_cost_deck(deck_), grid_.shape());
   o.activations = make_activation_policy(t.recompute, t.partition_activations, tp.size, tp.sp(),
                                          deck_.precision.dtype);
   o.weights = weights_;
@@ -150,7 +152,7 @@ void Trainer::make_runner(MemoryLedger& ledger) {
     return;
   }
   runner_ = std::make_unique<ScheduledRunner>(step_context(), plan_.actions, plan_.send_pool,
-                                              places_chunks_in_v(schedule_));
+                                              places_chunks_in_v(schedule_), ledger);
 }
 
 StepStats Trainer::step(int step) {

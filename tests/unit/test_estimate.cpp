@@ -8,6 +8,7 @@
 
 #include <filesystem>
 
+#include "model/gpt_params.hpp"
 #include "io/deck.hpp"
 #include "io/token_shard.hpp"
 #include "parallel/tensor/tensor_layout.hpp"
@@ -101,6 +102,24 @@ TEST(Estimate, SixteenBitWorkingCopiesHoldNoWholeTable) {
       EXPECT_EQ(buffers("bf16", 60000) - buffers("fp32", 60000), copies);
       EXPECT_LT(copies, 60000.0 * 768 * 4 / tp);  // less than one f32 copy of the shard
     }
+}
+
+// The tied embedding summed by messages (zb-h2, pp 2, dp 1, no ZeRO, f32
+// gradients): the first stage holds the other end's share and its own copy,
+// the last stage the other end's share; two data ranks keep the all-reduce.
+TEST(Estimate, TiedExchangeBuffersAreTableCopies) {
+  auto buffers = [](const std::string& schedule, int dp, int pipe_rank) {
+    Deck d = load_deck(std::string(TRIDENT_INPUT_DIR) + "/default.toml",
+                       {"parallel.pp=2", "parallel.dp=" + std::to_string(dp),
+                        "parallel.schedule=\"" + schedule + "\"", "train.micro_batch=1"});
+    return estimate_memory(d, resolve_layout(d, 2 * dp), 0, pipe_rank).bytes[int(MemCategory::buffers)];
+  };
+  const Deck d = load_deck(std::string(TRIDENT_INPUT_DIR) + "/default.toml", {});
+  const double table = double(build_gpt_param_table(d.model).at("wte").numel) * sizeof(float);
+  EXPECT_EQ(buffers("zb-h2", 1, 0) - buffers("1f1b", 1, 0), 2 * table);
+  EXPECT_EQ(buffers("zb-h2", 1, 1) - buffers("1f1b", 1, 1), table);
+  EXPECT_EQ(buffers("zb-h2", 2, 0), buffers("1f1b", 2, 0));
+  EXPECT_EQ(buffers("zb-v", 1, 0), buffers("1f1b", 1, 0));
 }
 
 // Flash attention keeps a log-sum-exp per query and head, not the (T, T)

@@ -55,7 +55,26 @@ TEST(ScheduleSteps, WithoutTheBarrierZbH2CrossesTheStepBoundary) {
   EXPECT_NEAR(steady_bubble(ranks, 1, false, costs, {1.0, 1.0}, false), 1.0 / 8, 1e-12);
   // Tied embeddings on both ends: stage 0 waits for stage 1's last pass (9)
   // before its step, so the next F0 leaves at 10 and nothing is won.
-  EXPECT_NEAR(steady_bubble(ranks, 1, false, costs, none, false, 8, true), 2.0 / 9, 1e-12);
+  EXPECT_NEAR(steady_bubble(ranks, 1, false, costs, none, false, 8, TiedJoin::last_pass), 2.0 / 9, 1e-12);
+  // Stage 1's share sent after its last B (B1 ends at 5): stage 0 begins its
+  // tail at its own end (7), as untied, and the steps repeat every 8 units.
+  EXPECT_NEAR(steady_bubble(ranks, 1, false, costs, none, false, 8, TiedJoin::last_input_grad),
+              1.0 / 8, 1e-12);
+  // Where stage 0 ends last (W 2.5 units there: it ends at 10, stage 1 at 9),
+  // both ends' tails wait for stage 0's own end: sending early changes nothing.
+  ZeroBubbleCosts slow0 = costs;
+  slow0.w[0] = 2.5;
+  EXPECT_NEAR(steady_bubble(ranks, 1, false, slow0, none, false, 8, TiedJoin::last_input_grad),
+              steady_bubble(ranks, 1, false, slow0, none, false, 8, TiedJoin::last_pass), 1e-12);
+}
+
+// Where each rank's tied share is final: its last pass, or on the last rank
+// its last B (zb-h2, p 2, m 2: stage 1 runs F0 B0 F1 B1 W0 W1, B1 at 3).
+TEST(ScheduleSteps, TiedShareAt) {
+  const auto ranks = lists(ScheduleKind::zb_h2, 2, 2);
+  EXPECT_TRUE(tied_share_at(ranks, TiedJoin::none).empty());
+  EXPECT_EQ(tied_share_at(ranks, TiedJoin::last_pass), (std::vector<std::size_t>{5, 5}));
+  EXPECT_EQ(tied_share_at(ranks, TiedJoin::last_input_grad), (std::vector<std::size_t>{5, 3}));
 }
 
 // Without the barrier no list loses: the steady idle share is at most the

@@ -80,16 +80,18 @@ ZeroBubbleCosts zero_bubble_costs(const ScheduleCostDeck& deck, const GridShape&
   // FLOPs per token of one block (Narayanan et al. 2021, appendix): GEMMs
   // 2 * 12 C^2 / tp forward, as much for the input gradients (B) and for the
   // weight gradients (W); attention's two T x T products 4 T C / tp forward,
-  // twice that backward, all in B. The head's 2 C V in F, B and W.
+  // twice that backward, all in B. The head's 2 C V in F, B and W (a tied
+  // table's gradient in B where tied_table_grads_in_b).
   const double C = m.d_model, T = m.seq_len, vocab = m.vocab, tp = shape.tp;
   const double gemm = 24 * C * C / tp, attn = 4 * T * C / tp, head = 2 * C * vocab / tp;
+  const bool table_in_b = tied_table_grads_in_b(deck, shape);
   ZeroBubbleCosts c;
   for (int vs = 0; vs < V; ++vs) {
     const StageSpec spec = stage_spec_of(part, vs);
     const double blocks = spec.blocks(m.layers), h = spec.head ? head : 0;
     c.f.push_back(blocks * (gemm + attn) + h);
-    c.b.push_back(blocks * (gemm + 2 * attn) + h);
-    c.w.push_back(blocks * gemm + h);
+    c.b.push_back(blocks * (gemm + 2 * attn) + (table_in_b ? 2 * h : h));
+    c.w.push_back(blocks * gemm + (table_in_b ? 0 : h));
     c.slot_bytes.push_back(slot_bytes(deck, shape, spec));
     c.w_bytes.push_back(weight_buffer_bytes(deck, shape, spec));
   }
@@ -117,7 +119,14 @@ ZeroBubbleCosts zero_bubble_costs(const ScheduleCostDeck& deck, const GridShape&
 }
 
 ScheduleCostDeck schedule_cost_deck(const Deck& deck) {
-  return {deck.model, deck.train, deck.parallel, deck.precision};
+  return {deck.model, deck.train, deck.parallel, deck.precision, deck.zero};
+}
+
+bool tied_table_grads_in_b(const ScheduleCostDeck& deck, const GridShape& shape) {
+  const ScheduleKind kind = deck.parallel.schedule;
+  return deck.model.tied_embeddings && shape.pp > 1 && splits_backward(kind) &&
+         !places_chunks_in_v(kind) && shape.replicas() == 1 && deck.zero.stage == 0 &&
+         deck.precision.reduce_dtype == Precision::fp32;
 }
 
 }  // namespace trident

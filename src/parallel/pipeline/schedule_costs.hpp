@@ -14,14 +14,25 @@ namespace trident {
 struct Deck;
 
 // The deck sections the costs read: the model's shape, the batch and
-// recompute, the schedule and sequence parallelism, the 16-bit types.
+// recompute, the schedule and sequence parallelism, the 16-bit types, the
+// ZeRO stage.
 struct ScheduleCostDeck {
   const GptConfig& model;
   const TrainSection& train;
   const ParallelSection& parallel;
   const PrecisionSection& precision;
+  const ZeroSection& zero;
 };
 ScheduleCostDeck schedule_cost_deck(const Deck& deck);
+
+// Whether the last stage's B takes the tied head's table gradient and sends
+// its share to the first stage after its last B (GptModelOptions::
+// table_grads_in_b; TiedJoin::last_input_grad): a tied model over pipeline
+// stages whose backward splits, the two ends on different ranks (not a V),
+// where that share is final with the last B and its sum is one addition
+// (f32 gradients, one replica: no data or context reduction before the sum,
+// no ZeRO).
+bool tied_table_grads_in_b(const ScheduleCostDeck& deck, const GridShape& shape);
 
 // `partition` over the schedule's virtual stages (2p for zb-v, else p).
 ZeroBubbleCosts zero_bubble_costs(const ScheduleCostDeck& deck, const GridShape& shape,

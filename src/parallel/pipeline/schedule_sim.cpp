@@ -55,10 +55,11 @@ ScheduleReplay replay_schedule(const std::vector<std::vector<PipelineAction>>& r
       for (; next[s] < ranks[s].size(); ++next[s]) {
         const PipelineAction& a = ranks[s][next[s]];
         const int vs = virtual_stage_of(v_shape, p, s, a.chunk);
-        double start = free_at[s], leave_at = 0;
         const bool speculative = a.forward && vs == 0 && V > 1;
-        bool settles = false;
-        if (joins && !joins->before(s, next[s], speculative, start, leave_at, settles)) break;
+        StepJoins::Join join{false, free_at[s]};
+        if (joins) join = joins->before(s, next[s], speculative, free_at[s]);
+        if (join.wait) break;
+        double start = join.start;
         if (is_input_grad(a)) b_posted.emplace(std::make_pair(vs, a.micro_batch), start);
         if (a.forward) f_posted.emplace(std::make_pair(vs, a.micro_batch), start);
         const bool sends_grad = is_input_grad(a) && vs > 0 && a.send_buffer >= 0;
@@ -97,8 +98,8 @@ ScheduleReplay replay_schedule(const std::vector<std::vector<PipelineAction>>& r
           if (it == b_end.end()) break;
           start = std::max(start, it->second);
         }
-        free_at[s] = std::max(start + pass_duration(a, vs, costs), leave_at);
-        if (joins) joins->after(s, next[s], free_at[s], settles);
+        free_at[s] = std::max(start + pass_duration(a, vs, costs), join.leave_at);
+        if (joins) joins->after(s, next[s], free_at[s], join.settles);
         if (a.forward) f_end[{vs, a.micro_batch}] = free_at[s];
         if (a.forward && a.slot >= 0 && vs < V - 1) slot_sent[slot_key] = a.micro_batch;
         if (sends_grad) sender[{s, a.send_buffer}] = {vs, a.micro_batch};

@@ -22,6 +22,13 @@ struct ScheduleReplay {
   std::string early_reuse;
 };
 
+// Where the tied embedding's two copies (first and last rank) join in a
+// step: not at all (untied, or both ends on one rank in a V); each end's
+// share summed once its last pass is done; or the last rank's share taken in
+// its B passes and sent after its last B, while the first rank's is done
+// with its last pass (its table's gradient comes in W).
+enum class TiedJoin { none, last_pass, last_input_grad };
+
 // Consecutive steps in one replay (steady_bubble, schedule_steps.cpp): each
 // rank's list repeats, step_len actions a step, and a rank's step ends with
 // `tail` of its own work (reductions, optimizer). barrier: the synchronous
@@ -29,19 +36,23 @@ struct ScheduleReplay {
 // passes, after its own tail. Else post-validation: each rank goes on after
 // its own tail, and settles the previous step, which needs every rank's tail
 // done, before its first send (the first virtual stage, which computes a
-// forward ahead of it) or its first computation (the others). tied_ends: the
-// first and last ranks sum the tied embedding's gradients, so each begins its
-// tail once both have ended their passes.
+// forward ahead of it) or its first computation (the others). share_at (tied
+// embedding; empty when untied): per rank, the index in its step's list of
+// the pass after which its share of the tied gradient is final; the first
+// and last ranks each begin their tail once their own passes are done and
+// the other end's share is.
 class StepJoins {
  public:
   StepJoins(std::vector<std::size_t> step_len, std::vector<double> tail, bool barrier, int steps,
-            bool tied_ends);
-  // Before action i of rank s: false while it waits for another rank's step
-  // end; else raises `start` to the step's join, sets `leave_at` where a
-  // forward computed ahead of the settle may leave only after it, and
-  // `settles` where the rank settles at this action.
-  bool before(int s, std::size_t i, bool speculative, double& start, double& leave_at,
-              bool& settles) const;
+            std::vector<std::size_t> share_at = {});
+  // Where action i of rank s, free from `start`, may run.
+  struct Join {
+    bool wait = false;     // another rank's step end is not replayed yet
+    double start = 0;      // `start` raised to the step's join
+    double leave_at = 0;   // a forward computed ahead of the settle leaves only then
+    bool settles = false;  // the rank settles at this action
+  };
+  Join before(int s, std::size_t i, bool speculative, double start) const;
   void after(int s, std::size_t i, double end, bool settles);  // action i ended at `end`
   double ended(int step, int s) const { return ended_[std::size_t(step)][std::size_t(s)]; }
 
@@ -49,10 +60,16 @@ class StepJoins {
   double tail_from(std::size_t k, std::size_t r) const;  // when rank r's tail of step k begins
   std::vector<std::size_t> step_len_;
   std::vector<double> tail_;
-  bool barrier_, tied_ends_;
+  bool barrier_;
+  std::vector<std::size_t> share_at_;
   std::vector<std::vector<double>> ended_;  // per step and rank, its last pass's end (-1: not yet)
+  std::vector<std::vector<double>> shared_;  // per step and rank, its tied share's end
   std::vector<std::vector<bool>> settled_;  // per step and rank
 };
+
+// Per rank, where its tied share is final (StepJoins' share_at) under `join`.
+std::vector<std::size_t> tied_share_at(const std::vector<std::vector<PipelineAction>>& ranks,
+                                       TiedJoin join);
 
 // Each rank's actions (rank s runs virtual stages c * p + s, or the V's s and
 // 2p - 1 - s), started as soon as their input has arrived: receives block,
@@ -79,7 +96,7 @@ double replayed_bubble(const std::vector<std::vector<PipelineAction>>& ranks, in
 // barrier and no tails it is replayed_bubble.
 double steady_bubble(const std::vector<std::vector<PipelineAction>>& ranks, int chunks,
                      bool v_shape, const ZeroBubbleCosts& costs, const std::vector<double>& tail,
-                     bool barrier, int steps = 8, bool tied_ends = false);
+                     bool barrier, int steps = 8, TiedJoin tied = TiedJoin::none);
 
 // Empty when, between every pair of ranks and in each direction (activations
 // forward, gradients back), the receiver's list takes the messages in the
