@@ -96,7 +96,7 @@ d, steps, repeats, modes = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.
 def parse_one(path):
     text = open(path).read()
     wall = float(re.search(r"^  total +[0-9.]+ +[0-9.]+ +([0-9.]+)", text, re.M).group(1))
-    saves = re.findall(r"^checkpoint: step (\d+) -> .*? in ([0-9.]+) s, ([0-9.]+) GB/s(?:; in the background, training held up ([0-9.]+) s: ([0-9.]+) starting, ([0-9.]+) at optimizer steps, ([0-9.]+) waiting, ([0-9.]+) completing(?:; the drain's thread used ([0-9.]+) s of CPU(?:, its writer's ([0-9.]+))?)?)?", text, re.M)
+    saves = re.findall(r"^checkpoint: step (\d+) -> .*? in ([0-9.]+) s, ([0-9.]+) GB/s(?:; in the background, training held up ([0-9.]+) s: ([0-9.]+) starting, ([0-9.]+) at optimizer steps, ([0-9.]+) waiting, ([0-9.]+) completing(?:; [^;]*? written in place)?(?:; the drain's thread used ([0-9.]+) s of CPU(?:, its writer's ([0-9.]+))?)?)?", text, re.M)
     waited = [float(x) for x in re.findall(r"^checkpoint: waited ([0-9.]+) s", text, re.M)]
     final = [float(s[1]) for s in saves if int(s[0]) == steps]
     periodic = [s for s in saves if int(s[0]) != steps]

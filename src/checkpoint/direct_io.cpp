@@ -1,6 +1,7 @@
 #include "checkpoint/direct_io.hpp"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <fmt/format.h>
 #include <unistd.h>
 
@@ -24,6 +25,12 @@ DirectFile::DirectFile(const std::string& path, bool for_write) {
     return;
   }
   writes_ = std::make_unique<WriteBehind>(fd_, kQueueDepth, kPieceBytes, kBlock);
+#ifdef STATX_DIOALIGN
+  struct statx st {};
+  if (::statx(fd_, "", AT_EMPTY_PATH, STATX_DIOALIGN, &st) == 0 &&
+      (st.stx_mask & STATX_DIOALIGN) && st.stx_dio_mem_align > 0)
+    mem_align_ = std::min<std::size_t>(kBlock, st.stx_dio_mem_align);
+#endif
 }
 
 DirectFile::~DirectFile() {

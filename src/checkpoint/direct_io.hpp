@@ -58,6 +58,23 @@ class DirectFile {
   // queued for n bytes (whole blocks) at `at`; and a copy for the page cache.
   char* acquire_buffer() { return writes_->acquire(); }
   void submit_buffer(char* buf, std::uint64_t at, std::size_t n) { writes_->submit(buf, at, n); }
+  // Whether a transfer may read `src` in place: the address is aligned as
+  // the file's direct I/O needs (statx's dio_mem_align; kBlock where the
+  // kernel does not say).
+  bool can_write_from(const char* src) const {
+    return reinterpret_cast<std::uintptr_t>(src) % mem_align_ == 0;
+  }
+  // Queues src[0, n) (can_write_from; unchanged until written) at `at`,
+  // holding the buffer `slot` from acquire_buffer() until then; the ticket
+  // is for written().
+  std::uint64_t submit_from(char* slot, const char* src, std::uint64_t at, std::size_t n) {
+    return writes_->submit_from(slot, src, at, n);
+  }
+  // Waits until the write of `ticket` (and every one before it) is done or
+  // failed; false when none finished for timeout_s.
+  bool written(std::uint64_t ticket, double timeout_s) {
+    return writes_->wait_done(ticket, timeout_s);
+  }
   void submit_buffered(std::vector<char> bytes, std::uint64_t at) {
     writes_->submit_copy(buffered_fd_, std::move(bytes), at);
   }
@@ -90,6 +107,7 @@ class DirectFile {
  private:
   int fd_ = -1;
   int buffered_fd_ = -1;                 // for writing only: the same file, no O_DIRECT
+  std::size_t mem_align_ = kBlock;       // of memory a transfer reads from
   std::unique_ptr<WriteBehind> writes_;  // for writing only
 };
 

@@ -6,10 +6,12 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 
 #include "core/error.hpp"
+#include "core/fault_inject.hpp"
 #include "core/timer.hpp"
 
 namespace trident {
@@ -80,8 +82,37 @@ void WriteBehind::submit(char* buf, std::uint64_t at, std::size_t n) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     queue_.push_back({buf, {}, fd_, at, n});
+    ++submitted_;
   }
   changed_.notify_all();
+}
+
+std::uint64_t WriteBehind::submit_from(char* slot, const char* src, std::uint64_t at,
+                                       std::size_t n) {
+  std::uint64_t ticket = 0;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    queue_.push_back({slot, {}, fd_, at, n, src});
+    ticket = ++submitted_;
+  }
+  changed_.notify_all();
+  return ticket;
+}
+
+bool WriteBehind::wait_done(std::uint64_t ticket, double timeout_s) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  std::uint64_t seen = done_;
+  auto since = std::chrono::steady_clock::now();
+  while (done_ < ticket && !error_) {
+    changed_.wait_for(lock, std::chrono::milliseconds(50));
+    const auto now = std::chrono::steady_clock::now();
+    if (done_ != seen) {
+      seen = done_, since = now;
+    } else if (std::chrono::duration<double>(now - since).count() > timeout_s) {
+      return false;
+    }
+  }
+  return true;
 }
 
 void WriteBehind::submit_copy(int fd, std::vector<char> bytes, std::uint64_t at) {
@@ -89,6 +120,7 @@ void WriteBehind::submit_copy(int fd, std::vector<char> bytes, std::uint64_t at)
     std::lock_guard<std::mutex> lock(mutex_);
     const std::size_t n = bytes.size();
     queue_.push_back({nullptr, std::move(bytes), fd, at, n});
+    ++submitted_;
   }
   changed_.notify_all();
 }
@@ -118,9 +150,13 @@ void WriteBehind::run() {
     const bool skip = bool(error_);  // after a failure, buffers only come back
     lock.unlock();
     std::exception_ptr failed;
+    // TRIDENT_FAULT_INJECT=ckpt:write_slow: a slow disk, 20 ms a transfer.
+    if (fault_armed("ckpt", "write_slow", -1))
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
     if (!skip) {
       try {
-        transfer_all(job.fd, job.buf ? job.buf : job.copy.data(), job.n, job.at, true);
+        const char* from = job.src ? job.src : job.buf ? job.buf : job.copy.data();
+        transfer_all(job.fd, const_cast<char*>(from), job.n, job.at, true);
       } catch (...) {
         failed = std::current_exception();
       }
@@ -130,6 +166,7 @@ void WriteBehind::run() {
     cpu_seconds_ = cpu;
     if (failed && !error_) error_ = failed;
     busy_ = false;
+    ++done_;
     if (job.buf) free_.push_back(job.buf);
     changed_.notify_all();
   }

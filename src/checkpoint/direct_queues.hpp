@@ -42,6 +42,14 @@ class WriteBehind {
   char* acquire();
   // Queues buf[0, n) for writing at `at`; buf came from acquire().
   void submit(char* buf, std::uint64_t at, std::size_t n);
+  // Queues src[0, n) (aligned for O_DIRECT; unchanged until the write is
+  // done) for writing at `at`, holding `slot` (from acquire()) meanwhile, so
+  // the writes in flight stay within the depth. Returns the job's ticket.
+  std::uint64_t submit_from(char* slot, const char* src, std::uint64_t at, std::size_t n);
+  // Waits until the job of `ticket` and all before it are done (or one
+  // failed: the caller's source may then change, the file is lost anyway).
+  // false: no job finished for timeout_s.
+  bool wait_done(std::uint64_t ticket, double timeout_s);
   // Queues `bytes` (any offset and length) for writing at `at` through
   // descriptor `fd` (one without O_DIRECT), in order with the rest.
   void submit_copy(int fd, std::vector<char> bytes, std::uint64_t at);
@@ -57,6 +65,7 @@ class WriteBehind {
     int fd = -1;
     std::uint64_t at = 0;
     std::size_t n = 0;
+    const char* src = nullptr;  // set: written from here; buf is only a slot
   };
   void run();
   void throw_if_failed();  // with mutex_ held
@@ -68,6 +77,7 @@ class WriteBehind {
   std::vector<char*> free_;
   std::deque<Job> queue_;
   bool busy_ = false, stop_ = false;
+  std::uint64_t submitted_ = 0, done_ = 0;  // jobs; tickets count from 1
   double cpu_seconds_ = 0;  // the thread's, after its last job
   std::exception_ptr error_;
   std::thread thread_;  // last: started once the rest is built

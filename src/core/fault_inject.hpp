@@ -11,6 +11,8 @@
 // ckpt:drain_error[@STEP] fails the background write of that step's save
 // (checkpoint.async) halfway (EIO), ckpt:drain_stall[@STEP] stops it there
 // for good, ckpt:drain_slow[@STEP] sleeps 5 ms before each of its pieces;
+// ckpt:write_slow makes the direct-I/O write queue sleep 20 ms before each
+// transfer (a slow disk);
 // step:stall@N makes this rank sleep for an hour before step N (a stuck rank);
 // swap:no_space@R makes world rank R's offload swap file find its disk full,
 // swap:no_direct@R its file system refuse O_DIRECT, swap:io_error@R its

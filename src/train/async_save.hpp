@@ -41,6 +41,7 @@ class AsyncSave {
   std::size_t waves() const { return drain_->waves(); }
   double drain_cpu_seconds() const { return drain_->cpu_seconds(); }
   double writer_cpu_seconds() const { return drain_->write_cpu_seconds(); }
+  std::size_t written_in_place() const { return drain_->written_in_place(); }
   // This rank's data are written and synced (or its drain failed).
   bool drained() { return drain_->finished(); }
   // Waits for drained(); seconds waited. Throws RuntimeFailure when the drain
@@ -51,6 +52,8 @@ class AsyncSave {
     return drain_->release_sources(keep_bytes, timeout_s_);
   }
   std::size_t copied_at_release() const { return drain_->copied_bytes(); }
+  void pause_writes() { drain_->pause(); }
+  void resume_writes() { drain_->resume(); }
   // Once every rank's drain is done: completes the file, renames it and
   // moves `latest`. Collective; a failure anywhere (a drain's write
   // included) is an AgreedError everywhere, and the file is left incomplete.

@@ -31,9 +31,14 @@ Checkpointer::Checkpointer(const Deck& deck, Grid& grid, Trainer& trainer)
   if (!deck_.checkpoint.async) return;
   // The step about to change what the save reads: let the drain finish
   // reading it, or copy up to staging_mb of what it has not read.
-  trainer_.set_before_update([this] {
+  // An update that reads and writes a swap file has the disk to itself, so
+  // its transfers do not queue behind the checkpoint's: the drain resumes at
+  // the step boundary.
+  const bool update_on_disk = deck_.offload.optimizer == OffloadTarget::nvme;
+  trainer_.set_before_update([this, update_on_disk] {
     if (!pending_) return;
     held_update_s_ += pending_->release_sources(staging_bytes());
+    if (update_on_disk) pending_->pause_writes();
     note_staging();
   });
 }
@@ -103,6 +108,7 @@ bool Checkpointer::save_due(int done) {
 
 bool Checkpointer::after_step(int done) {
   if (!enabled()) return false;
+  if (pending_) pending_->resume_writes();
   const StepFlags flags = agreed(done);
   const bool last = done == deck_.train.steps;
   if (pending_ && !flags[2]) complete_pending(false);
@@ -164,8 +170,10 @@ void Checkpointer::complete_pending(bool wait) {
   const std::unique_ptr<AsyncSave> save = std::move(pending_);
   // Read before complete() joins the drain (its counts go with it).
   const std::string drain_cpu =
-      fmt::format("; the drain's thread used {:.3f} s of CPU, its writer's {:.3f}",
-                  save->drain_cpu_seconds(), save->writer_cpu_seconds());
+      fmt::format("; {} written in place; the drain's thread used {:.3f} s of CPU, its "
+                  "writer's {:.3f}",
+                  format_bytes(double(save->written_in_place())), save->drain_cpu_seconds(),
+                  save->writer_cpu_seconds());
   const std::string staged =
       save->waves() == 0 ? std::string()
                          : fmt::format("; {} staged through {} in {} wave{}",

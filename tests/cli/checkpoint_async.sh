@@ -3,8 +3,9 @@
 # for bit (every dataset and attribute), also when the background write spans
 # several steps (TRIDENT_FAULT_INJECT=ckpt:drain_slow) and the optimizer step
 # must wait for it (staging_mb = 0) or copy what it has not read, PipeDream's
-# included; and a run resumed from an asynchronous checkpoint continues bit
-# for bit.
+# included; tensors large enough for direct I/O written from the arenas in
+# place, on a slow disk too (ckpt:write_slow); and a run resumed from an
+# asynchronous checkpoint continues bit for bit.
 #   usage: checkpoint_async.sh "MPIEXEC..." TRIDENT_BINARY FIXTURE_DIR PYTHON_WITH_H5PY
 set -uo pipefail
 mpiexec=$1 bin=$2 dir=$3 py=$4
@@ -33,6 +34,21 @@ run async --set checkpoint.async=true
 same_files async 10 20 30
 python3 "$here/same_losses.py" "$work/sync.jsonl" "$work/async.jsonl" || fail "async: losses differ"
 grep -q "checkpoint: step 10 -> .*in the background" "$work/async.out" || fail "async: no background save announced"
+
+# Tensors large enough for direct I/O are written from the arenas in place,
+# also on a slow disk (ckpt:write_slow), where the optimizer step waits for
+# the transfers still reading them and copies what the drain has not taken.
+big=(--set model.d_model=256)
+run big_sync "${big[@]}"
+run big_async "${big[@]}" --set checkpoint.async=true
+TRIDENT_FAULT_INJECT=ckpt:write_slow run big_slow "${big[@]}" --set checkpoint.async=true \
+  --set checkpoint.staging_mb=1
+for name in big_async big_slow; do
+  REF=big_sync same_files $name 10 20 30
+  grep -q "checkpoint: step 10 -> .*[1-9][0-9.]* [KMG]iB written in place" "$work/$name.out" ||
+    fail "$name: nothing written in place"
+done
+python3 "$here/same_losses.py" "$work/big_sync.jsonl" "$work/big_slow.jsonl" || fail "big_slow: losses differ"
 
 # The drain still reading when the optimizer steps: it waits, or copies.
 TRIDENT_FAULT_INJECT=ckpt:drain_slow run slow_wait --set checkpoint.async=true --set checkpoint.staging_mb=0

@@ -4,16 +4,20 @@
 // direct copy gives; release_sources() reads on its own thread what the drain
 // has not, so a source changed afterwards (the optimizer step) leaves the file
 // as it was; a reader failing in the middle of a wave is the drain's error.
+// Aligned training state is written in place, and released only once written.
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -21,6 +25,7 @@
 
 #include "checkpoint/checkpoint_drain.hpp"
 #include "checkpoint/checksum.hpp"
+#include "checkpoint/direct_io.hpp"
 #include "core/error.hpp"
 
 using namespace trident;
@@ -131,6 +136,26 @@ TEST_F(DrainWaves, ReleaseWaitsWhenTheBoundIsSmall) {
   EXPECT_EQ(std::memcmp(got.data(), saved.data(), got.size()), 0);
 }
 
+// pause(): the thread starts no piece (an update on the same disk has it to
+// itself); wait() resumes it, so waiting for a paused drain never hangs.
+TEST_F(DrainWaves, PausedDrainStartsNoPieceAndWaitResumes) {
+  const PieceReader reader = [&](const char* src, std::size_t n, char* out) {
+    read_source(src, n, out);
+  };
+  std::vector<char> staging(2 * kPieceBytes);
+  CheckpointDrain drain(path_, nullptr, pieces(&reader), {"/d"}, 1, 1, staging.data(),
+                        staging.size());
+  drain.pause();  // the thread may be through one wave already, no further
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  EXPECT_FALSE(drain.finished());
+  EXPECT_LE(drain.waves(), 1u);
+  drain.wait(30);
+  ASSERT_FALSE(drain.error());
+  EXPECT_EQ(drain.waves(), kPieces / 2);
+  const std::vector<char> got = file();
+  EXPECT_EQ(std::memcmp(got.data(), source_.data(), got.size()), 0);
+}
+
 TEST_F(DrainWaves, ReaderFailingMidWaveIsTheDrainsError) {
   std::atomic<int> calls{0};
   const PieceReader reader = [&](const char* src, std::size_t n, char* out) {
@@ -161,5 +186,93 @@ TEST_F(DrainWaves, PieceLargerThanTheStagingIsAnError) {
   drain.wait(30);
   EXPECT_TRUE(drain.error());
 }
+
+
+// Training state aligned for direct I/O is written where it lies: the disk
+// reads the source itself. release_sources() then also waits for those writes
+// in flight, so a source changed right after it (the optimizer step) still
+// leaves the file as it was; unaligned state goes through the queue's copies.
+class DrainInPlace : public ::testing::TestWithParam<std::size_t> {
+ protected:
+  static constexpr std::size_t kCount = 24, kBytes = DirectFile::kPieceBytes;
+  void SetUp() override {
+    path_ = (std::filesystem::current_path() / "drain_in_place_test.bin").string();
+    std::ofstream(path_, std::ios::binary).write(std::string(kCount * kBytes, '\0').data(),
+                                                 kCount * kBytes);
+    memory_.reset(static_cast<char*>(std::aligned_alloc(4096, kCount * kBytes + 4096)));
+    source_ = reinterpret_cast<float*>(memory_.get() + GetParam());
+    for (std::size_t i = 0; i < kCount * kBytes / 4; ++i) source_[i] = float(i % 9973) - 3.5f;
+  }
+  void TearDown() override { std::filesystem::remove(path_); }
+
+  std::vector<DrainPiece> pieces() const {
+    std::vector<DrainPiece> out;
+    for (std::size_t p = 0; p < kCount; ++p) {
+      DrainPiece d;
+      d.src = reinterpret_cast<const char*>(source_) + p * kBytes;
+      d.bytes = kBytes;
+      d.at = p * kBytes;
+      d.first = p * kBytes / 4;
+      d.direct = d.in_place = true;
+      out.push_back(d);
+    }
+    return out;
+  }
+
+  std::string path_;
+  std::unique_ptr<char, decltype(&std::free)> memory_{nullptr, &std::free};
+  float* source_ = nullptr;
+};
+
+TEST_P(DrainInPlace, ReleaseWaitsForTheWritesReadingTheSource) {
+  // A slow disk: the writes reading the source are still in flight at the release.
+  ::setenv("TRIDENT_FAULT_INJECT", "ckpt:write_slow", 1);
+  DirectFile direct(path_, true);
+  if (!direct.ok()) GTEST_SKIP() << "no O_DIRECT where the test runs";
+  const std::vector<float> saved(source_, source_ + kCount * kBytes / 4);
+  CheckpointDrain drain(path_, &direct, pieces(), {"/d"}, 1, 1);
+  // Once the drain has taken a third (the queue's depth in flight), the rest is copied.
+  drain.release_sources(kCount * kBytes * 2 / 3, 30);
+  std::fill(source_, source_ + saved.size(), -1.0f);  // the optimizer step
+  drain.wait(30);
+  ::unsetenv("TRIDENT_FAULT_INJECT");
+  ASSERT_FALSE(drain.error());
+  const bool aligned = GetParam() % 512 == 0;
+  EXPECT_EQ(drain.written_in_place() > 0, aligned);
+  EXPECT_LE(drain.written_in_place() + drain.copied_bytes(), kCount * kBytes);
+  std::ifstream in(path_, std::ios::binary);
+  const std::vector<char> got{std::istreambuf_iterator<char>(in), {}};
+  ASSERT_EQ(got.size(), kCount * kBytes);
+  EXPECT_EQ(std::memcmp(got.data(), saved.data(), got.size()), 0);
+  EXPECT_EQ(drain.sums().at(0), checksum_run(saved.data(), 4, 0, saved.size(), false));
+}
+
+// Staged pieces (device or offloaded state) are written from the staging
+// itself, and the next wave waits for those writes before it refills it.
+TEST_P(DrainInPlace, NextWaveWaitsForTheWritesFromTheStaging) {
+  ::setenv("TRIDENT_FAULT_INJECT", "ckpt:write_slow", 1);
+  DirectFile direct(path_, true);
+  if (!direct.ok()) GTEST_SKIP() << "no O_DIRECT where the test runs";
+  const PieceReader reader = [](const char* src, std::size_t n, char* out) {
+    std::memcpy(out, src, n);
+  };
+  std::vector<DrainPiece> staged = pieces();
+  for (DrainPiece& d : staged) d.in_place = false, d.reader = &reader;
+  std::unique_ptr<char, decltype(&std::free)> staging(
+      static_cast<char*>(std::aligned_alloc(4096, 2 * kBytes)), &std::free);
+  CheckpointDrain drain(path_, &direct, staged, {"/d"}, 1, 1, staging.get(), 2 * kBytes);
+  drain.wait(30);
+  ::unsetenv("TRIDENT_FAULT_INJECT");
+  ASSERT_FALSE(drain.error());
+  EXPECT_EQ(drain.waves(), kCount / 2);
+  std::ifstream in(path_, std::ios::binary);
+  const std::vector<char> got{std::istreambuf_iterator<char>(in), {}};
+  ASSERT_EQ(got.size(), kCount * kBytes);
+  EXPECT_EQ(std::memcmp(got.data(), source_, got.size()), 0);
+}
+
+// 0: on a page boundary (written in place); 64: a tensor's alignment in an
+// arena that is not the disk's (copied through the queue).
+INSTANTIATE_TEST_SUITE_P(Offsets, DrainInPlace, ::testing::Values(0, 64));
 
 }  // namespace
