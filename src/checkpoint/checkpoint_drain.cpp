@@ -13,6 +13,7 @@
 #include "checkpoint/direct_queues.hpp"
 #include "core/error.hpp"
 #include "core/fault_inject.hpp"
+#include "core/progress_wait.hpp"
 #include "core/timer.hpp"
 
 namespace trident {
@@ -222,14 +223,10 @@ std::size_t CheckpointDrain::write_pieces(std::size_t i, std::size_t limit, cons
     if (ticket) in_flight_ticket_ = ticket;  // queued before release_sources() can look
   }
   changed_.notify_all();
-  if (from_src) {
-    // queued above
-  } else if (buf) {
-    direct_->submit_buffer(buf, p.at, p.bytes);
-  } else if (direct_) {
-    direct_->submit_buffered(std::move(copy), p.at);
-  } else {
-    transfer_all(fd_, copy.data(), p.bytes, p.at, true);
+  if (!from_src) {
+    if (buf) direct_->submit_buffer(buf, p.at, p.bytes);
+    else if (direct_) direct_->submit_buffered(std::move(copy), p.at);
+    else transfer_all(fd_, copy.data(), p.bytes, p.at, true);
   }
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -257,16 +254,8 @@ std::string CheckpointDrain::no_progress(double timeout_s) const {
 template <class Done>
 void CheckpointDrain::wait_for_progress(std::unique_lock<std::mutex>& lock, Done done,
                                         double timeout_s) {
-  std::size_t seen = progress_;
-  double since = now_seconds();
-  while (!done()) {
-    changed_.wait_for(lock, std::chrono::milliseconds(50));
-    if (progress_ != seen) {
-      seen = progress_, since = now_seconds();
-    } else if (now_seconds() - since > timeout_s) {
-      throw RuntimeFailure(no_progress(timeout_s));
-    }
-  }
+  if (!wait_while_progressing(lock, changed_, [&] { return progress_; }, done, timeout_s))
+    throw RuntimeFailure(no_progress(timeout_s));
 }
 
 double CheckpointDrain::wait(double timeout_s) {

@@ -12,6 +12,7 @@
 
 #include "core/error.hpp"
 #include "core/fault_inject.hpp"
+#include "core/progress_wait.hpp"
 #include "core/timer.hpp"
 
 namespace trident {
@@ -51,7 +52,9 @@ AlignedBuffers::AlignedBuffers(int count, std::size_t bytes, std::size_t alignme
 }
 
 WriteBehind::WriteBehind(int fd, int depth, std::size_t buffer_bytes, std::size_t alignment)
-    : fd_(fd), buffers_(depth, buffer_bytes, alignment) {
+    : fd_(fd), buffers_(depth, buffer_bytes, alignment),
+      // TRIDENT_FAULT_INJECT=ckpt:write_slow: a slow disk, 20 ms a transfer.
+      slow_disk_(fault_armed("ckpt", "write_slow", -1)) {
   for (std::size_t i = 0; i < buffers_.size(); ++i) free_.push_back(buffers_[i]);
   thread_ = std::thread([this] { run(); });
 }
@@ -78,51 +81,36 @@ char* WriteBehind::acquire() {
   return b;
 }
 
-void WriteBehind::submit(char* buf, std::uint64_t at, std::size_t n) {
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    queue_.push_back({buf, {}, fd_, at, n});
-    ++submitted_;
-  }
-  changed_.notify_all();
-}
-
-std::uint64_t WriteBehind::submit_from(char* slot, const char* src, std::uint64_t at,
-                                       std::size_t n) {
+std::uint64_t WriteBehind::enqueue(Job job) {
   std::uint64_t ticket = 0;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    queue_.push_back({slot, {}, fd_, at, n, src});
+    queue_.push_back(std::move(job));
     ticket = ++submitted_;
   }
   changed_.notify_all();
   return ticket;
 }
 
+void WriteBehind::submit(char* buf, std::uint64_t at, std::size_t n) {
+  enqueue({buf, {}, fd_, at, n});
+}
+
+std::uint64_t WriteBehind::submit_from(char* slot, const char* src, std::uint64_t at,
+                                       std::size_t n) {
+  return enqueue({slot, {}, fd_, at, n, src});
+}
+
 bool WriteBehind::wait_done(std::uint64_t ticket, double timeout_s) {
   std::unique_lock<std::mutex> lock(mutex_);
-  std::uint64_t seen = done_;
-  auto since = std::chrono::steady_clock::now();
-  while (done_ < ticket && !error_) {
-    changed_.wait_for(lock, std::chrono::milliseconds(50));
-    const auto now = std::chrono::steady_clock::now();
-    if (done_ != seen) {
-      seen = done_, since = now;
-    } else if (std::chrono::duration<double>(now - since).count() > timeout_s) {
-      return false;
-    }
-  }
-  return true;
+  return wait_while_progressing(
+      lock, changed_, [&] { return done_; }, [&] { return done_ >= ticket || error_; },
+      timeout_s);
 }
 
 void WriteBehind::submit_copy(int fd, std::vector<char> bytes, std::uint64_t at) {
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    const std::size_t n = bytes.size();
-    queue_.push_back({nullptr, std::move(bytes), fd, at, n});
-    ++submitted_;
-  }
-  changed_.notify_all();
+  const std::size_t n = bytes.size();
+  enqueue({nullptr, std::move(bytes), fd, at, n});
 }
 
 void WriteBehind::drain() {
@@ -150,9 +138,7 @@ void WriteBehind::run() {
     const bool skip = bool(error_);  // after a failure, buffers only come back
     lock.unlock();
     std::exception_ptr failed;
-    // TRIDENT_FAULT_INJECT=ckpt:write_slow: a slow disk, 20 ms a transfer.
-    if (fault_armed("ckpt", "write_slow", -1))
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    if (slow_disk_) std::this_thread::sleep_for(std::chrono::milliseconds(20));
     if (!skip) {
       try {
         const char* from = job.src ? job.src : job.buf ? job.buf : job.copy.data();

@@ -67,11 +67,13 @@ class WriteBehind {
     std::size_t n = 0;
     const char* src = nullptr;  // set: written from here; buf is only a slot
   };
+  std::uint64_t enqueue(Job job);  // returns its ticket
   void run();
   void throw_if_failed();  // with mutex_ held
 
   int fd_;
   AlignedBuffers buffers_;
+  const bool slow_disk_;  // fault injection: each transfer waits 20 ms first
   std::mutex mutex_;
   std::condition_variable changed_;
   std::vector<char*> free_;
