@@ -26,7 +26,8 @@
 # MODEL=tiny: the 1b run's layout at 2 layers of 128, to check the script.
 # The save after the last step is synchronous in both modes: its time is taken
 # out of the extra wall time. A VM's speed drifts, so the modes run in turn,
-# REPEATS times (default 2), and the wall times are medians.
+# REPEATS times (default 2), and the wall times are medians; each mode's extra is
+# also paired with the run without checkpoints of its own repeat.
 #   usage: [REPEATS=N] [MODEL=124m|1b|tiny] perf/checkpoint_async.sh [STEPS] [EVERY] [DIR] [SEQ_LEN] [BATCH] [MODE...]
 #   MODE: none sync async (default all three; staging_mb=N adds an async run with it)
 set -euo pipefail
@@ -114,6 +115,7 @@ def parse(mode):  # the repeats' periodic saves together, the median of their wa
     return dict(wall=statistics.median(r["wall"] - r["final"] for r in rs), final=0,
                 periodic=[s for r in rs for s in r["periodic"]], waited=[w for r in rs for w in r["waited"]],
                 n=len(rs[0]["periodic"]), walls=[round(r["wall"] - r["final"], 1) for r in rs],
+                wall_list=[r["wall"] - r["final"] for r in rs],
                 cpu={k: statistics.median(c[k] for c in cpu) for k in cpu[0]})
 runs = {m: parse(m) for m in modes}
 base = runs.get("none")
@@ -127,6 +129,15 @@ for m, r in runs.items():
     extra = (r["wall"] - base["wall"]) / r["n"] if base and r["n"] else 0
     ratio = lambda x: f"{x / sync_save:.1%}" if sync_save and k else "-"
     print(f"{m:<16} {r['wall']:8.2f} {r['n']:5d} {save:7.2f} {blocked:9.3f} {extra:8.2f} {ratio(blocked):>12} {ratio(extra):>10}  {r['walls']}")
+    if base and r is not base and r["n"]:
+        # Paired with the same repeat's run without checkpoints, minutes apart:
+        # the machine's drift over the whole benchmark cancels more than in
+        # the difference of the medians above.
+        paired = [(w - b) / r["n"] for w, b in zip(r["wall_list"], base["wall_list"])]
+        med = statistics.median(paired)
+        print(f"  {m}: extra per save against the same repeat's run without checkpoints: " +
+              ", ".join(f"{p:.2f}" for p in paired) + f" s; median {med:.2f} s" +
+              (f" = {med / sync_save:.1%} of the synchronous save" if sync_save else ""))
     if k and r["periodic"][0][3]:
         parts = [sum(float(s[i]) for s in r["periodic"]) / k for i in range(4, 8)]
         print(f"  {m}: held up per save {parts[0]:.3f} s starting, {parts[1]:.3f} at optimizer steps, "

@@ -2,6 +2,7 @@
 // by block through three sets of aligned staging buffers, and the checkpoint
 // path's transfers of arbitrary element ranges.
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 
 #include "checkpoint/direct_queues.hpp"
@@ -52,6 +53,10 @@ void OptimizerHome::stream_swap(const BlockFn& f, bool write_back) {
   swap_->wait();
 }
 
+static bool aligned(const char* p) {
+  return reinterpret_cast<std::uintptr_t>(p) % SwapFile::kAlign == 0;
+}
+
 // Whole aligned pieces of the swap through the first staging buffer; the
 // partial ones at either end are read first, so a write keeps their neighbours.
 void OptimizerHome::swap_transfer(bool write, int kind, std::size_t first, std::size_t count,
@@ -65,15 +70,18 @@ void OptimizerHome::swap_transfer(bool write, int kind, std::size_t first, std::
     const std::size_t n = std::size_t(std::min<std::uint64_t>(end - at, base + cap - at));
     const std::size_t len = round_up(std::size_t(at - base) + n, SwapFile::kAlign);
     const bool whole = at == base && n == len;
+    // Whole blocks read into aligned memory (a checkpoint's staging) go
+    // straight there: the drain then sums them without a copy before.
+    char* into = !write && whole && aligned(host) ? host : bounce;
     if (!write || !whole) {
-      swap_->submit(false, bounce, len, base, 0);
+      swap_->submit(false, into, len, base, 0);
       swap_->wait();
     }
     if (write) {
       std::memcpy(bounce + (at - base), host, n);
       swap_->submit(true, bounce, len, base, 0);
       swap_->wait();
-    } else {
+    } else if (into == bounce) {
       std::memcpy(host, bounce + (at - base), n);
     }
     host += n;

@@ -1,5 +1,7 @@
 #include "train/async_save.hpp"
 
+#include <sys/mman.h>
+
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -10,16 +12,34 @@
 
 namespace trident {
 
-void AsyncSave::FreeStaging::operator()(char* p) const {
-  if (pinned_by) pinned_by->unpin_host(p, bytes);
-  std::free(p);
+char* SaveStaging::get(std::size_t bytes, ComputeBackend* device) {
+  if (data_ && bytes <= bytes_ && device == pinned_by_) return data_;
+  release();
+  // Whole huge pages where it is large: the disk's direct transfers from it
+  // (and the swap's into it) then pin one page per 2 MiB, not 512.
+  constexpr std::size_t kHugePage = std::size_t{2} << 20;
+  const std::size_t align = bytes >= kHugePage ? kHugePage : 4096;
+  const std::size_t alloc = (bytes + align - 1) / align * align;
+  data_ = static_cast<char*>(std::aligned_alloc(align, alloc));
+  if (!data_) throw RuntimeFailure("checkpoint.async: out of host memory for the staging");
+  if (align == kHugePage) madvise(data_, alloc, MADV_HUGEPAGE);
+  bytes_ = alloc;
+  pinned_by_ = device;
+  if (device) device->pin_host(data_, alloc);
+  return data_;
+}
+
+void SaveStaging::release() {
+  if (!data_) return;
+  if (pinned_by_) pinned_by_->unpin_host(data_, bytes_);
+  std::free(data_);
+  data_ = nullptr, bytes_ = 0, pinned_by_ = nullptr;
 }
 
 AsyncSave::AsyncSave(Grid& grid, const std::string& dir, const CheckpointMeta& meta,
                      const TensorTable& global, const std::vector<TensorSet>& sets,
-                     double timeout_s, std::size_t staging_bytes)
-    : grid_(grid), dir_(dir), step_(meta.step), started_(now_seconds()), timeout_s_(timeout_s),
-      staging_(nullptr, FreeStaging{}) {
+                     double timeout_s, std::size_t staging_bytes, SaveStaging& staging)
+    : grid_(grid), dir_(dir), step_(meta.step), started_(now_seconds()), timeout_s_(timeout_s) {
   writer_ = begin_checkpoint(grid, dir, meta, global, sets);
   std::vector<DrainPiece> pieces;
   std::size_t index = 0, staged = 0, largest = 0;
@@ -65,19 +85,16 @@ AsyncSave::AsyncSave(Grid& grid, const std::string& dir, const CheckpointMeta& m
     }
     if (set.close) set.close(false);  // resident state stays; a reservation is only addresses
   }
+  char* staging_area = nullptr;
   if (staged > 0) {
     // Bounded: staging_mb (checkpoint), but never less than one piece (2 MiB).
     staging_bytes_ = std::max(std::min(staging_bytes, staged), largest);
-    const std::size_t alloc = (staging_bytes_ + 4095) / 4096 * 4096;
-    char* p = static_cast<char*>(std::aligned_alloc(4096, alloc));
-    if (!p) throw RuntimeFailure("checkpoint.async: out of host memory for the staging");
-    if (device) device->pin_host(p, alloc);
-    staging_ = std::unique_ptr<char, FreeStaging>(p, FreeStaging{device, alloc});
+    staging_area = staging.get(staging_bytes_, device);
     if (device) device->order_background_reads();  // after the step that wrote the state
   }
   drain_ = std::make_unique<CheckpointDrain>(writer_->path(), writer_->direct(), std::move(pieces),
                                              writer_->dataset_paths(), index, step_,
-                                             staging_.get(), staging_bytes_);
+                                             staging_area, staging_bytes_);
 }
 
 AsyncSave::~AsyncSave() {

@@ -16,16 +16,38 @@
 
 namespace trident {
 
+// The drain's staging, kept from one asynchronous save to the next: its pages
+// are faulted in (and on a device backend page-locked) once a run, not once
+// a save; a fresh 2 MiB-paged region costs more to fault in than the drain
+// spends reading through it.
+class SaveStaging {
+ public:
+  SaveStaging() = default;
+  ~SaveStaging() { release(); }
+  SaveStaging(const SaveStaging&) = delete;
+  SaveStaging& operator=(const SaveStaging&) = delete;
+  // At least `bytes`, page-locked through `device` where set; reused while
+  // it is large enough. Throws RuntimeFailure when out of host memory.
+  char* get(std::size_t bytes, ComputeBackend* device);
+
+ private:
+  void release();
+  char* data_ = nullptr;
+  std::size_t bytes_ = 0;
+  ComputeBackend* pinned_by_ = nullptr;
+};
+
 class AsyncSave {
  public:
   // Collective. Host state is read in place; device memory and offloaded
   // state the engines can read piece by piece (TensorSet::open_reserved) are
   // read by the drain in waves through a staging buffer of staging_bytes (at
   // least one piece); what neither (an engine without that path) is copied
-  // to host memory here, and counted by copied_at_save().
+  // to host memory here, and counted by copied_at_save(). `staging` is the
+  // caller's, kept until this save is gone.
   AsyncSave(Grid& grid, const std::string& dir, const CheckpointMeta& meta,
             const TensorTable& global, const std::vector<TensorSet>& sets, double timeout_s,
-            std::size_t staging_bytes);
+            std::size_t staging_bytes, SaveStaging& staging);
   ~AsyncSave();  // unfinished: the file stays under its temporary name
   AsyncSave(const AsyncSave&) = delete;
   AsyncSave& operator=(const AsyncSave&) = delete;
@@ -69,14 +91,7 @@ class AsyncSave {
   std::unique_ptr<CheckpointWriter> writer_;
   std::vector<std::vector<char>> copies_;  // state that is not read in place
   std::vector<std::unique_ptr<PieceReader>> readers_;  // one per set read through one
-  // The waves' buffer; page-locked through `pinned_by` on a device backend.
-  struct FreeStaging {
-    ComputeBackend* pinned_by = nullptr;
-    std::size_t bytes = 0;
-    void operator()(char* p) const;
-  };
-  std::unique_ptr<char, FreeStaging> staging_;
-  std::size_t staging_bytes_ = 0;
+  std::size_t staging_bytes_ = 0;  // of the caller's SaveStaging this save uses
   std::unique_ptr<CheckpointDrain> drain_;  // last: stopped before the rest goes
 };
 

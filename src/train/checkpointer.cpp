@@ -153,7 +153,7 @@ void Checkpointer::start_async(int done) {
   pending_ = std::make_unique<AsyncSave>(grid_, deck_.checkpoint.dir, meta,
                                          build_gpt_param_table(deck_.model),
                                          training_sets(trainer_, grid_.coord()),
-                                         deck_.system.comm_timeout_s, staging_bytes());
+                                         deck_.system.comm_timeout_s, staging_bytes(), staging_);
   note_staging();
   last_save_s_ = now_seconds();
   held_start_s_ = last_save_s_ - t0;

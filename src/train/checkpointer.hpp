@@ -75,6 +75,7 @@ class Checkpointer {
   int stop_signal_ = 0;
   int stopped_at_ = 0;
   std::string last_path_;
+  SaveStaging staging_;                 // before pending_: outlives the save using it
   std::unique_ptr<AsyncSave> pending_;  // checkpoint.async: the save in flight
   // Training's time held up by it: starting it, at optimizer steps (waiting
   // for or copying what it had not read), waiting for it when the next save

@@ -27,6 +27,7 @@
 #include "checkpoint/checksum.hpp"
 #include "checkpoint/direct_io.hpp"
 #include "core/error.hpp"
+#include "train/async_save.hpp"
 
 using namespace trident;
 
@@ -276,3 +277,18 @@ TEST_P(DrainInPlace, NextWaveWaitsForTheWritesFromTheStaging) {
 INSTANTIATE_TEST_SUITE_P(Offsets, DrainInPlace, ::testing::Values(0, 64));
 
 }  // namespace
+
+TEST(SaveStaging, KeptFromOneSaveToTheNextOnWholeHugePages) {
+  constexpr std::size_t kHuge = std::size_t{2} << 20;
+  SaveStaging staging;
+  char* first = staging.get(3 * kHuge / 2, nullptr);
+  EXPECT_EQ(reinterpret_cast<std::uintptr_t>(first) % kHuge, 0u);
+  std::memset(first, 7, 2 * kHuge);  // rounded up to whole huge pages
+  EXPECT_EQ(staging.get(3 * kHuge / 2, nullptr), first);  // the next save's: the same
+  EXPECT_EQ(staging.get(kHuge, nullptr), first);          // a smaller one too
+  char* larger = staging.get(3 * kHuge, nullptr);         // a larger one: replaced
+  std::memset(larger, 7, 3 * kHuge);
+  EXPECT_EQ(staging.get(kHuge, nullptr), larger);
+  SaveStaging small;
+  EXPECT_EQ(reinterpret_cast<std::uintptr_t>(small.get(1000, nullptr)) % 4096, 0u);
+}

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <memory>
 #include <filesystem>
 #include <numeric>
 #include <vector>
@@ -143,6 +144,14 @@ TEST_P(Homes, BlocksCoverTheShardAndStateRoundTrips) {
     for (std::size_t i = 0; i < 1000; ++i) ASSERT_EQ(v[i], -float(i + 7)) << i;
     home.read(OptimizerHome::exp_avg, 5000, 300, v.data());  // across a split's boundary
     for (std::size_t i = 0; i < 300; ++i) ASSERT_EQ(v[i], -float(i + 5000)) << i;
+    // Into page-aligned memory (an asynchronous save's staging): the whole
+    // pages of the swap go straight there, the partial ones through the bounce.
+    const std::size_t from = 1024, count = n - from - 3;
+    std::unique_ptr<float, decltype(&std::free)> staged(
+        static_cast<float*>(std::aligned_alloc(4096, (count * sizeof(float) + 4095) / 4096 * 4096)),
+        &std::free);
+    home.read(OptimizerHome::exp_avg, from, count, staged.get());
+    for (std::size_t i = 0; i < count; ++i) ASSERT_EQ(staged.get()[i], -float(i + from)) << i;
   }
   EXPECT_EQ(ledger.current(MemCategory::buffers), 0u);
   EXPECT_EQ(ledger.current(MemCategory::optimizer), 0u);
