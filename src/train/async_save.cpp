@@ -1,7 +1,5 @@
 #include "train/async_save.hpp"
 
-#include <sys/mman.h>
-
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -13,27 +11,24 @@
 namespace trident {
 
 char* SaveStaging::get(std::size_t bytes, ComputeBackend* device) {
-  if (data_ && bytes <= bytes_ && device == pinned_by_) return data_;
+  if (buffer_ && bytes <= bytes_ && device == pinned_by_) return (*buffer_)[0];
   release();
-  // Whole huge pages where it is large: the disk's direct transfers from it
-  // (and the swap's into it) then pin one page per 2 MiB, not 512.
+  // Whole huge pages where it is large (AlignedBuffers then maps them so): the
+  // disk's direct transfers from it, and the swap's into it, pin one page per
+  // 2 MiB, not 512.
   constexpr std::size_t kHugePage = std::size_t{2} << 20;
-  const std::size_t align = bytes >= kHugePage ? kHugePage : 4096;
-  const std::size_t alloc = (bytes + align - 1) / align * align;
-  data_ = static_cast<char*>(std::aligned_alloc(align, alloc));
-  if (!data_) throw RuntimeFailure("checkpoint.async: out of host memory for the staging");
-  if (align == kHugePage) madvise(data_, alloc, MADV_HUGEPAGE);
-  bytes_ = alloc;
+  const std::size_t unit = bytes >= kHugePage ? kHugePage : 4096;
+  bytes_ = (bytes + unit - 1) / unit * unit;
+  buffer_ = std::make_unique<AlignedBuffers>(1, bytes_, 4096);
   pinned_by_ = device;
-  if (device) device->pin_host(data_, alloc);
-  return data_;
+  if (device) device->pin_host((*buffer_)[0], bytes_);
+  return (*buffer_)[0];
 }
 
 void SaveStaging::release() {
-  if (!data_) return;
-  if (pinned_by_) pinned_by_->unpin_host(data_, bytes_);
-  std::free(data_);
-  data_ = nullptr, bytes_ = 0, pinned_by_ = nullptr;
+  if (buffer_ && pinned_by_) pinned_by_->unpin_host((*buffer_)[0], bytes_);
+  buffer_.reset();
+  bytes_ = 0, pinned_by_ = nullptr;
 }
 
 AsyncSave::AsyncSave(Grid& grid, const std::string& dir, const CheckpointMeta& meta,

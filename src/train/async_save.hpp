@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "checkpoint/checkpoint_drain.hpp"
+#include "checkpoint/direct_queues.hpp"
 #include "checkpoint/checkpoint_writer.hpp"
 #include "train/checkpoint_state.hpp"
 
@@ -32,7 +33,7 @@ class SaveStaging {
 
  private:
   void release();
-  char* data_ = nullptr;
+  std::unique_ptr<AlignedBuffers> buffer_;  // one buffer of bytes_
   std::size_t bytes_ = 0;
   ComputeBackend* pinned_by_ = nullptr;
 };
